@@ -1,0 +1,1 @@
+/* arch.c: (being written) */

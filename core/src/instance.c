@@ -1,0 +1,1 @@
+/* instance.c: (being written) */

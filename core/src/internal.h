@@ -1,0 +1,83 @@
+/* internal.h: the core's private structures and helpers, shared by the files of core/src. */
+#ifndef ATTNPLUG_INTERNAL_H
+#define ATTNPLUG_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "attnplug.h"
+
+/* ---- errors (error.c) ----------------------------------------------------------------------
+ * Set this thread's last error and return `status`, so failing paths read
+ *     return ap_error_set(AP_ERR_INVALID_ARGUMENT, "model.num_kv_heads is %d", n); */
+ap_status ap_error_set(ap_status status, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void ap_error_clear(void);
+
+/* ---- logging (log.c) -----------------------------------------------------------------------
+ * AP_DEBUG=load,select,config,instance or all. Messages go to stderr, one line each. */
+typedef enum ap_log_category {
+    AP_LOG_LOAD = 1u << 0,
+    AP_LOG_SELECT = 1u << 1,
+    AP_LOG_CONFIG = 1u << 2,
+    AP_LOG_INSTANCE = 1u << 3
+} ap_log_category;
+int ap_log_enabled(ap_log_category category);
+void ap_log(ap_log_category category, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the registry (registry.c) -------------------------------------------------------------- */
+
+/* One loaded backend. Never freed or dlclose'd before the registry is destroyed. */
+typedef struct ap_plugin {
+    char *path;                     /* the file it came from */
+    void *handle;                   /* dlopen handle */
+    const ap_descriptor *desc;      /* from the plugin's negotiation reply */
+    uint32_t abi_major, abi_minor;  /* what the plugin serves */
+} ap_plugin;
+
+/* What became of one file. */
+typedef struct ap_file_entry {
+    char *path;
+    ap_status status;
+    char *message;                  /* "" when loaded */
+    char *backend;                  /* NULL when refused before the name was known */
+} ap_file_entry;
+
+struct ap_registry {
+    pthread_mutex_t lock;           /* guards everything below */
+    char **dirs;                    /* host folders, then ap_registry_add_dir folders */
+    size_t num_dirs;
+    uint32_t flags;
+    ap_file_entry *files;
+    size_t num_files, cap_files;
+    ap_plugin **plugins;            /* sorted by backend name */
+    size_t num_plugins, cap_plugins;
+    atomic_int live_instances;      /* open ap_instance objects: no unload while > 0 */
+};
+
+/* The plugin serving `name`, or NULL. Takes the lock. */
+ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name);
+
+/* ---- instances (instance.c) ----------------------------------------------------------------- */
+
+struct ap_instance {
+    ap_registry *registry;
+    ap_plugin *plugin;
+    ap_backend *backend;
+    ap_model model;                 /* options applied; name owned below */
+    char *model_name;
+    ap_device device;
+    ap_hook_append_kv_v1 append_kv;             /* resolved once at open; NULL when absent */
+    ap_hook_pack_prefix_chunk_kv_v1 pack_prefix_chunk_kv;
+    ap_hook_cuda_graph_v1 cuda_graph;
+    char message[1024];             /* the plugin writes its error here */
+};
+
+/* A fresh message buffer over `text`. */
+static inline ap_msgbuf ap_msgbuf_over(char *text, size_t capacity) {
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, capacity, 0};
+    if (capacity > 0) text[0] = '\0';
+    return msg;
+}
+
+#endif /* ATTNPLUG_INTERNAL_H */

@@ -1,0 +1,1 @@
+/* names.c: (being written) */

@@ -1,0 +1,1 @@
+/* registry.c: (being written) */

@@ -1,0 +1,1 @@
+/* select.c: (being written) */
