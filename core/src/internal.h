@@ -5,7 +5,12 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* The library builds with -fvisibility=hidden; the host API must stay exported. Every core file
+ * includes attnplug.h through this header, so its declarations (and thus the definitions) get
+ * default visibility here, while the helpers below stay internal. */
+#pragma GCC visibility push(default)
 #include "attnplug.h"
+#pragma GCC visibility pop
 
 /* ---- errors (error.c) ----------------------------------------------------------------------
  * Set this thread's last error and return `status`, so failing paths read
@@ -57,6 +62,12 @@ struct ap_registry {
 
 /* The plugin serving `name`, or NULL. Takes the lock. */
 ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name);
+
+/* Split of the registry across registry.c, discover.c and load.c. Callers hold registry->lock.
+ * load_locked opens, negotiates, validates and records one file (a path already recorded
+ * answers with its recorded status); lookup_locked is the binary search of `plugins`. */
+ap_status ap_registry_load_locked(ap_registry *registry, const char *path);
+ap_plugin *ap_registry_lookup_locked(const ap_registry *registry, const char *name);
 
 /* ---- instances (instance.c) ----------------------------------------------------------------- */
 
