@@ -1,0 +1,76 @@
+/* extend.h: flashinfer_like's extend (prefill) attention on tensor cores: host plan, GPU run. */
+#ifndef AP_FIL_EXTEND_H
+#define AP_FIL_EXTEND_H
+
+#include "fil.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the extend kernel serves (fil_extend_check_config says so line by line):
+ *   head dims 64, 128, 256 (qk == v); queries and outputs BF16 or F16; KV cache of the query
+ *   type or FP8_E4M3 (dequantized on load); any page size >= 1 (powers of two are the fast
+ *   case); any group size num_qo_heads / num_kv_heads from 1 to 8; causal or not; LSE optional.
+ * Every new token's K/V must already be in the cache when fil_extend_run is called. */
+
+/* Inputs of the plan: the batch's host mirrors and the model's shape. */
+typedef struct fil_extend_plan_args {
+    int32_t num_seqs;
+    const int32_t *qo_indptr_host;        /* [num_seqs + 1] */
+    const int32_t *kv_page_indptr_host;   /* [num_seqs + 1] */
+    const int32_t *kv_last_page_len_host; /* [num_seqs], in 1..page_size */
+    int32_t page_size;
+    int32_t head_dim;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t causal;
+    int32_t tile_rows;   /* query rows per CTA: 0 picks the default (benchmark builds only) */
+    void *host_scratch;  /* buffer_bytes of host memory (pageable is fine) */
+    void *device_buffer; /* buffer_bytes of device memory, 16-byte aligned: the work list */
+    size_t buffer_bytes; /* at least fil_extend_plan_bytes() for this model */
+} fil_extend_plan_args;
+
+/* The work list of one batch, shared by every layer: one item per (sequence, query tile), the
+ * most KV tiles first so the longest CTAs start early. Each item runs once per KV head. */
+typedef struct fil_extend_plan {
+    int32_t num_items;   /* 0: nothing to compute (every q_len is 0) */
+    int32_t tile_rows;   /* packed query rows per CTA: tile_tokens * group <= tile_rows */
+    int32_t tile_tokens; /* new tokens of one sequence per item */
+    int32_t head_dim;    /* what the plan was built for; fil_extend_run checks them */
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t causal;
+    const void *items; /* device_buffer, filled by an async copy on the plan's stream */
+} fil_extend_plan;
+
+/* Adds one line to `reasons` for every part of this configuration the kernel does not serve and
+ * returns AP_ERR_UNSUPPORTED, or returns AP_OK. No GPU work: callable from validate(). */
+ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                  int32_t num_qo_heads, int32_t num_kv_heads, int32_t page_size,
+                                  ap_msgbuf *reasons);
+
+/* Bytes of host scratch and of device buffer (each) a plan needs for batches of at most
+ * max_tokens new tokens over at most max_batch sequences. 0 for an unsupported shape. */
+size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
+                             int32_t num_qo_heads, int32_t num_kv_heads);
+
+/* Builds the work list from the host mirrors, checks the batch arrays (AP_ERR_SHAPE_MISMATCH
+ * with a message naming the sequence), and copies the list to device_buffer on `stream` (a
+ * cudaStream_t or NULL). host_scratch may be reused as soon as this returns when it is pageable;
+ * when it is pinned, only after `stream` has passed this point. */
+ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+                                fil_extend_plan *plan, ap_msgbuf *msg);
+
+/* Runs one layer of the planned batch on `stream`. params->qo_indptr and params->kv must be the
+ * device arrays of the batch the plan was built from. Returns AP_ERR_UNSUPPORTED for what
+ * fil_extend_check_config refuses, AP_ERR_INVALID_ARGUMENT when params disagree with the plan,
+ * AP_ERR_CUDA when the launch fails. */
+ap_status fil_extend_run(const fil_attn_params *params, const fil_extend_plan *plan, void *stream,
+                         ap_msgbuf *msg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AP_FIL_EXTEND_H */
