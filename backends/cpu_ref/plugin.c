@@ -1,0 +1,155 @@
+/* plugin.c: cpu_ref's entry: negotiation, descriptor, caps and the vtable's lifecycle entries. */
+#include <stdlib.h>
+
+#include "cpu_ref.h"
+
+#define CPU_REF_VERSION "0.1.0"
+
+static ap_status cpu_create(const ap_model *model, const ap_options *options,
+                            const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
+    if (out == NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: create needs somewhere to put the instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    *out = NULL;
+    /* a third-party core may skip validate(): never build an instance it would refuse */
+    ap_status status = cpu_validate(model, options, device, msg);
+    if (status != AP_OK) return status;
+    ap_backend *backend = calloc(1, sizeof *backend);
+    if (backend == NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: out of host memory");
+        return AP_ERR_OUT_OF_MEMORY;
+    }
+    memcpy(&backend->model, model, sizeof backend->model);
+    backend->model.struct_size = sizeof backend->model;
+    backend->model.name = NULL; /* the caller's string may not outlive this call */
+    *out = backend;
+    return AP_OK;
+}
+
+static void cpu_destroy(ap_backend *backend) {
+    if (backend == NULL) return;
+    cpu_plan_free(&backend->plan);
+    free(backend);
+}
+
+/* One page holds page_size tokens x num_kv_heads heads x head_dim elements, for K and for V. */
+static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf *msg) {
+    if (backend == NULL || out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
+        ap_msgbuf_add(msg, "cpu_ref: get_kv_spec needs an instance and an ap_kv_spec with "
+                           "struct_size set");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    const ap_model *m = &backend->model;
+    size_t per_token_head =
+        (size_t)m->page_size * (size_t)m->num_kv_heads * cpu_kv_elem_bytes(m->kv_dtype);
+    out->k_bytes_per_page = per_token_head * (size_t)m->head_dim_qk;
+    out->v_bytes_per_page = per_token_head * (size_t)m->head_dim_v;
+    out->scale_bytes_per_page = 0;
+    out->alignment = 64;
+    return AP_OK;
+}
+
+static ap_status cpu_init_metadata(ap_backend *backend, const ap_batch *batch, void *stream,
+                                   ap_msgbuf *msg) {
+    (void)stream;
+    if (backend == NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: init_metadata without an instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    return cpu_plan_init(backend, batch, msg);
+}
+
+static ap_status cpu_forward_extend(ap_backend *backend, const ap_layer *layer,
+                                    const ap_forward_args *args, void *stream, ap_msgbuf *msg) {
+    (void)stream;
+    if (backend == NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: forward_extend without an instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    return cpu_forward(backend, layer, args, AP_MODE_EXTEND, msg);
+}
+
+static ap_status cpu_forward_decode(ap_backend *backend, const ap_layer *layer,
+                                    const ap_forward_args *args, void *stream, ap_msgbuf *msg) {
+    (void)stream;
+    if (backend == NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: forward_decode without an instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    return cpu_forward(backend, layer, args, AP_MODE_DECODE, msg);
+}
+
+/* append_kv/1 and pack_prefix_chunk_kv/1; no cuda_graph/1 (nothing to capture on the CPU). */
+static void *cpu_get_hook(ap_backend *backend, const char *name) {
+    (void)backend;
+    if (name == NULL) return NULL;
+    if (strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)cpu_hook_append_kv;
+    if (strcmp(name, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1) == 0)
+        return (void *)cpu_hook_pack_prefix_chunk_kv;
+    return NULL;
+}
+
+static const ap_caps cpu_caps = {
+    .struct_size = sizeof(ap_caps),
+    .device_kinds = AP_DEVICE_KIND_CPU,
+    .archs = NULL,
+    .num_archs = 0,
+    .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
+    .q_dtypes = CPU_Q_DTYPES,
+    .kv_dtypes = CPU_KV_DTYPES,
+    .page_sizes = NULL, /* any */
+    .num_page_sizes = 0,
+    .head_dims = NULL, /* any */
+    .num_head_dims = 0,
+    .phases = AP_PHASE_EXTEND | AP_PHASE_DECODE,
+    .cuda_graph = AP_GRAPH_NONE,
+    .features = AP_FEATURE_LSE | AP_FEATURE_NONCAUSAL | AP_FEATURE_LOGIT_SOFTCAP |
+                AP_FEATURE_SLIDING_WINDOW | AP_FEATURE_EMBEDDING_SKIP_KV,
+    .needs_host_mirrors = 1,
+};
+
+static const ap_vtable cpu_vtable = {
+    .struct_size = sizeof(ap_vtable),
+    .validate = cpu_validate,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .get_kv_spec = cpu_get_kv_spec,
+    .init_metadata = cpu_init_metadata,
+    .forward_extend = cpu_forward_extend,
+    .forward_decode = cpu_forward_decode,
+    .get_hook = cpu_get_hook,
+};
+
+static const ap_descriptor cpu_descriptor = {
+    .struct_size = sizeof(ap_descriptor),
+    .name = "cpu_ref",
+    .version = CPU_REF_VERSION,
+    .description = "plain C reference attention (MHA/GQA, paged bf16/f16/fp8 KV), the oracle "
+                   "of the GPU backends",
+    .caps = &cpu_caps,
+    .vtable = &cpu_vtable,
+};
+
+/* The one exported symbol: the core's major must equal ours; we serve our own minor, which the
+ * core's may not be below (it would not know our fields). */
+AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
+                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
+    if (offer == NULL || reply == NULL ||
+        offer->struct_size < offsetof(ap_negotiate_offer, core_abi_minor) + sizeof(uint32_t) ||
+        reply->struct_size < offsetof(ap_negotiate_reply, descriptor) + sizeof(void *)) {
+        ap_msgbuf_add(msg, "cpu_ref: negotiation needs an offer and a reply with struct_size set");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    uint32_t our_minor = AP_ABI_VERSION_MINOR; /* a variable: with minor 0 the test is moot */
+    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
+        ap_msgbuf_add(msg, "cpu_ref: built for plugin ABI %u.%u; the core offers %u.%u",
+                      (unsigned)AP_ABI_VERSION_MAJOR, (unsigned)AP_ABI_VERSION_MINOR,
+                      (unsigned)offer->core_abi_major, (unsigned)offer->core_abi_minor);
+        return AP_ERR_ABI_MISMATCH;
+    }
+    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
+    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
+    reply->descriptor = &cpu_descriptor;
+    return AP_OK;
+}
