@@ -82,7 +82,41 @@ struct ap_instance {
     ap_hook_pack_prefix_chunk_kv_v1 pack_prefix_chunk_kv;
     ap_hook_cuda_graph_v1 cuda_graph;
     char message[1024];             /* the plugin writes its error here */
+    /* What the last successful init_metadata planned, for the forward checks (check.c). */
+    int32_t batch_planned;          /* 0 until a batch was planned (or after a failed plan) */
+    ap_forward_mode batch_mode;
+    int32_t batch_num_seqs;
+    int32_t batch_num_tokens;
+    int32_t batch_max_page;         /* largest page index in the host mirrors; -1 unknown */
 };
+
+/* ---- selection (select.c) ------------------------------------------------------------------- */
+
+/* AP_OK when the model is well formed (struct_size, kind, heads, dims, dtypes, page size), else
+ * AP_ERR_INVALID_ARGUMENT with the last error set. */
+ap_status ap_model_check(const ap_model *model);
+
+/* The verdict on one backend for a checked model: every reason goes into `reasons`, the picked
+ * entry of caps.archs into *arch_index (-1 when none) and the plugin into *plugin (NULL when
+ * not found). Does not touch the last error. */
+ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
+                           const ap_options *options, const ap_device *device,
+                           ap_msgbuf *reasons, int *arch_index, ap_plugin **plugin);
+
+/* Options every field unset: what a backend sees when the host passes none. */
+extern const ap_options ap_options_default;
+
+/* ---- argument checks before a backend is called (check.c) ------------------------------------
+ * Each returns AP_OK, or a status with one line naming the argument, the expected and the
+ * actual value in `msg`. They read host memory only: host mirrors, and tensors on kDLCPU. */
+ap_status ap_check_batch(const ap_instance *instance, const ap_batch *batch, int32_t *max_page,
+                         ap_msgbuf *msg);
+ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode,
+                           const ap_layer *layer, const ap_forward_args *args, ap_msgbuf *msg);
+ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
+                             const ap_append_kv_args *args, ap_msgbuf *msg);
+ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *args,
+                           ap_msgbuf *msg);
 
 /* A fresh message buffer over `text`. */
 static inline ap_msgbuf ap_msgbuf_over(char *text, size_t capacity) {
