@@ -97,11 +97,11 @@ static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
 
 /* The build root when libattnplug itself runs from that build tree, else NULL. */
 static char *ap_build_root_if_running_from_it(void) {
+    /* The address of a static object: an exported function could resolve to another copy of
+     * the core loaded earlier (symbol interposition), and dladdr would name that copy. */
+    static const char ap_core_marker;
     Dl_info info;
-    void (*self)(void) = (void (*)(void))ap_registry_scan;
-    void *address;
-    memcpy(&address, &self, sizeof address);
-    if (dladdr(address, &info) == 0 || info.dli_fname == NULL) return NULL;
+    if (dladdr(&ap_core_marker, &info) == 0 || info.dli_fname == NULL) return NULL;
     char *library = realpath(info.dli_fname, NULL);
     char *root = realpath(AP_BUILD_ROOT, NULL);
     int inside = library != NULL && root != NULL && strncmp(library, root, strlen(root)) == 0 &&

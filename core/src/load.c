@@ -192,8 +192,14 @@ static ap_status ap_load_attempt(const ap_registry *registry, const char *path,
                                  ap_load_result *result) {
     result->status = AP_OK;
     result->message[0] = '\0';
+    /* A name without '/' would send dlopen to the library search path, not this folder. */
+    char local[4096];
+    const char *open_path = path;
+    if (strchr(path, '/') == NULL &&
+        (size_t)snprintf(local, sizeof local, "./%s", path) < sizeof local)
+        open_path = local;
     dlerror();
-    result->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    result->handle = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
     if (result->handle == NULL) {
         const char *why = dlerror();
         return ap_load_fail(result, AP_ERR_LOAD, "cannot open plugin [%s]: %s", path,
