@@ -1,0 +1,159 @@
+/* engine.h: what the files of the example engine share: arguments, memory, batches, tensors. */
+#ifndef AP_ENGINE_H
+#define AP_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "attnplug.h"
+#include "model_presets.h"
+
+/* ---- command line (engine_main.c) ---------------------------------------------------------- */
+
+typedef struct eng_args {
+    const char *config_path; /* NULL: the shipped examples/configs/models.yaml */
+    const char *model_name;  /* NULL: every preset some rule of the config matches */
+    int32_t steps;           /* decode steps after the prefill */
+    int32_t layers;          /* attention layers run per forward (each with its own cache) */
+    int32_t batch;           /* sequences */
+    int32_t prompt_len;      /* longest prompt; each sequence draws a length in 1..prompt_len */
+    uint64_t seed;
+    const char **plugin_dirs;
+    size_t num_plugin_dirs;
+} eng_args;
+
+/* What became of one model. */
+typedef enum eng_outcome {
+    ENG_RAN = 0,        /* a backend served it and every check passed */
+    ENG_NO_BACKEND = 1, /* known and expected: no backend of its rule can serve it here */
+    ENG_FAILED = 2      /* a real error: create/forward failed, a check failed, bad input */
+} eng_outcome;
+
+typedef struct eng_context {
+    const eng_args *args;
+    ap_registry *registry;
+    const ap_config *config;
+    ap_device device;
+} eng_context;
+
+/* engine_model.c: select, allocate, run and check one model. */
+eng_outcome eng_model_run(eng_context *context, const ap_model_preset *preset);
+
+/* ---- random numbers (engine_tensor.c) ------------------------------------------------------- */
+
+typedef struct eng_rng {
+    uint64_t state;
+} eng_rng;
+
+void eng_rng_seed(eng_rng *rng, uint64_t seed);
+uint64_t eng_rng_next(eng_rng *rng);
+int32_t eng_rng_range(eng_rng *rng, int32_t low, int32_t high); /* uniform in [low, high] */
+float eng_rng_uniform(eng_rng *rng);                            /* uniform in [-1, 1) */
+
+/* ---- memory: host, or device through the CUDA runtime (engine_cuda.cu) --------------------- */
+
+typedef struct eng_memory {
+    int on_device;   /* 1: CUDA device memory on `ordinal`; 0: host memory */
+    int32_t ordinal; /* CUDA device */
+} eng_memory;
+
+/* 1 when the engine was built with the CUDA runtime (the cuda meson feature). */
+int eng_cuda_built(void);
+
+ap_status eng_mem_alloc(const eng_memory *memory, size_t bytes, size_t alignment, void **out);
+void eng_mem_free(const eng_memory *memory, void *pointer);
+ap_status eng_mem_zero(const eng_memory *memory, void *pointer, size_t bytes);
+ap_status eng_mem_upload(const eng_memory *memory, void *dst, const void *host_src, size_t bytes);
+ap_status eng_mem_download(const eng_memory *memory, void *host_dst, const void *src, size_t bytes);
+ap_status eng_mem_sync(const eng_memory *memory); /* wait for the device's queued work */
+const char *eng_mem_error(void);                  /* the last CUDA error's text */
+
+/* ---- tensors (engine_tensor.c) -------------------------------------------------------------- */
+
+/* A dense tensor with its host staging copy and, for GPU backends, a device copy. */
+typedef struct eng_tensor {
+    DLTensor dl; /* what the backend sees: dl.data is host or device memory */
+    int64_t shape[4];
+    void *host;   /* host copy, always present */
+    void *device; /* device copy, NULL for host backends (dl.data == host) */
+    size_t bytes;
+    ap_dtype dtype;
+} eng_tensor;
+
+ap_status eng_tensor_make(eng_tensor *tensor, const eng_memory *memory, ap_dtype dtype, int ndim,
+                          const int64_t *shape);
+void eng_tensor_free(eng_tensor *tensor, const eng_memory *memory);
+void eng_tensor_fill_random(eng_tensor *tensor, eng_rng *rng); /* host copy, uniform [-1, 1) */
+ap_status eng_tensor_upload(eng_tensor *tensor, const eng_memory *memory);
+ap_status eng_tensor_download(eng_tensor *tensor, const eng_memory *memory);
+float eng_tensor_get(const eng_tensor *tensor, size_t index); /* host copy, as float */
+size_t eng_tensor_count(const eng_tensor *tensor);
+DLDataType eng_dl_dtype(ap_dtype dtype);
+size_t eng_dtype_bytes(ap_dtype dtype); /* 0 for nvfp4 (packed) */
+
+/* ---- batches and the paged cache (engine_batch.c) ------------------------------------------ */
+
+/* The sequences of a run: their lengths and the pages each owns, for the whole run. */
+typedef struct eng_sequences {
+    int32_t num_seqs;
+    int32_t page_size;
+    int32_t num_pages;    /* pages in the pool */
+    int32_t *prompt_lens; /* [num_seqs] */
+    int32_t *seq_lens;    /* [num_seqs] tokens in the cache after the last forward */
+    int32_t *page_table;  /* [num_seqs][pages_per_seq] pool pages, shuffled */
+    int32_t pages_per_seq;
+} eng_sequences;
+
+ap_status eng_sequences_make(eng_sequences *seqs, eng_rng *rng, int32_t num_seqs,
+                             int32_t prompt_len, int32_t steps, int32_t page_size);
+void eng_sequences_free(eng_sequences *seqs);
+
+/* One forward's batch arrays, host mirrors and (for GPU backends) device copies. */
+typedef struct eng_batch {
+    ap_batch batch;
+    int32_t *host[6]; /* qo_indptr, kv_page_indptr, kv_page_indices, last_page_len, seq_lens,
+                         positions */
+    int32_t *device[6];
+    size_t counts[6];
+} eng_batch;
+
+/* The prefill (every prompt, from an empty cache) or the next decode step (one token each).
+ * with_pages = 0 leaves the page arrays NULL (embedding skip-KV). Advances seqs->seq_lens. */
+ap_status eng_batch_make(eng_batch *batch, eng_sequences *seqs, ap_forward_mode mode,
+                         int with_pages, const eng_memory *memory);
+void eng_batch_free(eng_batch *batch, const eng_memory *memory);
+
+/* One layer's paged cache: the bytes the backend asked for, in host or device memory. */
+typedef struct eng_cache {
+    ap_kv_cache kv;
+    size_t k_bytes, v_bytes, scale_bytes;
+} eng_cache;
+
+ap_status eng_cache_make(eng_cache *cache, const ap_model *model, const ap_kv_spec *spec,
+                         int32_t num_pages, const eng_memory *memory);
+void eng_cache_free(eng_cache *cache, const eng_memory *memory);
+
+/* ---- the cpu_ref check (engine_check.c) ------------------------------------------------------ */
+
+/* What one layer's last forward was, so cpu_ref can replay it on the same inputs. */
+typedef struct eng_replay {
+    const ap_model *model;     /* the served model, options applied */
+    const ap_options *options; /* the rule's options */
+    const ap_layer *layer;     /* the layer as the backend ran it */
+    const eng_cache *cache;    /* the cache before the forward (host copy below) */
+    void *cache_k_host, *cache_v_host, *cache_scales_host[2];
+    const eng_batch *batch; /* host mirrors */
+    ap_forward_mode mode;
+    int save_kv;
+    const eng_tensor *q, *k, *v, *out; /* host copies; out holds the backend's result */
+} eng_replay;
+
+/* Replay on cpu_ref and compare by relative L2 error. Returns AP_ERR_UNSUPPORTED (with the
+ * reason in `why`) when cpu_ref cannot replay it, else AP_OK with `*rel_error` set. */
+ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *replay,
+                                    double *rel_error, char *why, size_t why_size);
+
+/* Largest relative L2 error allowed against cpu_ref for a KV cache dtype. */
+double eng_check_tolerance(ap_dtype kv_dtype);
+
+#endif /* AP_ENGINE_H */
