@@ -1,0 +1,103 @@
+/* gpu_cases.c: the case table: a sweep over page sizes, head dims and dtypes, plus named cases. */
+#include "gpu_cases.h"
+
+#include <stdio.h>
+
+#define GPU_BF16 AP_DTYPE_BF16
+#define GPU_F16 AP_DTYPE_F16
+#define GPU_FP8 AP_DTYPE_FP8_E4M3
+
+/* Lengths that are multiples of nothing, a 1-token sequence and one of 5000. */
+static const char GPU_DECODE_SEQS[] = "0:1,6:1,332:1,1030:1,4999:1";
+/* An empty prefix, prefixes ending mid-page, a 1-token extend and chunks crossing pages. */
+static const char GPU_EXTEND_SEQS[] = "0:7,519:129,13:1,100:77";
+
+/* Cases the sweep does not reach. Heads: qo/kv. The CPU reference bounds their size. */
+static const gpu_case gpu_named_cases[] = {
+    /* B1 with a long context: the case split-KV exists for. */
+    {"decode_split_b1_l32768", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
+     "32767:1"},
+    {"decode_split_b1_l32768_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 32, 8, 1, 1, 0,
+     "32767:1"},
+    {"decode_split_b2_l20000_f16", AP_MODE_DECODE, GPU_F16, GPU_F16, 64, 64, 8, 1, 1, 1, 0,
+     "19999:1,333:1"},
+    /* Many sequences: enough CTAs without splitting. */
+    {"decode_nosplit_b64_l1031", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
+     "1030:1x64"},
+    {"decode_mixed_1_5000", AP_MODE_DECODE, GPU_F16, GPU_BF16, 32, 128, 32, 8, 1, 1, 0,
+     "0:1,4999:1,0:1,4999:1,6:1"},
+    {"decode_cached_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 16, 2, 1, 0, 1,
+     "332:1,4999:1,0:1"},
+    {"decode_mqa_g32", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 1, 1, 1, 0,
+     "1030:1,4999:1"},
+    {"extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 1, 1, 1, 1, 0,
+     "0:1,0:5000"},
+    {"extend_empty_prefix", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
+     "0:333,0:7,0:1"},
+    {"extend_prefix_mid_page", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
+     "1031:333,17:20"},
+    {"extend_prefix_mid_page_fp8", AP_MODE_EXTEND, GPU_F16, GPU_FP8, 16, 128, 8, 2, 1, 1, 1,
+     "1031:333,17:20"},
+    {"extend_long_prefix_short_q", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 128, 16, 4, 1, 1, 0,
+     "4999:1,4000:7,1:1"},
+    {"extend_chunk_257", AP_MODE_EXTEND, GPU_F16, GPU_F16, 64, 128, 4, 1, 1, 1, 0, "1024:257"},
+    {"extend_cached", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 0, 0, "200:55,0:31"},
+    {"extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0,
+     "200:55,0:31"},
+    {"extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0,
+     "100:77,0:33"},
+};
+
+static const char *gpu_dtype_tag(ap_dtype dtype) {
+    switch (dtype) {
+    case GPU_BF16: return "bf16";
+    case GPU_F16: return "f16";
+    case GPU_FP8: return "fp8";
+    default: return "?";
+    }
+}
+
+/* Every page size, head dim and mode; group size, q dtype and KV dtype rotate so that each page
+ * size and each head dim meets all three KV dtypes and all three group sizes. */
+static size_t gpu_cases_sweep(gpu_case *out, size_t capacity) {
+    static const int32_t page_sizes[] = {1, 16, 32, 64, 128};
+    static const int32_t head_dims[] = {64, 128, 256};
+    static const int32_t groups[] = {1, 4, 8};
+    static const ap_dtype q_dtypes[] = {GPU_BF16, GPU_F16};
+    static const ap_dtype kv_dtypes[] = {GPU_BF16, GPU_F16, GPU_FP8};
+    size_t n = 0;
+    for (int p = 0; p < 5; p++) {
+        for (int h = 0; h < 3; h++) {
+            for (int mode = 0; mode < 2 && n < capacity; mode++) {
+                gpu_case *c = &out[n++];
+                int decode = mode == 0;
+                int32_t kv_heads = decode ? 4 : 1; /* the CPU reference pays for extend heads */
+                *c = (gpu_case){
+                    .mode = decode ? AP_MODE_DECODE : AP_MODE_EXTEND,
+                    .q_dtype = q_dtypes[(p + mode) % 2],
+                    .kv_dtype = kv_dtypes[(p + h) % 3],
+                    .page_size = page_sizes[p],
+                    .head_dim = head_dims[h],
+                    .num_qo_heads = kv_heads * groups[(p + 2 * h + mode) % 3],
+                    .num_kv_heads = kv_heads,
+                    .causal = 1,
+                    .save_kv = 1,
+                    .quick = (p == 1 && h == 1) || (p == 0 && h == 0),
+                    .seqs = decode ? GPU_DECODE_SEQS : GPU_EXTEND_SEQS,
+                };
+                snprintf(c->name, sizeof c->name, "%s_p%d_d%d_g%d_q%s_kv%s",
+                         decode ? "decode" : "extend", c->page_size, c->head_dim,
+                         c->num_qo_heads / c->num_kv_heads, gpu_dtype_tag(c->q_dtype),
+                         gpu_dtype_tag(c->kv_dtype));
+            }
+        }
+    }
+    return n;
+}
+
+size_t gpu_cases_all(gpu_case *out, size_t capacity) {
+    size_t n = gpu_cases_sweep(out, capacity);
+    size_t named = sizeof gpu_named_cases / sizeof gpu_named_cases[0];
+    for (size_t i = 0; i < named && n < capacity; i++) out[n++] = gpu_named_cases[i];
+    return n;
+}

@@ -1,0 +1,26 @@
+/* gpu_cases.h: the shapes, dtypes and batches every GPU backend is checked on. */
+#ifndef AP_GPU_CASES_H
+#define AP_GPU_CASES_H
+
+#include "plugin_api.h"
+
+/* One check: a model shape, a batch (gpu_seqs_parse syntax) and how to run it. */
+typedef struct gpu_case {
+    char name[64];
+    ap_forward_mode mode;
+    ap_dtype q_dtype;
+    ap_dtype kv_dtype;
+    int32_t page_size;
+    int32_t head_dim; /* qk and v */
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t causal;
+    int32_t save_kv; /* 1: the forward writes the new tokens' k/v; 0: they are in the cache */
+    int32_t quick;   /* in the small subset run under compute-sanitizer */
+    const char *seqs;
+} gpu_case;
+
+/* Fill `out` (room for `capacity`) with every case; returns how many were written. */
+size_t gpu_cases_all(gpu_case *out, size_t capacity);
+
+#endif /* AP_GPU_CASES_H */
