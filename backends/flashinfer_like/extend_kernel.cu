@@ -1,0 +1,538 @@
+// extend_kernel.cu: flashinfer_like's extend (prefill) attention kernel on mma.sync, and its launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <limits.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "../common/cp_async.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "extend.h"
+#include "extend_internal.h"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+
+// Everything a CTA needs, passed by value (kernel parameter space).
+struct extend_args {
+    const void *q;
+    void *out;
+    float *lse;
+    const void *k_pages;
+    const void *v_pages;
+    const int32_t *qo_indptr;
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const int4 *items;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t group; // query heads per KV head
+    int32_t page_size;
+    int32_t tile_tokens; // new tokens per item
+    int32_t causal;
+    float scale_log2; // sm_scale * k_scale * log2(e)
+    float v_scale;
+};
+
+// Where one CTA's work lies in the batch.
+struct extend_cta {
+    int kvh;
+    int t0;       // first new token of the tile within its sequence
+    int qo_begin; // the sequence's first row in q / out
+    int q_len;
+    int page_begin; // the sequence's first entry in kv_page_indices
+    int kv_len;
+    int prefix;    // kv_len - q_len: position of new token j is prefix + j
+    int kv_end;    // positions [0, kv_end) are read
+    int rows_used; // tile_tokens * group
+};
+
+// Shared-memory tiles hold rows of 16-bit elements in 16-byte chunks; chunk c of row r sits at
+// c ^ (r % 8), so the 8 rows an ldmatrix phase reads hit 8 different bank groups.
+template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
+    return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+}
+
+// Byte offsets, within a swizzled tile, of the chunks 2j + c (j = 0..3) of `row`. An operand
+// whose lane reads chunk 2kk + c of row + 16i finds it at offs[kk % 4] + (kk / 4) * 128 +
+// 16i * row bytes: the XOR only touches the low three chunk bits, so the rest adds.
+template <int D> __device__ __forceinline__ void swz_offsets(uint32_t offs[4], int row, int c) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) offs[j] = swz<D>(row, 2 * j + c);
+}
+
+template <int D, int ROWS, typename QT>
+__device__ void load_q_tile(const extend_args &a, const extend_cta &c, uint32_t sq) {
+    constexpr int CHUNKS = D / 8;
+    const QT *q = static_cast<const QT *>(a.q);
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += kThreads) {
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const int token = c.t0 + row / a.group;
+        const bool live = row < c.rows_used && token < c.q_len;
+        const QT *src = q;
+        if (live) {
+            const int head = c.kvh * a.group + row % a.group;
+            src += ((int64_t)(c.qo_begin + token) * a.num_qo_heads + head) * D + chunk * 8;
+        }
+        ap_cp_async_16(sq + swz<D>(row, chunk), src, live);
+    }
+}
+
+// One KV tile into the ring. 16-bit caches land swizzled, ready for ldmatrix; fp8 caches land
+// as raw rows for convert_fp8_tile.
+template <int D, int BC, typename KVT>
+__device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile, uint32_t sk,
+                             uint32_t sv) {
+    constexpr int ROW_BYTES = D * (int)sizeof(KVT);
+    constexpr int CHUNKS = ROW_BYTES / 16;
+    constexpr int ROWS_PER_PASS = kThreads / CHUNKS;
+    constexpr bool FP8 = sizeof(KVT) == 1;
+    const char *kbase = static_cast<const char *>(a.k_pages);
+    const char *vbase = static_cast<const char *>(a.v_pages);
+    const int chunk = threadIdx.x % CHUNKS;
+#pragma unroll
+    for (int pass = 0; pass < BC / ROWS_PER_PASS; ++pass) {
+        const int row = threadIdx.x / CHUNKS + pass * ROWS_PER_PASS;
+        const int pos = tile * BC + row;
+        const bool live = pos < c.kv_end;
+        int64_t offset = 0;
+        if (live) {
+            const int page = a.kv_page_indices[c.page_begin + pos / a.page_size];
+            const int64_t slot = (int64_t)page * a.page_size + pos % a.page_size;
+            offset = (slot * a.num_kv_heads + c.kvh) * ROW_BYTES + chunk * 16;
+        }
+        const uint32_t dst = FP8 ? (uint32_t)(row * ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
+        ap_cp_async_16(sk + dst, kbase + offset, live); // zero-filled past kv_end
+        ap_cp_async_16(sv + dst, vbase + offset, live);
+    }
+}
+
+// Four e4m3 values to four QT values in two registers (exact: e4m3 fits in bf16 and fp16).
+template <typename QT> __device__ __forceinline__ uint2 fp8x4_convert(uint32_t four) {
+    const uint32_t lo = ap_fp8x2_to_half2_bits((uint16_t)(four & 0xffff));
+    const uint32_t hi = ap_fp8x2_to_half2_bits((uint16_t)(four >> 16));
+    if constexpr (std::is_same<QT, __half>::value) {
+        return make_uint2(lo, hi);
+    } else {
+        const float2 flo = ap_unpack2<__half>(lo), fhi = ap_unpack2<__half>(hi);
+        return make_uint2(ap_pack2<QT>(flo.x, flo.y), ap_pack2<QT>(fhi.x, fhi.y));
+    }
+}
+
+// Raw fp8 K and V rows of one ring stage to swizzled QT tiles.
+template <int D, int BC, typename QT>
+__device__ void convert_fp8_tile(const unsigned char *raw_k, const unsigned char *raw_v,
+                                 unsigned char *tile_k, unsigned char *tile_v) {
+    constexpr int CHUNKS = D / 16; // 16 fp8 values in, two 16-byte chunks out
+    for (int i = threadIdx.x; i < BC * CHUNKS; i += kThreads) {
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const uint4 k = *reinterpret_cast<const uint4 *>(raw_k + row * D + chunk * 16);
+        const uint4 v = *reinterpret_cast<const uint4 *>(raw_v + row * D + chunk * 16);
+        const uint2 k0 = fp8x4_convert<QT>(k.x), k1 = fp8x4_convert<QT>(k.y);
+        const uint2 k2 = fp8x4_convert<QT>(k.z), k3 = fp8x4_convert<QT>(k.w);
+        const uint2 v0 = fp8x4_convert<QT>(v.x), v1 = fp8x4_convert<QT>(v.y);
+        const uint2 v2 = fp8x4_convert<QT>(v.z), v3 = fp8x4_convert<QT>(v.w);
+        *reinterpret_cast<uint4 *>(tile_k + swz<D>(row, 2 * chunk)) =
+            make_uint4(k0.x, k0.y, k1.x, k1.y);
+        *reinterpret_cast<uint4 *>(tile_k + swz<D>(row, 2 * chunk + 1)) =
+            make_uint4(k2.x, k2.y, k3.x, k3.y);
+        *reinterpret_cast<uint4 *>(tile_v + swz<D>(row, 2 * chunk)) =
+            make_uint4(v0.x, v0.y, v1.x, v1.y);
+        *reinterpret_cast<uint4 *>(tile_v + swz<D>(row, 2 * chunk + 1)) =
+            make_uint4(v2.x, v2.y, v3.x, v3.y);
+    }
+}
+
+// s = Q K^T for this warp's 16*MT rows and the tile's 64 positions (raw dot products).
+template <int D, int MT, int BC, typename QT>
+__device__ __forceinline__ void tile_scores(float s[MT][BC / 8][4], uint32_t sq, uint32_t sk,
+                                            int warp_row0) {
+    const int lane = threadIdx.x % 32;
+    uint32_t qoff[4], koff[4];
+    swz_offsets<D>(qoff, warp_row0 + (lane & 15), lane >> 4);
+    swz_offsets<D>(koff, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nb = 0; nb < BC / 8; ++nb)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][nb][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t qa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            ap_ldmatrix_x4(qa[mt], sq + qoff[kk % 4] + (kk / 4) * 128 + mt * 16 * D * 2);
+#pragma unroll
+        for (int np = 0; np < BC / 16; ++np) {
+            uint32_t kb[4];
+            ap_ldmatrix_x4(kb, sk + koff[kk % 4] + (kk / 4) * 128 + np * 16 * D * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                ap_mma_16816<QT>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
+                ap_mma_16816<QT>(s[mt][2 * np + 1], qa[mt], kb[2], kb[3]);
+            }
+        }
+    }
+}
+
+// Online-softmax step: s becomes the unnormalised probabilities 2^(s scale - m), and m, l and
+// o are rescaled to the new row maxima. Masked positions must already hold -inf.
+template <int D, int MT, int BC>
+__device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT][D / 8][4],
+                                             float m[MT][2], float l[MT][2], float scale_log2) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nb = 0; nb < BC / 8; ++nb)
+                mx = fmaxf(mx, fmaxf(s[mt][nb][2 * h], s[mt][nb][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float m_new = fmaxf(m[mt][h], mx * scale_log2);
+            // A row with nothing visible yet keeps m = -inf; subtract 0 then, never inf - inf.
+            const float m_base = m_new == -INFINITY ? 0.f : m_new;
+            const float alpha = ap_exp2_approx(m[mt][h] - m_base);
+            m[mt][h] = m_new;
+            float sum = 0.f;
+#pragma unroll
+            for (int nb = 0; nb < BC / 8; ++nb) {
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                    s[mt][nb][e] = ap_exp2_approx(fmaf(s[mt][nb][e], scale_log2, -m_base));
+                    sum += s[mt][nb][e];
+                }
+            }
+            l[mt][h] = l[mt][h] * alpha + sum; // this thread's columns; the quad sums at the end
+#pragma unroll
+            for (int db = 0; db < D / 8; ++db) {
+                o[mt][db][2 * h] *= alpha;
+                o[mt][db][2 * h + 1] *= alpha;
+            }
+        }
+    }
+}
+
+// o += P V, P taken from the score registers (the C layout of two n8 blocks is the A layout of
+// one k16 step).
+template <int D, int MT, int BC, typename QT>
+__device__ __forceinline__ void tile_accumulate(const float s[MT][BC / 8][4], float o[MT][D / 8][4],
+                                                uint32_t sv) {
+    const int lane = threadIdx.x % 32;
+    uint32_t voff[4];
+    swz_offsets<D>(voff, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+#pragma unroll
+    for (int ks = 0; ks < BC / 16; ++ks) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+            pa[mt][0] = ap_pack2<QT>(s[mt][2 * ks][0], s[mt][2 * ks][1]);
+            pa[mt][1] = ap_pack2<QT>(s[mt][2 * ks][2], s[mt][2 * ks][3]);
+            pa[mt][2] = ap_pack2<QT>(s[mt][2 * ks + 1][0], s[mt][2 * ks + 1][1]);
+            pa[mt][3] = ap_pack2<QT>(s[mt][2 * ks + 1][2], s[mt][2 * ks + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+            uint32_t vb[4];
+            ap_ldmatrix_x4_trans(vb, sv + voff[dp % 4] + (dp / 4) * 128 + ks * 16 * D * 2);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                ap_mma_16816<QT>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
+                ap_mma_16816<QT>(o[mt][2 * dp + 1], pa[mt], vb[2], vb[3]);
+            }
+        }
+    }
+}
+
+// Normalised outputs through shared memory (the Q tile's space) to 16-byte coalesced stores,
+// and the LSE of each live row.
+template <int D, int MT, typename QT>
+__device__ void store_output(const extend_args &a, const extend_cta &c, float o[MT][D / 8][4],
+                             const float m[MT][2], float l[MT][2], unsigned char *sq_ptr,
+                             int warp_row0) {
+    constexpr int ROWS = kWarps * 16 * MT;
+    constexpr int CHUNKS = D / 8;
+    const int lane = threadIdx.x % 32;
+    __syncthreads(); // every warp is done reading the K/V ring and Q
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float sum = l[mt][h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const float inv = sum > 0.f ? a.v_scale / sum : 0.f;
+            const int row = warp_row0 + mt * 16 + (lane >> 2) + 8 * h;
+#pragma unroll
+            for (int db = 0; db < D / 8; ++db) {
+                const uint32_t packed =
+                    ap_pack2<QT>(o[mt][db][2 * h] * inv, o[mt][db][2 * h + 1] * inv);
+                *reinterpret_cast<uint32_t *>(sq_ptr + swz<D>(row, db) + (lane & 3) * 4) = packed;
+            }
+            const int token = c.t0 + row / a.group;
+            if (a.lse != nullptr && (lane & 3) == 0 && row < c.rows_used && token < c.q_len) {
+                const int head = c.kvh * a.group + row % a.group;
+                a.lse[(int64_t)(c.qo_begin + token) * a.num_qo_heads + head] =
+                    sum > 0.f ? (m[mt][h] + log2f(sum)) * 0.69314718056f : -INFINITY;
+            }
+        }
+    }
+    __syncthreads();
+    QT *out = static_cast<QT *>(a.out);
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += kThreads) {
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const int token = c.t0 + row / a.group;
+        if (row >= c.rows_used || token >= c.q_len) continue;
+        const int head = c.kvh * a.group + row % a.group;
+        *reinterpret_cast<uint4 *>(
+            out + ((int64_t)(c.qo_begin + token) * a.num_qo_heads + head) * D + chunk * 8) =
+            *reinterpret_cast<const uint4 *>(sq_ptr + swz<D>(row, chunk));
+    }
+}
+
+template <int D, int MT, int BC, int STAGES, typename KVT> constexpr size_t extend_smem_bytes() {
+    constexpr size_t q = (size_t)kWarps * 16 * MT * D * 2;
+    constexpr size_t ring = (size_t)STAGES * 2 * BC * D * sizeof(KVT);
+    constexpr size_t converted = sizeof(KVT) == 1 ? (size_t)2 * BC * D * 2 : 0;
+    return q + ring + converted;
+}
+
+// One CTA: one work item (sequence, 16*MT*4 packed query rows) and one KV head.
+//   rows r = (new token t0 + r / g, query head kvh*g + r % g); position of new token j is
+//   prefix + j; S[r][p] = sm_scale * k_scale * q_r . k_p over cached positions p < kv_len,
+//   masked to p <= position(r) when causal;
+//   out_r = v_scale * sum_p softmax_p(S[r]) v_p,  lse_r = ln sum_p exp(S[r][p]).
+// FlashAttention-2 order: KV tiles of 64 positions stream through a 2-stage cp.async ring read
+// through the page table; the online softmax runs in base 2 in registers:
+//   m' = max(m, max_p S log2e),  l' = l 2^(m-m') + sum_p 2^(S log2e - m'),
+//   o' = o 2^(m-m') + sum_p 2^(S log2e - m') v_p;  out = o / l,  lse = (m + log2 l) ln 2.
+// Tiles entirely below every row's causal limit skip the mask; tiles past the last row's
+// limit are never visited.
+template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
+__global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_args a) {
+    constexpr bool FP8 = sizeof(KVT) == 1;
+    constexpr int ROWS = kWarps * 16 * MT;
+    constexpr int RING_TILE = BC * D * (int)sizeof(KVT);
+    extern __shared__ __align__(128) unsigned char smem[];
+    unsigned char *sq_ptr = smem;
+    unsigned char *ring = smem + ROWS * D * 2;
+    unsigned char *converted = ring + STAGES * 2 * RING_TILE;
+    const uint32_t sq = ap_smem_addr(sq_ptr);
+
+    extend_cta c;
+    const int4 item = a.items[blockIdx.x / a.num_kv_heads];
+    c.kvh = blockIdx.x % a.num_kv_heads;
+    c.t0 = item.y;
+    c.qo_begin = a.qo_indptr[item.x];
+    c.q_len = a.qo_indptr[item.x + 1] - c.qo_begin;
+    c.page_begin = a.kv_page_indptr[item.x];
+    c.kv_len = (a.kv_page_indptr[item.x + 1] - c.page_begin - 1) * a.page_size +
+               a.kv_last_page_len[item.x];
+    c.prefix = c.kv_len - c.q_len;
+    c.rows_used = a.tile_tokens * a.group;
+    const int t_end = min(c.q_len, c.t0 + a.tile_tokens);
+    c.kv_end = a.causal ? min(c.kv_len, c.prefix + t_end) : c.kv_len;
+    const int num_tiles = (c.kv_end + BC - 1) / BC;
+    const int unmasked_tiles = (a.causal ? min(c.kv_len, c.prefix + c.t0 + 1) : c.kv_len) / BC;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp_row0 = warp * 16 * MT;
+    int limit[MT][2]; // first masked position of each of this thread's rows
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int token = c.t0 + (warp_row0 + mt * 16 + (lane >> 2) + 8 * h) / a.group;
+            limit[mt][h] = a.causal ? min(c.kv_len, c.prefix + token + 1) : c.kv_len;
+        }
+
+    load_q_tile<D, ROWS, QT>(a, c, sq);
+    ap_cp_async_commit();
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+        const uint32_t sk = ap_smem_addr(ring + st * 2 * RING_TILE);
+        if (st < num_tiles) load_kv_tile<D, BC, KVT>(a, c, st, sk, sk + RING_TILE);
+        ap_cp_async_commit();
+    }
+
+    float o[MT][D / 8][4];
+    float m[MT][2], l[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int db = 0; db < D / 8; ++db)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[mt][db][e] = 0.f;
+        m[mt][0] = m[mt][1] = -INFINITY;
+        l[mt][0] = l[mt][1] = 0.f;
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        ap_cp_async_wait<STAGES - 2>(); // this tile (and Q) have landed
+        __syncthreads();                // ...for every thread; the stage reused next is free
+        {
+            const int next = tile + STAGES - 1;
+            const uint32_t sk = ap_smem_addr(ring + (next % STAGES) * 2 * RING_TILE);
+            if (next < num_tiles) load_kv_tile<D, BC, KVT>(a, c, next, sk, sk + RING_TILE);
+            ap_cp_async_commit();
+        }
+        unsigned char *stage = ring + (tile % STAGES) * 2 * RING_TILE;
+        uint32_t sk = ap_smem_addr(stage), sv = sk + RING_TILE;
+        if constexpr (FP8) {
+            convert_fp8_tile<D, BC, QT>(stage, stage + RING_TILE, converted,
+                                        converted + BC * D * 2);
+            __syncthreads();
+            sk = ap_smem_addr(converted);
+            sv = sk + BC * D * 2;
+        }
+
+        float s[MT][BC / 8][4];
+        tile_scores<D, MT, BC, QT>(s, sq, sk, warp_row0);
+        if (tile >= unmasked_tiles) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+                for (int nb = 0; nb < BC / 8; ++nb)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int pos = tile * BC + nb * 8 + 2 * (lane & 3) + (e & 1);
+                        if (pos >= limit[mt][e >> 1]) s[mt][nb][e] = -INFINITY;
+                    }
+        }
+        tile_softmax<D, MT, BC>(s, o, m, l, a.scale_log2);
+        tile_accumulate<D, MT, BC, QT>(s, o, sv);
+    }
+    ap_cp_async_wait<0>(); // no copy may still target shared memory when the CTA reuses it
+
+    store_output<D, MT, QT>(a, c, o, m, l, sq_ptr, warp_row0);
+}
+
+template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
+ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
+    constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
+    cudaError_t err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) {
+        ap_msgbuf_add(msg, "flashinfer_like extend: cannot allow %zu bytes of shared memory: %s",
+                      smem, cudaGetErrorString(err));
+        return AP_ERR_CUDA;
+    }
+    fil_extend_kernel<D, MT, BC, STAGES, QT, KVT><<<num_blocks, kThreads, smem, stream>>>(a);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) {
+        ap_msgbuf_add(msg, "flashinfer_like extend: launch failed (head_dim %d): %s", D,
+                      cudaGetErrorString(err));
+        return AP_ERR_CUDA;
+    }
+    return AP_OK;
+}
+
+template <typename QT, typename KVT>
+ap_status extend_dispatch(const extend_args &a, int head_dim, int tile_rows, int num_blocks,
+                          cudaStream_t stream, ap_msgbuf *msg) {
+    switch (head_dim) {
+        case 64: return extend_launch<64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
+        case 128:
+#ifdef FIL_EXTEND_VARIANTS
+            if (tile_rows == 64)
+                return extend_launch<128, 1, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
+#endif
+            return extend_launch<128, 2, 32, 3, QT, KVT>(a, num_blocks, stream, msg);
+        case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
+        default: break;
+    }
+    (void)tile_rows;
+    ap_msgbuf_add(msg, "flashinfer_like extend: head_dim %d is not built", head_dim);
+    return AP_ERR_UNSUPPORTED;
+}
+
+} // namespace
+
+extern "C" int32_t fil_extend_default_tile_rows(int32_t head_dim) {
+    switch (head_dim) {
+        case 64: return kWarps * 16 * 2;
+        case 128: return kWarps * 16 * 2;
+        case 256: return kWarps * 16;
+        default: return 0;
+    }
+}
+
+extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_rows) {
+#ifdef FIL_EXTEND_VARIANTS
+    if (head_dim == 128 && tile_rows == kWarps * 16) return 1;
+#endif
+    return tile_rows != 0 && tile_rows == fil_extend_default_tile_rows(head_dim);
+}
+
+extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    if (p == NULL || plan == NULL) {
+        ap_msgbuf_add(msg, "flashinfer_like extend: NULL params or plan");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    ap_status st =
+        fil_extend_check_config(p->kv.head_dim, p->q_dtype, p->kv.kv_dtype, p->num_qo_heads,
+                                p->kv.num_kv_heads, p->kv.page_size, msg);
+    if (st != AP_OK) return st;
+    if (plan->head_dim != p->kv.head_dim || plan->num_qo_heads != p->num_qo_heads ||
+        plan->num_kv_heads != p->kv.num_kv_heads || plan->causal != (p->causal != 0) ||
+        !fil_extend_tile_rows_built(plan->head_dim, plan->tile_rows)) {
+        ap_msgbuf_add(msg,
+                      "flashinfer_like extend: the plan (head_dim %d, heads %d/%d, causal %d) "
+                      "does not match the call (head_dim %d, heads %d/%d, causal %d)",
+                      plan->head_dim, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
+                      p->kv.head_dim, p->num_qo_heads, p->kv.num_kv_heads, p->causal != 0);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (plan->num_items == 0) return AP_OK;
+    if ((int64_t)plan->num_items * p->kv.num_kv_heads > INT_MAX) {
+        ap_msgbuf_add(msg, "flashinfer_like extend: %d work items x %d KV heads is too many CTAs",
+                      plan->num_items, p->kv.num_kv_heads);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->q == NULL || p->out == NULL || p->kv.k_pages == NULL || p->kv.v_pages == NULL ||
+        p->qo_indptr == NULL || p->kv.kv_page_indptr == NULL || p->kv.kv_page_indices == NULL ||
+        p->kv.kv_last_page_len == NULL) {
+        ap_msgbuf_add(msg, "flashinfer_like extend: a tensor or batch array is NULL");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+
+    const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
+    extend_args a;
+    a.q = p->q;
+    a.out = p->out;
+    a.lse = p->lse;
+    a.k_pages = p->kv.k_pages;
+    a.v_pages = p->kv.v_pages;
+    a.qo_indptr = p->qo_indptr;
+    a.kv_page_indptr = p->kv.kv_page_indptr;
+    a.kv_page_indices = p->kv.kv_page_indices;
+    a.kv_last_page_len = p->kv.kv_last_page_len;
+    a.items = static_cast<const int4 *>(plan->items);
+    a.num_qo_heads = p->num_qo_heads;
+    a.num_kv_heads = p->kv.num_kv_heads;
+    a.group = p->num_qo_heads / p->kv.num_kv_heads;
+    a.page_size = p->kv.page_size;
+    a.tile_tokens = plan->tile_tokens;
+    a.causal = p->causal != 0;
+    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * 1.4426950408889634f;
+    a.v_scale = fp8 ? p->kv.v_scale : 1.f;
+
+    const int num_blocks = plan->num_items * p->kv.num_kv_heads;
+    const int d = p->kv.head_dim, rows = plan->tile_rows;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->q_dtype == AP_DTYPE_BF16)
+        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, d, rows, num_blocks, s, msg)
+                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, d, rows, num_blocks, s, msg);
+    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, d, rows, num_blocks, s, msg)
+               : extend_dispatch<__half, __half>(a, d, rows, num_blocks, s, msg);
+}
