@@ -13,7 +13,7 @@
 #define AP_DESCRIPTOR_MIN_SIZE (offsetof(ap_descriptor, vtable) + sizeof(const ap_vtable *))
 #define AP_CAPS_MIN_SIZE (offsetof(ap_caps, needs_host_mirrors) + sizeof(int32_t))
 
-#define AP_LOAD_MESSAGE_CAPACITY 1024
+#define AP_LOAD_MESSAGE_CAPACITY 8192 /* room for two long paths (a duplicate) */
 
 /* The required vtable entries, in struct order, so a too-small vtable names the first it lacks. */
 #define AP_REQUIRED_ENTRY(field) \
@@ -150,14 +150,17 @@ static int ap_backend_disabled(const char *name, const char **setting) {
     if (value == NULL) return 0;
     const char *p = value;
     while (*p != '\0') {
-        size_t len = strcspn(p, ",");
+        const char *item = p + strspn(p, " ");
+        size_t len = strcspn(item, ",");
+        while (len > 0 && item[len - 1] == ' ') len--;
+        /* Backend names are short; a longer glob could match none and is skipped. */
         char glob[256];
         if (len > 0 && len < sizeof glob) {
-            memcpy(glob, p, len);
+            memcpy(glob, item, len);
             glob[len] = '\0';
             if (fnmatch(glob, name, 0) == 0) return 1;
         }
-        p += len;
+        p += strcspn(p, ",");
         if (*p == ',') p++;
     }
     return 0;

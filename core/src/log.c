@@ -24,12 +24,14 @@ static void ap_log_parse(void) {
     if (value == NULL) return;
     const char *p = value;
     while (*p != '\0') {
+        while (*p == ' ') p++; /* "load, select" reads as meant */
         size_t len = strcspn(p, ",");
+        while (len > 0 && p[len - 1] == ' ') len--;
         for (size_t i = 0; i < sizeof ap_log_names / sizeof ap_log_names[0]; i++) {
             if (strlen(ap_log_names[i].name) == len && strncmp(p, ap_log_names[i].name, len) == 0)
                 ap_log_mask |= ap_log_names[i].mask;
         }
-        p += len;
+        p += strcspn(p, ",");
         if (*p == ',') p++;
     }
 }

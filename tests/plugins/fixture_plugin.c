@@ -28,6 +28,7 @@ int ap_stub_answer(void); /* from a library whose file the loader cannot find */
 #endif
 
 struct ap_backend {
+    int32_t page_size;
     int32_t num_kv_heads;
     int32_t head_dim;
 };
@@ -52,6 +53,7 @@ static ap_status fixture_create(const ap_model *model, const ap_options *options
         ap_msgbuf_add(msg, "out of memory");
         return AP_ERR_OUT_OF_MEMORY;
     }
+    backend->page_size = model->page_size;
     backend->num_kv_heads = model->num_kv_heads;
     backend->head_dim = model->head_dim_qk;
     *out = backend;
@@ -65,7 +67,9 @@ static void fixture_destroy(ap_backend *backend) {
 
 static ap_status fixture_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf *msg) {
     (void)msg;
-    size_t bytes = (size_t)backend->num_kv_heads * (size_t)backend->head_dim * 2;
+    /* bf16/f16 elements: two bytes each, page_size tokens of every KV head. */
+    size_t bytes =
+        (size_t)backend->page_size * (size_t)backend->num_kv_heads * (size_t)backend->head_dim * 2;
     *out = (ap_kv_spec){sizeof *out, bytes, bytes, 0, 16};
     return AP_OK;
 }

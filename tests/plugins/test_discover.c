@@ -277,6 +277,14 @@ static void test_backends_disable(void **state) {
     assert_non_null(ap_registry_find(registry, "alpha"));
     assert_int_equal(ap_registry_destroy(registry), AP_OK);
 
+    /* Spaces around items are not part of the globs. */
+    setenv("AP_BACKENDS_DISABLE", "alpha , dup ", 1);
+    registry = test_registry_scanned(dirs, 2);
+    assert_int_equal(test_record(registry, test_path(second, "alpha.so")).status, AP_ERR_REFUSED);
+    assert_int_equal(test_record(registry, test_path(broken, "dup_a.so")).status, AP_ERR_REFUSED);
+    assert_int_equal(ap_registry_backend_count(registry), 2);
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
+
     /* An empty value and empty items disable nothing. */
     setenv("AP_BACKENDS_DISABLE", ",,", 1);
     registry = test_registry_scanned(dirs, 2);

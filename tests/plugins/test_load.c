@@ -1,4 +1,6 @@
 /* test_load.c: every broken fixture is refused with the right status and reason; good ones load. */
+#include <dlfcn.h>
+
 #include "test_support.h"
 
 /* What must become of each file of the broken folder, in sorted file-name order. The causes are
@@ -97,14 +99,15 @@ static void test_good_backends_load_sorted(void **state) {
     assert_string_equal(ap_registry_backend_path(registry, "dup"), test_path(dir, "dup_a.so"));
 
     /* The loaded plugin's code runs: the process carried on past every broken file. */
-    ap_model model = {.struct_size = sizeof model, .num_kv_heads = 4, .head_dim_qk = 64};
+    ap_model model = {
+        .struct_size = sizeof model, .num_kv_heads = 4, .head_dim_qk = 64, .page_size = 16};
     ap_backend *backend = NULL;
     char text[128];
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
     assert_int_equal(good->vtable->create(&model, NULL, NULL, &backend, &msg), AP_OK);
     ap_kv_spec spec;
     assert_int_equal(good->vtable->get_kv_spec(backend, &spec, &msg), AP_OK);
-    assert_int_equal(spec.k_bytes_per_page, 4 * 64 * 2);
+    assert_int_equal(spec.k_bytes_per_page, 16 * 4 * 64 * 2);
     good->vtable->destroy(backend);
 
     static const char *const refused[] = {"no_entry",    "wrong_major", "null_decode", "Bad-Name",
@@ -256,6 +259,30 @@ static void test_missing_folder(void **state) {
     assert_int_equal(ap_registry_destroy(empty), AP_OK);
 }
 
+/* Whether the process has `path` mapped, without mapping it. */
+static int is_mapped(const char *path) {
+    void *handle = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+    if (handle == NULL) return 0;
+    dlclose(handle); /* drop the reference RTLD_NOLOAD just took */
+    return 1;
+}
+
+/* Refused files are unmapped at once; loaded ones stay until the registry goes. */
+static void test_unmapping(void **state) {
+    (void)state;
+    const char *dir = test_dir("AP_TEST_BROKEN_DIR");
+    ap_registry *registry = test_registry_scanned(&dir, 1);
+    for (size_t i = 0; i < BROKEN_COUNT; i++) {
+        const char *path = test_path(dir, broken_expected[i].file);
+        if (is_mapped(path) != (broken_expected[i].status == AP_OK))
+            fail_msg("[%s] is %smapped after the scan", path, is_mapped(path) ? "" : "not ");
+    }
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
+    for (size_t i = 0; i < BROKEN_COUNT; i++)
+        if (is_mapped(test_path(dir, broken_expected[i].file)))
+            fail_msg("[%s] is still mapped after destroy", test_path(dir, broken_expected[i].file));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_broken_folder_records),
@@ -265,6 +292,7 @@ int main(void) {
         cmocka_unit_test(test_two_folders),
         cmocka_unit_test(test_null_arguments),
         cmocka_unit_test(test_missing_folder),
+        cmocka_unit_test(test_unmapping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
