@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <math.h>
 
+#include <atomic>
 #include <type_traits>
 
 #include "../common/cp_async.cuh"
@@ -256,9 +257,9 @@ __device__ __forceinline__ void tile_accumulate(const float s[MT][BC / 8][4], fl
 // Normalised outputs through shared memory (the Q tile's space) to 16-byte coalesced stores,
 // and the LSE of each live row.
 template <int D, int MT, typename QT>
-__device__ void store_output(const extend_args &a, const extend_cta &c, float o[MT][D / 8][4],
-                             const float m[MT][2], float l[MT][2], unsigned char *sq_ptr,
-                             int warp_row0) {
+__device__ __forceinline__ void store_output(const extend_args &a, const extend_cta &c,
+                                             float o[MT][D / 8][4], const float m[MT][2],
+                                             float l[MT][2], unsigned char *sq_ptr, int warp_row0) {
     constexpr int ROWS = kWarps * 16 * MT;
     constexpr int CHUNKS = D / 8;
     const int lane = threadIdx.x % 32;
@@ -419,8 +420,16 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
 template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
 ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
     constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
-    cudaError_t err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    // The shared-memory opt-in is per device and kernel: set it once for each device seen.
+    static std::atomic<uint64_t> devices_ready{0};
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    const uint64_t bit = device < 64 ? 1ull << device : 0;
+    if (err == cudaSuccess && (bit == 0 || !(devices_ready.load() & bit))) {
+        err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err == cudaSuccess) devices_ready.fetch_or(bit);
+    }
     if (err != cudaSuccess) {
         ap_msgbuf_add(msg, "flashinfer_like extend: cannot allow %zu bytes of shared memory: %s",
                       smem, cudaGetErrorString(err));
