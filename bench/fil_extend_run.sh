@@ -6,8 +6,8 @@ OUT=${OUT:-/tmp/fil_extend_out}
 BIN=${1:-build-d2/fil_extend_check}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv
-cuobjdump -sass "$BIN" >"$OUT/sass.txt" 2>&1
-echo "sass: HMMA $(grep -c HMMA "$OUT/sass.txt") LDSM $(grep -c LDSM "$OUT/sass.txt") LDL/STL $(grep -c 'LDL\|STL' "$OUT/sass.txt")"
+cuobjdump -sass "$BIN" >/tmp/fil_extend_sass.txt 2>&1
+echo "sass: HMMA $(grep -c HMMA /tmp/fil_extend_sass.txt) LDSM $(grep -c LDSM /tmp/fil_extend_sass.txt) LDL/STL $(grep -c 'LDL\|STL' /tmp/fil_extend_sass.txt)"
 "$BIN" test 2>&1 | tee "$OUT/test.log"
 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" small >"$OUT/memcheck.log" 2>&1
 echo "memcheck rc $?"; tail -n 3 "$OUT/memcheck.log"
