@@ -311,6 +311,15 @@ static ap_status ap_stage_validate(const ap_plugin *plugin, const ap_model *m,
     return AP_ERR_REFUSED;
 }
 
+/* One log line per refusal, its reasons joined. */
+static void ap_log_refusal(const char *name, const char *stage, ap_status status,
+                           const ap_msgbuf *reasons) {
+    if (!ap_log_enabled(AP_LOG_SELECT)) return;
+    char line[AP_REASONS_CAPACITY];
+    ap_lines_join(reasons->text, line, sizeof line);
+    ap_log(AP_LOG_SELECT, "%s: refused by %s (%s): %s", name, stage, ap_status_name(status), line);
+}
+
 ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
                            const ap_options *options, const ap_device *device, ap_msgbuf *reasons,
                            int *arch_index, ap_plugin **plugin_out) {
@@ -326,19 +335,18 @@ ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_mod
     const ap_caps *caps = plugin->desc->caps;
     ap_status status = ap_stage_device(name, caps, device, reasons, arch_index);
     if (status != AP_OK) {
-        ap_log(AP_LOG_SELECT, "%s: refused at the device stage (%s): %s", name,
-               ap_status_name(status), reasons->text);
+        ap_log_refusal(name, "the device check", status, reasons);
         return status;
     }
     status = ap_stage_caps(caps, model, options, reasons);
     if (status != AP_OK) {
-        ap_log(AP_LOG_SELECT, "%s: refused by its static capabilities: %s", name, reasons->text);
+        ap_log_refusal(name, "its static capabilities", status, reasons);
         return status;
     }
     ap_log(AP_LOG_SELECT, "%s: static capabilities ok", name);
     status = ap_stage_validate(plugin, model, options, device, reasons);
     if (status != AP_OK) {
-        ap_log(AP_LOG_SELECT, "%s: validate() refused: %s", name, reasons->text);
+        ap_log_refusal(name, "its validate()", status, reasons);
         return status;
     }
     ap_log(AP_LOG_SELECT, "%s: usable", name);
