@@ -128,8 +128,7 @@ static gpu_outcome gpu_run_open(const gpu_ctx *ctx, gpu_run *run) {
     return GPU_PASS;
 }
 
-static void gpu_fill_uniform(ap_dtype dtype, void *data, size_t count, float bound,
-                             uint64_t *rng) {
+static void gpu_fill_uniform(ap_dtype dtype, void *data, size_t count, float bound, uint64_t *rng) {
     for (size_t i = 0; i < count; i++)
         gpu_elem_store(dtype, data, i, gpu_rand_uniform(rng, -bound, bound));
 }
@@ -279,7 +278,8 @@ static ap_status gpu_forward(const gpu_run *run, ap_instance *instance, const gp
     gpu_layout_batch(&run->layout, c->mode, side->device_ints, &batch);
     ap_status st = ap_instance_init_metadata(instance, &batch, stream);
     if (st != AP_OK) return st;
-    if (c->mode == AP_MODE_DECODE) return ap_instance_forward_decode(instance, &layer, &args, stream);
+    if (c->mode == AP_MODE_DECODE)
+        return ap_instance_forward_decode(instance, &layer, &args, stream);
     return ap_instance_forward_extend(instance, &layer, &args, stream);
 }
 
@@ -308,7 +308,8 @@ static ap_status gpu_run_backend(const gpu_ctx *ctx, gpu_run *run) {
         GPU_CHECK(cudaGetLastError());
     }
     run->backend_ms = gpu_now_ms() - start;
-    if ((st = gpu_buf_download(&run->out)) != AP_OK || (st = gpu_buf_download(&run->lse)) != AP_OK ||
+    if ((st = gpu_buf_download(&run->out)) != AP_OK ||
+        (st = gpu_buf_download(&run->lse)) != AP_OK ||
         (st = gpu_buf_download(&run->k_cache)) != AP_OK ||
         (st = gpu_buf_download(&run->v_cache)) != AP_OK)
         return st;
@@ -382,7 +383,8 @@ static gpu_outcome gpu_run_judge(const gpu_ctx *ctx, gpu_run *run, const gpu_cac
         gpu_note_text(note, sizeof note, "write past out");
     if (!gpu_guard_intact((char *)run->lse.host + run->lse_count * 4, GPU_GUARD_BYTES))
         gpu_note_text(note, sizeof note, "write past lse");
-    if (cd->new_far) gpu_note(note, sizeof note, " [kv: %zu new elements off > 1 ulp]", cd->new_far);
+    if (cd->new_far)
+        gpu_note(note, sizeof note, " [kv: %zu new elements off > 1 ulp]", cd->new_far);
     if (cd->other_differ)
         gpu_note(note, sizeof note, " [kv: %zu elements changed outside new slots]",
                  cd->other_differ);

@@ -30,7 +30,7 @@ static const gpu_case gpu_named_cases[] = {
      "332:1,4999:1,0:1"},
     {"decode_mqa_g32", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 1, 1, 1, 0,
      "1030:1,4999:1"},
-    {"extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 1, 1, 1, 1, 0,
+    {"extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 4, 1, 1, 1, 0,
      "0:1,0:5000"},
     {"extend_empty_prefix", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
      "0:333,0:7,0:1"},
@@ -42,18 +42,16 @@ static const gpu_case gpu_named_cases[] = {
      "4999:1,4000:7,1:1"},
     {"extend_chunk_257", AP_MODE_EXTEND, GPU_F16, GPU_F16, 64, 128, 4, 1, 1, 1, 0, "1024:257"},
     {"extend_cached", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 0, 0, "200:55,0:31"},
-    {"extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0,
-     "200:55,0:31"},
-    {"extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0,
-     "100:77,0:33"},
+    {"extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0, "200:55,0:31"},
+    {"extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0, "100:77,0:33"},
 };
 
 static const char *gpu_dtype_tag(ap_dtype dtype) {
     switch (dtype) {
-    case GPU_BF16: return "bf16";
-    case GPU_F16: return "f16";
-    case GPU_FP8: return "fp8";
-    default: return "?";
+        case GPU_BF16: return "bf16";
+        case GPU_F16: return "f16";
+        case GPU_FP8: return "fp8";
+        default: return "?";
     }
 }
 

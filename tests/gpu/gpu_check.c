@@ -8,42 +8,42 @@
 
 float gpu_elem_load(ap_dtype dtype, const void *data, size_t i) {
     switch (dtype) {
-    case AP_DTYPE_F32: return ((const float *)data)[i];
-    case AP_DTYPE_BF16: return ap_bf16_to_float(((const uint16_t *)data)[i]);
-    case AP_DTYPE_F16: return ap_f16_to_float(((const uint16_t *)data)[i]);
-    case AP_DTYPE_FP8_E4M3: return ap_fp8_e4m3_to_float(((const uint8_t *)data)[i]);
-    case AP_DTYPE_FP8_E5M2: return ap_fp8_e5m2_to_float(((const uint8_t *)data)[i]);
-    default: return NAN;
+        case AP_DTYPE_F32: return ((const float *)data)[i];
+        case AP_DTYPE_BF16: return ap_bf16_to_float(((const uint16_t *)data)[i]);
+        case AP_DTYPE_F16: return ap_f16_to_float(((const uint16_t *)data)[i]);
+        case AP_DTYPE_FP8_E4M3: return ap_fp8_e4m3_to_float(((const uint8_t *)data)[i]);
+        case AP_DTYPE_FP8_E5M2: return ap_fp8_e5m2_to_float(((const uint8_t *)data)[i]);
+        default: return NAN;
     }
 }
 
 void gpu_elem_store(ap_dtype dtype, void *data, size_t i, float value) {
     switch (dtype) {
-    case AP_DTYPE_F32: ((float *)data)[i] = value; break;
-    case AP_DTYPE_BF16: ((uint16_t *)data)[i] = ap_float_to_bf16(value); break;
-    case AP_DTYPE_F16: ((uint16_t *)data)[i] = ap_float_to_f16(value); break;
-    case AP_DTYPE_FP8_E4M3: ((uint8_t *)data)[i] = ap_float_to_fp8_e4m3(value); break;
-    case AP_DTYPE_FP8_E5M2: ((uint8_t *)data)[i] = ap_float_to_fp8_e5m2(value); break;
-    default: break;
+        case AP_DTYPE_F32: ((float *)data)[i] = value; break;
+        case AP_DTYPE_BF16: ((uint16_t *)data)[i] = ap_float_to_bf16(value); break;
+        case AP_DTYPE_F16: ((uint16_t *)data)[i] = ap_float_to_f16(value); break;
+        case AP_DTYPE_FP8_E4M3: ((uint8_t *)data)[i] = ap_float_to_fp8_e4m3(value); break;
+        case AP_DTYPE_FP8_E5M2: ((uint8_t *)data)[i] = ap_float_to_fp8_e5m2(value); break;
+        default: break;
     }
 }
 
 /* The raw bits of element i, widened. */
 static uint32_t gpu_elem_bits(ap_dtype dtype, const void *data, size_t i) {
     switch (dtype) {
-    case AP_DTYPE_F32: return ((const uint32_t *)data)[i];
-    case AP_DTYPE_BF16:
-    case AP_DTYPE_F16: return ((const uint16_t *)data)[i];
-    default: return ((const uint8_t *)data)[i];
+        case AP_DTYPE_F32: return ((const uint32_t *)data)[i];
+        case AP_DTYPE_BF16:
+        case AP_DTYPE_F16: return ((const uint16_t *)data)[i];
+        default: return ((const uint8_t *)data)[i];
     }
 }
 
 static uint32_t gpu_poison_bits(ap_dtype dtype) {
     switch (dtype) {
-    case AP_DTYPE_F32: return 0xffffffffu;
-    case AP_DTYPE_BF16:
-    case AP_DTYPE_F16: return 0xffffu;
-    default: return 0xffu;
+        case AP_DTYPE_F32: return 0xffffffffu;
+        case AP_DTYPE_BF16:
+        case AP_DTYPE_F16: return 0xffffu;
+        default: return 0xffu;
     }
 }
 
@@ -80,8 +80,10 @@ int gpu_guard_intact(const void *data, size_t bytes) {
 /* Position of a sign-magnitude code on the number line, so neighbours differ by one. */
 static int64_t gpu_code_rank(ap_dtype dtype, uint32_t bits) {
     uint32_t sign = 0x80u;
-    if (dtype == AP_DTYPE_F32) sign = 0x80000000u;
-    else if (dtype == AP_DTYPE_BF16 || dtype == AP_DTYPE_F16) sign = 0x8000u;
+    if (dtype == AP_DTYPE_F32)
+        sign = 0x80000000u;
+    else if (dtype == AP_DTYPE_BF16 || dtype == AP_DTYPE_F16)
+        sign = 0x8000u;
     int64_t magnitude = (int64_t)(bits & (sign - 1u));
     return (bits & sign) ? -magnitude : magnitude;
 }
@@ -105,8 +107,10 @@ void gpu_cache_compare(ap_dtype dtype, const void *got, const void *ref, int64_t
             int nan = isnan(gpu_elem_load(dtype, got, base + e)) ||
                       isnan(gpu_elem_load(dtype, ref, base + e));
             int64_t distance = gpu_code_rank(dtype, g) - gpu_code_rank(dtype, r);
-            if (!nan && distance >= -1 && distance <= 1) diff->new_one_ulp++;
-            else diff->new_far++;
+            if (!nan && distance >= -1 && distance <= 1)
+                diff->new_one_ulp++;
+            else
+                diff->new_far++;
         }
     }
 }

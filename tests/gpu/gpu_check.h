@@ -15,10 +15,10 @@ void gpu_elem_store(ap_dtype dtype, void *data, size_t i, float value);
 
 /* How a result compares with the reference. */
 typedef struct gpu_diff {
-    double rel_l2;      /* ||got - ref|| / ||ref|| over the finite pairs */
-    size_t unwritten;   /* elements of `got` still holding the poison bits */
-    size_t nonfinite;   /* NaN or inf elements of `got` (unwritten ones included) */
-    size_t ref_bad;     /* NaN, inf or poison in the reference: the oracle failed */
+    double rel_l2;    /* ||got - ref|| / ||ref|| over the finite pairs */
+    size_t unwritten; /* elements of `got` still holding the poison bits */
+    size_t nonfinite; /* NaN or inf elements of `got` (unwritten ones included) */
+    size_t ref_bad;   /* NaN, inf or poison in the reference: the oracle failed */
 } gpu_diff;
 
 gpu_diff gpu_compare(ap_dtype dtype, const void *got, const void *ref, size_t count);

@@ -82,12 +82,12 @@ void gpu_buf_free(gpu_buf *buf) {
 
 static DLDataType gpu_dl_type(ap_dtype dtype) {
     switch (dtype) {
-    case AP_DTYPE_F32: return (DLDataType){kDLFloat, 32, 1};
-    case AP_DTYPE_BF16: return (DLDataType){kDLBfloat, 16, 1};
-    case AP_DTYPE_F16: return (DLDataType){kDLFloat, 16, 1};
-    case AP_DTYPE_FP8_E4M3: return (DLDataType){AP_DL_FLOAT8_E4M3FN, 8, 1};
-    case AP_DTYPE_FP8_E5M2: return (DLDataType){AP_DL_FLOAT8_E5M2, 8, 1};
-    default: return (DLDataType){kDLOpaqueHandle, 0, 1};
+        case AP_DTYPE_F32: return (DLDataType){kDLFloat, 32, 1};
+        case AP_DTYPE_BF16: return (DLDataType){kDLBfloat, 16, 1};
+        case AP_DTYPE_F16: return (DLDataType){kDLFloat, 16, 1};
+        case AP_DTYPE_FP8_E4M3: return (DLDataType){AP_DL_FLOAT8_E4M3FN, 8, 1};
+        case AP_DTYPE_FP8_E5M2: return (DLDataType){AP_DL_FLOAT8_E5M2, 8, 1};
+        default: return (DLDataType){kDLOpaqueHandle, 0, 1};
     }
 }
 
@@ -108,11 +108,11 @@ void gpu_tensor_make(gpu_tensor *tensor, void *data, ap_dtype dtype, int on_devi
 
 size_t gpu_dtype_bytes(ap_dtype dtype) {
     switch (dtype) {
-    case AP_DTYPE_F32: return 4;
-    case AP_DTYPE_BF16:
-    case AP_DTYPE_F16: return 2;
-    case AP_DTYPE_FP8_E4M3:
-    case AP_DTYPE_FP8_E5M2: return 1;
-    default: return 0;
+        case AP_DTYPE_F32: return 4;
+        case AP_DTYPE_BF16:
+        case AP_DTYPE_F16: return 2;
+        case AP_DTYPE_FP8_E4M3:
+        case AP_DTYPE_FP8_E5M2: return 1;
+        default: return 0;
     }
 }

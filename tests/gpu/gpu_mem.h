@@ -10,11 +10,11 @@
 ap_status gpu_cuda_fail(cudaError_t err, const char *call, const char *file, int line);
 
 /* Run a CUDA runtime call; on failure print it and return AP_ERR_CUDA from the caller. */
-#define GPU_CHECK(call)                                                                            \
-    do {                                                                                           \
-        cudaError_t gpu_check_err_ = (call);                                                       \
-        if (gpu_check_err_ != cudaSuccess)                                                         \
-            return gpu_cuda_fail(gpu_check_err_, #call, __FILE__, __LINE__);                       \
+#define GPU_CHECK(call) \
+    do { \
+        cudaError_t gpu_check_err_ = (call); \
+        if (gpu_check_err_ != cudaSuccess) \
+            return gpu_cuda_fail(gpu_check_err_, #call, __FILE__, __LINE__); \
     } while (0)
 
 /* The alignment every buffer gets (cudaMalloc's; host blocks are aligned to match), so any

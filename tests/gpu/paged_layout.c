@@ -29,8 +29,10 @@ ap_status gpu_seqs_parse(const char *spec, gpu_seq **out, int32_t *count) {
             cursor++;
             if (!gpu_spec_number(&cursor, &repeat) || repeat < 1) goto bad;
         }
-        if (*cursor == ',') cursor++;
-        else if (*cursor != '\0') goto bad;
+        if (*cursor == ',')
+            cursor++;
+        else if (*cursor != '\0')
+            goto bad;
         for (long i = 0; i < repeat; i++) {
             if (n == cap) {
                 gpu_seq *grown = realloc(seqs, 2 * cap * sizeof *seqs);

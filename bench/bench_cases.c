@@ -1,0 +1,57 @@
+/* bench_cases.c: the benchmark shapes (the list) and their byte and FLOP counts. */
+#include "bench_cases.h"
+
+#define B_BF16 AP_DTYPE_BF16
+#define B_FP8 AP_DTYPE_FP8_E4M3
+
+/* name, mode, q, kv, page, D, HQ, HK, B, prefix, new tokens. Llama-3-8B-like heads. */
+const bench_case bench_cases[] = {
+    {"decode_b64_l4096", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 64, 4095, 1},
+    {"decode_b64_l4096_fp8", AP_MODE_DECODE, B_BF16, B_FP8, 16, 128, 32, 8, 64, 4095, 1},
+    {"decode_b1_l8192", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 1, 8191, 1},
+    {"decode_b8_l32768", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 8, 32767, 1},
+    {"decode_b256_l1024", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 256, 1023, 1},
+    {"extend_causal_b4_s4096", AP_MODE_EXTEND, B_BF16, B_BF16, 16, 128, 32, 8, 4, 0, 4096},
+    {"extend_prefix4096_new512_b8", AP_MODE_EXTEND, B_BF16, B_BF16, 16, 128, 32, 8, 8, 4096, 512},
+};
+const size_t bench_num_cases = sizeof bench_cases / sizeof bench_cases[0];
+
+int64_t bench_kv_elems(const bench_case *c) {
+    return (int64_t)c->batch * (c->prefix + c->q_len) * c->num_kv_heads * c->head_dim * 2;
+}
+
+double bench_flops(const bench_case *c) {
+    double s = c->q_len, p = c->prefix;
+    return 4.0 * c->batch * c->num_qo_heads * c->head_dim * (s * p + s * s / 2.0);
+}
+
+int64_t bench_new_tokens(const bench_case *c) {
+    return (int64_t)c->batch * c->q_len;
+}
+
+static const char *bench_dtype_name(ap_dtype dtype) {
+    switch (dtype) {
+        case AP_DTYPE_BF16: return "bf16";
+        case AP_DTYPE_F16: return "fp16";
+        case AP_DTYPE_FP8_E4M3: return "fp8_e4m3";
+        default: return "?";
+    }
+}
+
+void bench_cases_write_json(FILE *to) {
+    fprintf(to, "[\n");
+    for (size_t i = 0; i < bench_num_cases; i++) {
+        const bench_case *c = &bench_cases[i];
+        fprintf(to,
+                "  {\"case\": \"%s\", \"mode\": \"%s\", \"q_dtype\": \"%s\", \"kv_dtype\": \"%s\", "
+                "\"page_size\": %d, \"head_dim\": %d, \"num_qo_heads\": %d, \"num_kv_heads\": %d, "
+                "\"batch\": %d, \"prefix\": %d, \"q_len\": %d, \"kv_elems\": %lld, "
+                "\"flops\": %.6e, \"new_tokens\": %lld}%s\n",
+                c->name, c->mode == AP_MODE_DECODE ? "decode" : "extend",
+                bench_dtype_name(c->q_dtype), bench_dtype_name(c->kv_dtype), c->page_size,
+                c->head_dim, c->num_qo_heads, c->num_kv_heads, c->batch, c->prefix, c->q_len,
+                (long long)bench_kv_elems(c), bench_flops(c), (long long)bench_new_tokens(c),
+                i + 1 < bench_num_cases ? "," : "");
+    }
+    fprintf(to, "]\n");
+}
