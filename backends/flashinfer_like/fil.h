@@ -10,13 +10,13 @@ extern "C" {
 
 /* The paged KV cache as the kernels read it (layout NHD, see plugin_api.h). */
 typedef struct fil_paged_kv {
-    const void *k_pages;     /* [num_pages][page_size][num_kv_heads][head_dim] of kv_dtype */
+    const void *k_pages; /* [num_pages][page_size][num_kv_heads][head_dim] of kv_dtype */
     const void *v_pages;
-    ap_dtype kv_dtype;       /* BF16, F16 or FP8_E4M3 */
+    ap_dtype kv_dtype; /* BF16, F16 or FP8_E4M3 */
     int32_t page_size;
     int32_t num_kv_heads;
-    int32_t head_dim;        /* qk and v head dims are equal in this backend */
-    float k_scale;           /* fp8: real = stored * scale; ignored otherwise */
+    int32_t head_dim; /* qk and v head dims are equal in this backend */
+    float k_scale;    /* fp8: real = stored * scale; ignored otherwise */
     float v_scale;
     const int32_t *kv_page_indptr;   /* device [num_seqs + 1] */
     const int32_t *kv_page_indices;  /* device */
@@ -25,10 +25,10 @@ typedef struct fil_paged_kv {
 
 /* One attention call: queries, outputs and the paged KV they read. */
 typedef struct fil_attn_params {
-    const void *q;           /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
-    void *out;               /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
-    float *lse;              /* [num_tokens][num_qo_heads] natural log, or NULL */
-    ap_dtype q_dtype;        /* BF16 or F16 */
+    const void *q;    /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
+    void *out;        /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
+    float *lse;       /* [num_tokens][num_qo_heads] natural log, or NULL */
+    ap_dtype q_dtype; /* BF16 or F16 */
     int32_t num_seqs;
     int32_t num_tokens;
     int32_t num_qo_heads;
@@ -37,6 +37,96 @@ typedef struct fil_attn_params {
     const int32_t *qo_indptr; /* device [num_seqs + 1] */
     fil_paged_kv kv;
 } fil_attn_params;
+
+/* ---------------------------------------------------------------------------------------------
+ * Decode (decode.cu): one warp streams the KV of one or more (sequence, KV head, token range)
+ * segments, 16 tokens a step, for all query heads of the group at once. The host plans the
+ * segments (split-KV); pairs cut over several warps leave partial states that a merge combines.
+ * ------------------------------------------------------------------------------------------- */
+
+#define FIL_DECODE_TILE 16 /* KV tokens one warp reads per step; segments start on multiples */
+#define FIL_DECODE_WARPS 4 /* warps per CTA; each warp is an independent worker */
+#define FIL_MAX_GROUP 8    /* query heads per KV head the decode kernel serves */
+
+/* One segment: tokens [begin, end) of sequence `seq` under KV head `kv_head`. */
+typedef struct fil_decode_seg {
+    int32_t seq;
+    int32_t kv_head;
+    int32_t begin;
+    int32_t end;
+} fil_decode_seg;
+
+/* One (sequence, KV head) pair cut into several segments: its partials [first, end). */
+typedef struct fil_decode_merge {
+    int32_t seq;
+    int32_t kv_head;
+    int32_t first_partial;
+    int32_t end_partial;
+} fil_decode_merge;
+
+/* The decode work list of one batch (device arrays) and the workspace of its partial states. */
+typedef struct fil_decode_plan {
+    int32_t num_workers;            /* warps with work; 0: nothing to do */
+    int32_t num_merges;             /* pairs that need the merge kernel */
+    const int32_t *worker_indptr;   /* [num_workers + 1] into segs */
+    const fil_decode_seg *segs;     /* worker w runs segs[worker_indptr[w] .. [w+1]) in order */
+    const int32_t *seg_partial;     /* per seg: its partial slot, or -1 to write out directly */
+    const fil_decode_merge *merges; /* [num_merges] */
+    float *partial_out;             /* [slots][group][head_dim]: normalised, v_scale applied */
+    float *partial_lse;             /* [slots][group]: base-2 log-sum-exp of the scaled logits */
+} fil_decode_plan;
+
+/* Warps that run at once on `sm_count` SMs for this shape (the planner's budget), after raising
+ * the kernel's shared-memory limit on the current device. AP_ERR_UNSUPPORTED for shapes not
+ * compiled, AP_ERR_CUDA when the runtime fails. */
+ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                 int32_t sm_count, int32_t *out, ap_msgbuf *msg);
+
+/* Runs one layer of a planned decode batch on `stream`: the decode kernel, then the merge when
+ * plan->num_merges > 0. Query token i belongs to sequence i; q, out and lse are dense. */
+ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan, void *stream,
+                         ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * KV append (append.cu): the new tokens' K and V written into their cache slots.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct fil_append_params {
+    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
+    const void *v; /*   aligned; strides of the first two dims in elements below */
+    int64_t k_stride_token, k_stride_head;
+    int64_t v_stride_token, v_stride_head;
+    ap_dtype in_dtype; /* BF16 or F16 */
+    void *k_pages;     /* NHD cache of kv_dtype (see fil_paged_kv) */
+    void *v_pages;
+    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    float k_scale;
+    float v_scale;
+    const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
+    int32_t num_tokens;
+} fil_append_params;
+
+ap_status fil_append_run(const fil_append_params *params, void *stream, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The CUDA runtime for the C glue (runtime.cu), so the C files need no CUDA header. Streams and
+ * events are opaque pointers. Failures return AP_ERR_CUDA / AP_ERR_OUT_OF_MEMORY with the
+ * runtime's message.
+ * ------------------------------------------------------------------------------------------- */
+
+ap_status fil_rt_set_device(int32_t ordinal, ap_msgbuf *msg);
+ap_status fil_rt_device_alloc(size_t bytes, void **out, ap_msgbuf *msg);
+void fil_rt_device_free(void *ptr);
+ap_status fil_rt_pinned_alloc(size_t bytes, void **out, ap_msgbuf *msg);
+void fil_rt_pinned_free(void *ptr);
+ap_status fil_rt_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                ap_msgbuf *msg);
+ap_status fil_rt_event_create(void **out, ap_msgbuf *msg);
+void fil_rt_event_destroy(void *event);
+ap_status fil_rt_event_record(void *event, void *stream, ap_msgbuf *msg);
+ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg); /* blocks the host until it passed */
 
 #ifdef __cplusplus
 }

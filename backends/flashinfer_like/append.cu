@@ -1,0 +1,103 @@
+// append.cu: writes the new tokens' K and V into their paged-cache slots (fp8: quantized).
+#include <cuda_runtime.h>
+
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/paged_kv.cuh"
+#include "fil.h"
+
+#define FIL_WHO "flashinfer_like append"
+
+namespace {
+
+constexpr int kVec = 8; // elements per thread: one 16-byte load of 16-bit input
+constexpr int kThreads = 256;
+
+struct AppendArgs {
+    const uint8_t *src[2];   // k, v
+    int64_t stride_token[2]; // in elements
+    int64_t stride_head[2];
+    uint8_t *pages[2];
+    float scale[2]; // fp8: the layer's k_scale, v_scale (the divisor)
+    const int32_t *slots;
+    int32_t num_tokens;
+    int32_t num_kv_heads;
+    int32_t head_dim;
+};
+
+// One thread moves 8 elements of one (token, head) row; blockIdx.y picks K (0) or V (1).
+//   16-bit cache: cache[slot][head][d] = x (a copy).
+//   fp8 cache:    cache[slot][head][d] = sat_e4m3(x / scale), rounded to nearest even, the same
+//                 bits as the host's ap_float_to_fp8_e4m3 (a true division, no reciprocal).
+template <typename IN, bool FP8> __global__ void fil_append_kernel(const AppendArgs a) {
+    const int which = blockIdx.y;
+    const int vecs = a.head_dim / kVec;
+    const int64_t idx = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (idx >= (int64_t)a.num_tokens * a.num_kv_heads * vecs) return;
+    const int vec = (int)(idx % vecs);
+    const int64_t row = idx / vecs;
+    const int head = (int)(row % a.num_kv_heads);
+    const int token = (int)(row / a.num_kv_heads);
+    const int32_t slot = __ldg(a.slots + token);
+    if (slot < 0) return;
+    const IN *src = reinterpret_cast<const IN *>(a.src[which]) + token * a.stride_token[which] +
+                    head * a.stride_head[which] + vec * kVec;
+    const uint4 raw = __ldg(reinterpret_cast<const uint4 *>(src));
+    const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + vec * kVec;
+    if constexpr (!FP8) {
+        *reinterpret_cast<uint4 *>(a.pages[which] + dst_elem * (int64_t)sizeof(IN)) = raw;
+    } else {
+        const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+        const float scale = a.scale[which];
+        uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 x = ap_unpack2<IN>(words[i]);
+            const uint32_t lo = ap_float_to_fp8_e4m3_dev(x.x / scale);
+            const uint32_t hi = ap_float_to_fp8_e4m3_dev(x.y / scale);
+            packed[i >> 1] |= (lo | (hi << 8)) << (16 * (i & 1));
+        }
+        *reinterpret_cast<uint2 *>(a.pages[which] + dst_elem) = make_uint2(packed[0], packed[1]);
+    }
+}
+
+} // namespace
+
+extern "C" ap_status fil_append_run(const fil_append_params *p, void *stream, ap_msgbuf *msg) {
+    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    if ((p->in_dtype != AP_DTYPE_BF16 && p->in_dtype != AP_DTYPE_F16) ||
+        (!fp8 && p->kv_dtype != p->in_dtype) || p->head_dim % kVec != 0) {
+        ap_msgbuf_add(msg,
+                      FIL_WHO ": no kernel for input dtype %d into a cache of dtype %d "
+                              "with head_dim %d",
+                      (int)p->in_dtype, (int)p->kv_dtype, p->head_dim);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->num_tokens == 0) return AP_OK;
+    AppendArgs a;
+    a.src[0] = static_cast<const uint8_t *>(p->k);
+    a.src[1] = static_cast<const uint8_t *>(p->v);
+    a.stride_token[0] = p->k_stride_token;
+    a.stride_token[1] = p->v_stride_token;
+    a.stride_head[0] = p->k_stride_head;
+    a.stride_head[1] = p->v_stride_head;
+    a.pages[0] = static_cast<uint8_t *>(p->k_pages);
+    a.pages[1] = static_cast<uint8_t *>(p->v_pages);
+    a.scale[0] = p->k_scale;
+    a.scale[1] = p->v_scale;
+    a.slots = p->slots;
+    a.num_tokens = p->num_tokens;
+    a.num_kv_heads = p->num_kv_heads;
+    a.head_dim = p->head_dim;
+    const int64_t threads = (int64_t)p->num_tokens * p->num_kv_heads * (p->head_dim / kVec);
+    const dim3 grid((unsigned)((threads + kThreads - 1) / kThreads), 2);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const bool bf16 = p->in_dtype == AP_DTYPE_BF16;
+    if (bf16 && fp8)
+        fil_append_kernel<__nv_bfloat16, true><<<grid, kThreads, 0, s>>>(a);
+    else if (fp8)
+        fil_append_kernel<__half, true><<<grid, kThreads, 0, s>>>(a);
+    else
+        fil_append_kernel<__nv_bfloat16, false><<<grid, kThreads, 0, s>>>(a); // a byte copy
+    return ap_cuda_launch_status(FIL_WHO, "fil_append_kernel", msg);
+}

@@ -1,0 +1,517 @@
+// decode.cu: paged decode attention on tensor cores, one warp per planned KV segment (split-KV).
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "../common/paged_kv.cuh"
+#include "../common/softmax_state.cuh"
+#include "fil.h"
+
+#define FIL_WHO "flashinfer_like decode"
+
+namespace {
+
+constexpr int kTile = FIL_DECODE_TILE;
+constexpr int kWarps = FIL_DECODE_WARPS;
+constexpr int kSmemPerWarpTarget = 24 * 1024; // enough bytes in flight with two CTAs per SM
+
+// Compile-time sizes of one (head dim, cache type) pair. A KV row is the head_dim elements of
+// one (slot, KV head): row_bytes contiguous bytes, moved as 16-byte chunks.
+template <int HEAD_DIM, typename KV> struct DecodeShape {
+    static constexpr int row_bytes = HEAD_DIM * (int)sizeof(KV);
+    static constexpr int chunks = row_bytes / 16;        // 4 .. 32
+    static constexpr int tile_bytes = kTile * row_bytes; // K (or V) of one step
+    static constexpr int stage_bytes = 2 * tile_bytes;   // K and V
+    static constexpr int stages_raw = kSmemPerWarpTarget / stage_bytes;
+    static constexpr int stages = stages_raw < 2 ? 2 : (stages_raw > 8 ? 8 : stages_raw);
+    static constexpr int warp_smem = stages * stage_bytes;
+    static constexpr int rows_per_lane = kTile * chunks / 32; // rows whose chunk a lane copies
+    static constexpr int row_step = 32 / chunks;
+    static constexpr bool is_fp8 = sizeof(KV) == 1;
+    static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
+};
+
+// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ f(row) so that the 8 rows an ldmatrix
+// reads at one logical chunk fall into 8 different bank groups (rows of >= 128 bytes: the row's
+// low 3 bits; 64-byte rows pack two to a 128-byte line: bits 1..2).
+template <int CHUNKS> __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return CHUNKS >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
+}
+
+struct DecodeArgs {
+    const void *q; // [num_seqs][num_qo_heads][head_dim]
+    void *out;     // same shape
+    float *lse;    // [num_seqs][num_qo_heads] or NULL
+    const uint8_t *k_pages;
+    const uint8_t *v_pages;
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *worker_indptr;
+    const int4 *segs; // fil_decode_seg
+    const int32_t *seg_partial;
+    float *partial_out;
+    float *partial_lse;
+    int32_t num_workers;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t group;
+    int32_t log2_page_size;
+    float scale_log2; // sm_scale * log2(e) * k_scale (fp8)
+    float v_scale;    // 1 unless fp8
+};
+
+// Where a stream of tiles stands: segment index and the first token of the current tile.
+struct Cursor {
+    int seg, seg_stop;
+    int seq, head, pos, begin, end;
+    const int32_t *pages; // this sequence's page list
+};
+
+__device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
+    if (c.seg >= c.seg_stop) return;
+    int4 s = __ldg(a.segs + c.seg);
+    c.seq = s.x;
+    c.head = s.y;
+    c.begin = c.pos = s.z;
+    c.end = s.w;
+    c.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + c.seq);
+}
+
+__device__ __forceinline__ void cursor_next(Cursor &c, const DecodeArgs &a) {
+    c.pos += kTile;
+    if (c.pos >= c.end) {
+        c.seg++;
+        cursor_enter(c, a);
+    }
+}
+
+// The cache slots of the rows a lane copies for one tile, looked up one step before the copy is
+// issued so the page-table reads overlap the math of the current tile.
+template <class S> struct TileSlots {
+    bool active;
+    int head;
+    int slot[S::rows_per_lane]; // -1: past the segment's end (zero-filled)
+};
+
+template <class S>
+__device__ __forceinline__ TileSlots<S> tile_slots(const Cursor &c, const DecodeArgs &a, int lane) {
+    TileSlots<S> t;
+    t.active = c.seg < c.seg_stop;
+    t.head = c.head;
+#pragma unroll
+    for (int i = 0; i < S::rows_per_lane; i++) {
+        int pos = c.pos + lane / S::chunks + i * S::row_step;
+        t.slot[i] =
+            (t.active && pos < c.end) ? (int)ap_paged_slot(c.pages, pos, a.log2_page_size) : -1;
+    }
+    return t;
+}
+
+template <class S>
+__device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage_k,
+                                           const DecodeArgs &a, int lane) {
+    if (!t.active) return;
+    const int chunk = lane % S::chunks;
+    const uint32_t stage_v = stage_k + S::tile_bytes;
+#pragma unroll
+    for (int i = 0; i < S::rows_per_lane; i++) {
+        int row = lane / S::chunks + i * S::row_step;
+        bool valid = t.slot[i] >= 0;
+        int64_t src =
+            valid ? ((int64_t)t.slot[i] * a.num_kv_heads + t.head) * S::row_bytes + chunk * 16 : 0;
+        uint32_t dst = row * S::row_bytes + swizzle<S::chunks>(row, chunk) * 16;
+        ap_cp_async_16(stage_k + dst, a.k_pages + src, valid);
+        ap_cp_async_16(stage_v + dst, a.v_pages + src, valid);
+    }
+}
+
+// The online-softmax state of one warp over its current segment. Lane (g = lane/4, t = lane%4)
+// holds query head g's running max m and its share of the denominator l (its 4 tokens of each
+// step), and O^T fragments: acc[j] = O^T rows (head dims) of block j, columns heads 2t, 2t+1.
+template <int HEAD_DIM> struct WarpState {
+    uint32_t q[HEAD_DIM / 16][2]; // A fragments of Q (rows g >= group are zero)
+    float acc[HEAD_DIM / 16][4];
+    float m, l;
+};
+
+template <int HEAD_DIM, typename KV, typename QT>
+__device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Cursor &c,
+                                            const DecodeArgs &a, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    const bool has_head = g < a.group;
+    const QT *qrow =
+        static_cast<const QT *>(a.q) +
+        ((int64_t)c.seq * a.num_qo_heads + c.head * a.group + (has_head ? g : 0)) * HEAD_DIM;
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
+        if constexpr (DecodeShape<HEAD_DIM, KV>::is_fp8) {
+            // The fp8 K fragment holds dims 4t..4t+3 (see decode_tile); Q is permuted to match
+            // and converted to half, the type the fp8 path multiplies in.
+            uint2 raw = has_head ? __ldg(reinterpret_cast<const uint2 *>(qrow + 16 * ks + 4 * t))
+                                 : make_uint2(0, 0);
+            float2 lo = ap_unpack2<QT>(raw.x), hi = ap_unpack2<QT>(raw.y);
+            st.q[ks][0] = ap_pack2<__half>(lo.x, lo.y);
+            st.q[ks][1] = ap_pack2<__half>(hi.x, hi.y);
+        } else {
+            const uint32_t *q32 = reinterpret_cast<const uint32_t *>(qrow + 16 * ks);
+            st.q[ks][0] = has_head ? __ldg(q32 + t) : 0u;
+            st.q[ks][1] = has_head ? __ldg(q32 + 4 + t) : 0u;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 16; j++)
+        st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0.f;
+    st.m = -INFINITY;
+    st.l = 0.f;
+}
+
+// One step: 16 tokens of K and V in shared memory (stage_k, then V at + tile_bytes).
+//   S = Q K^T (16 x 16: rows are query heads, padded to 16; columns the 16 tokens), then per head
+//   m' = max(m, max_j s_j), p_j = 2^(s_j - m'), l = l 2^(m - m') + sum_j p_j,
+//   O^T = O^T 2^(m - m') + V^T P^T (rows head dims, columns heads), all in float.
+// Logits s_j are pre-scaled by sm_scale * log2(e) (and k_scale for fp8), so exp2 gives e^x.
+// fp8: K and V stay bytes in shared memory; the ldmatrix fragments are converted to half pairs.
+// K's k-index is permuted (thread t holds dims 4t..4t+3 of each 16) and Q is loaded to match;
+// V^T's rows come out as even dims (rows 0-7) and odd dims (rows 8-15) of each 16.
+template <int HEAD_DIM, typename KV, typename QT>
+__device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t stage_k,
+                                            int valid_tokens, float scale_log2, int lane) {
+    using S = DecodeShape<HEAD_DIM, KV>;
+    using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
+    const int t = lane & 3;
+    const uint32_t stage_v = stage_k + S::tile_bytes;
+    // ldmatrix.x4 row addresses: matrix i = lane/8 covers tokens 8*(i&1).. and chunk +(i>>1)
+    const int mat = lane >> 3;
+    const int lrow = (mat & 1) * 8 + (lane & 7);
+    const uint32_t lrow_off = lrow * S::row_bytes;
+    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+
+    if constexpr (S::is_fp8) {
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 32; j++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4(r,
+                           stage_k + lrow_off + swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
+                uint32_t k0 = r[2 * h], k1 = r[2 * h + 1];
+                ap_mma_16816<__half>(s[0], a, ap_fp8x2_to_half2_bits((uint16_t)k0),
+                                     ap_fp8x2_to_half2_bits((uint16_t)(k0 >> 16)));
+                ap_mma_16816<__half>(s[1], a, ap_fp8x2_to_half2_bits((uint16_t)k1),
+                                     ap_fp8x2_to_half2_bits((uint16_t)(k1 >> 16)));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4(r,
+                           stage_k + lrow_off + swizzle<S::chunks>(lrow, 2 * ks + (mat >> 1)) * 16);
+            const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
+            ap_mma_16816<MT>(s[0], a, r[0], r[2]);
+            ap_mma_16816<MT>(s[1], a, r[1], r[3]);
+        }
+    }
+
+    // Lane holds head g's logits of tokens 2t, 2t+1 (s[0]) and 8+2t, 9+2t (s[1]).
+    float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
+    const int token[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+#pragma unroll
+    for (int i = 0; i < 4; i++) x[i] = token[i] < valid_tokens ? x[i] * scale_log2 : -INFINITY;
+    float tile_max = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
+    const float alpha = ap_exp2_approx(st.m - m_new);
+    float p[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) p[i] = ap_exp2_approx(x[i] - m_new);
+    st.l = st.l * alpha + (p[0] + p[1]) + (p[2] + p[3]);
+    st.m = m_new;
+    // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
+    const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
+    const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 16; j++) {
+        st.acc[j][0] *= alpha0;
+        st.acc[j][1] *= alpha1;
+        st.acc[j][2] *= alpha0;
+        st.acc[j][3] *= alpha1;
+    }
+    // P^T as the B operand: k = token, n = head g. The logits' C layout is exactly that.
+    const uint32_t pb0 = ap_pack2<MT>(p[0], p[1]);
+    const uint32_t pb1 = ap_pack2<MT>(p[2], p[3]);
+
+    if constexpr (S::is_fp8) {
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 32; j++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4_trans(r, stage_v + lrow_off +
+                                        swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens 0-7,
+                // then 8-15 in the next register); regroup into (even dim) and (odd dim) pairs
+                const uint32_t e0 = __byte_perm(r[2 * h], 0u, 0x3120);
+                const uint32_t e1 = __byte_perm(r[2 * h + 1], 0u, 0x3120);
+                const uint32_t a[4] = {ap_fp8x2_to_half2_bits((uint16_t)e0),
+                                       ap_fp8x2_to_half2_bits((uint16_t)(e0 >> 16)),
+                                       ap_fp8x2_to_half2_bits((uint16_t)e1),
+                                       ap_fp8x2_to_half2_bits((uint16_t)(e1 >> 16))};
+                ap_mma_16816<__half>(st.acc[2 * j + h], a, pb0, pb1);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 16; j++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4_trans(r, stage_v + lrow_off +
+                                        swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
+            const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
+            ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
+        }
+    }
+}
+
+// Head dim of accumulator element e (0..3) of block j for this lane: the 16-bit path has rows
+// g and g+8 of each 16; the fp8 path rows 2g and 2g+1 (see decode_tile).
+template <bool FP8> __device__ __forceinline__ int acc_dim(int j, int e, int g) {
+    return FP8 ? 16 * j + 2 * g + (e >> 1) : 16 * j + g + 8 * (e >> 1);
+}
+
+// End of a segment: o = O / l * v_scale and lse2 = m + log2(l) per head, written to the output
+// (natural-log LSE) or, for a pair cut over several warps, to its partial slot.
+template <int HEAD_DIM, typename KV, typename QT>
+__device__ __forceinline__ void state_finish(const WarpState<HEAD_DIM> &st, const Cursor &c,
+                                             const DecodeArgs &a, int lane) {
+    constexpr bool fp8 = DecodeShape<HEAD_DIM, KV>::is_fp8;
+    const int g = lane >> 2, t = lane & 3;
+    float l = st.l + __shfl_xor_sync(0xffffffffu, st.l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l0 = __shfl_sync(0xffffffffu, l, 8 * t);
+    const float l1 = __shfl_sync(0xffffffffu, l, 8 * t + 4);
+    const float inv[2] = {a.v_scale / l0, a.v_scale / l1};
+    const int heads[2] = {2 * t, 2 * t + 1};
+    const float lse2 = st.m + __log2f(l);
+    const int slot = __ldg(a.seg_partial + c.seg);
+    if (slot < 0) {
+        QT *out = static_cast<QT *>(a.out) +
+                  ((int64_t)c.seq * a.num_qo_heads + c.head * a.group) * HEAD_DIM;
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (heads[e & 1] < a.group)
+                    out[heads[e & 1] * HEAD_DIM + acc_dim<fp8>(j, e, g)] =
+                        ap_from_float<QT>(st.acc[j][e] * inv[e & 1]);
+        if (a.lse != NULL && t == 0 && g < a.group)
+            a.lse[(int64_t)c.seq * a.num_qo_heads + c.head * a.group + g] = ap_lse2_to_ln(lse2);
+    } else {
+        float *out = a.partial_out + (int64_t)slot * a.group * HEAD_DIM;
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 16; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (heads[e & 1] < a.group)
+                    out[heads[e & 1] * HEAD_DIM + acc_dim<fp8>(j, e, g)] =
+                        st.acc[j][e] * inv[e & 1];
+        if (t == 0 && g < a.group) a.partial_lse[slot * a.group + g] = lse2;
+    }
+}
+
+// Each warp is a worker streaming the tiles of its segments through a ring of `stages` shared
+// buffers: while it computes tile i, tiles i+1 .. i+stages-2 are in flight and the page-table
+// reads of tile i+stages-1 are pending. The stream runs on across segment boundaries.
+template <int HEAD_DIM, typename KV, typename QT>
+__global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArgs a) {
+    using S = DecodeShape<HEAD_DIM, KV>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int worker = blockIdx.x * kWarps + warp;
+    if (worker >= a.num_workers) return;
+    const uint32_t ring = ap_smem_addr(smem + warp * S::warp_smem);
+
+    Cursor load;
+    load.seg = __ldg(a.worker_indptr + worker);
+    load.seg_stop = __ldg(a.worker_indptr + worker + 1);
+    cursor_enter(load, a);
+    Cursor comp = load;
+
+#pragma unroll
+    for (int s = 0; s < S::stages - 1; s++) {
+        tile_issue<S>(tile_slots<S>(load, a, lane), ring + s * S::stage_bytes, a, lane);
+        ap_cp_async_commit();
+        cursor_next(load, a);
+    }
+
+    WarpState<HEAD_DIM> st;
+    int stage = 0;
+    while (comp.seg < comp.seg_stop) {
+        const TileSlots<S> next = tile_slots<S>(load, a, lane);
+        if (comp.pos == comp.begin) state_begin<HEAD_DIM, KV, QT>(st, comp, a, lane);
+        ap_cp_async_wait<S::stages - 2>();
+        __syncwarp();
+        decode_tile<HEAD_DIM, KV, QT>(st, ring + stage * S::stage_bytes, comp.end - comp.pos,
+                                      a.scale_log2, lane);
+        __syncwarp(); // every lane's reads of the freed stage precede the next copies into it
+        int free_stage = stage == 0 ? S::stages - 1 : stage - 1;
+        tile_issue<S>(next, ring + free_stage * S::stage_bytes, a, lane);
+        ap_cp_async_commit();
+        cursor_next(load, a);
+        if (comp.pos + kTile >= comp.end) state_finish<HEAD_DIM, KV, QT>(st, comp, a, lane);
+        cursor_next(comp, a);
+        stage = stage + 1 == S::stages ? 0 : stage + 1;
+    }
+    ap_cp_async_wait<0>();
+}
+
+// Combines the partial states of each pair cut over several warps (softmax_state.cuh):
+// o = sum_p w_p o_p / sum_p w_p, w_p = 2^(lse2_p - max lse2), lse = ln2 * (max + log2 sum w).
+template <typename QT>
+__global__ void fil_decode_merge_kernel(const fil_decode_merge *merges, const float *partial_out,
+                                        const float *partial_lse, QT *out, float *lse,
+                                        int32_t group, int32_t head_dim, int32_t num_qo_heads) {
+    const fil_decode_merge mg = merges[blockIdx.x];
+    const int64_t row0 = (int64_t)mg.seq * num_qo_heads + mg.kv_head * group;
+    for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
+        const int h = idx / head_dim, d = idx - h * head_dim;
+        float max_lse2 = -INFINITY;
+        for (int p = mg.first_partial; p < mg.end_partial; p++)
+            max_lse2 = fmaxf(max_lse2, partial_lse[p * group + h]);
+        float weight_sum = 0.f, acc = 0.f;
+        for (int p = mg.first_partial; p < mg.end_partial; p++) {
+            const float w = ap_softmax_merge_weight(partial_lse[p * group + h], max_lse2);
+            weight_sum += w;
+            acc += w * partial_out[((int64_t)p * group + h) * head_dim + d];
+        }
+        out[(row0 + h) * head_dim + d] = ap_from_float<QT>(acc / weight_sum);
+        if (lse != NULL && d == 0) lse[row0 + h] = ap_lse2_to_ln(max_lse2 + log2f(weight_sum));
+    }
+}
+
+typedef void (*DecodeKernel)(const DecodeArgs);
+
+struct DecodeVariant {
+    DecodeKernel kernel;
+    int smem_bytes;
+};
+
+template <int HEAD_DIM, typename KV, typename QT> DecodeVariant decode_variant() {
+    return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * DecodeShape<HEAD_DIM, KV>::warp_smem};
+}
+
+template <int HEAD_DIM> DecodeVariant decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
+    if (kv_dtype == AP_DTYPE_FP8_E4M3) {
+        if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __nv_bfloat16>();
+        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __half>();
+    } else if (kv_dtype == q_dtype) {
+        if (q_dtype == AP_DTYPE_BF16)
+            return decode_variant<HEAD_DIM, __nv_bfloat16, __nv_bfloat16>();
+        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, __half, __half>();
+    }
+    return {NULL, 0};
+}
+
+// The small dispatch: the only place that instantiates kernels.
+DecodeVariant decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
+    switch (head_dim) {
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype);
+        default: return {NULL, 0};
+    }
+}
+
+int log2_exact(int32_t x) {
+    int n = 0;
+    while ((1 << n) < x) n++;
+    return (1 << n) == x ? n : -1;
+}
+
+} // namespace
+
+extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                            int32_t sm_count, int32_t *out, ap_msgbuf *msg) {
+    *out = 0;
+    DecodeVariant v = decode_dispatch(head_dim, q_dtype, kv_dtype);
+    if (v.kernel == NULL) {
+        ap_msgbuf_add(msg, FIL_WHO ": no kernel for head_dim %d, q dtype %d, kv dtype %d", head_dim,
+                      (int)q_dtype, (int)kv_dtype);
+        return AP_ERR_UNSUPPORTED;
+    }
+    ap_status status = ap_cuda_status(
+        cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem_bytes),
+        FIL_WHO, "cudaFuncSetAttribute(max dynamic shared memory)", msg);
+    if (status != AP_OK) return status;
+    int blocks = 0;
+    status = ap_cuda_status(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.kernel, kWarps * 32, v.smem_bytes),
+        FIL_WHO, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", msg);
+    if (status != AP_OK) return status;
+    if (blocks < 1) {
+        ap_msgbuf_add(msg, FIL_WHO ": the kernel does not fit on an SM (%d bytes of shared memory)",
+                      v.smem_bytes);
+        return AP_ERR_CUDA;
+    }
+    *out = blocks * kWarps * sm_count;
+    return AP_OK;
+}
+
+extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    const fil_paged_kv *kv = &params->kv;
+    DecodeVariant v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
+    const int log2_page = log2_exact(kv->page_size);
+    const int group = kv->num_kv_heads > 0 ? params->num_qo_heads / kv->num_kv_heads : 0;
+    if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
+        group * kv->num_kv_heads != params->num_qo_heads) {
+        ap_msgbuf_add(msg,
+                      FIL_WHO ": unsupported shape (head_dim %d, page size %d, %d query "
+                              "heads over %d KV heads)",
+                      kv->head_dim, kv->page_size, params->num_qo_heads, kv->num_kv_heads);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (plan->num_workers == 0) return AP_OK;
+    const bool fp8 = kv->kv_dtype == AP_DTYPE_FP8_E4M3;
+    DecodeArgs a;
+    a.q = params->q;
+    a.out = params->out;
+    a.lse = params->lse;
+    a.k_pages = static_cast<const uint8_t *>(kv->k_pages);
+    a.v_pages = static_cast<const uint8_t *>(kv->v_pages);
+    a.kv_page_indptr = kv->kv_page_indptr;
+    a.kv_page_indices = kv->kv_page_indices;
+    a.worker_indptr = plan->worker_indptr;
+    a.segs = reinterpret_cast<const int4 *>(plan->segs);
+    a.seg_partial = plan->seg_partial;
+    a.partial_out = plan->partial_out;
+    a.partial_lse = plan->partial_lse;
+    a.num_workers = plan->num_workers;
+    a.num_qo_heads = params->num_qo_heads;
+    a.num_kv_heads = kv->num_kv_heads;
+    a.group = group;
+    a.log2_page_size = log2_page;
+    a.scale_log2 = params->sm_scale * 1.4426950408889634f * (fp8 ? kv->k_scale : 1.f);
+    a.v_scale = fp8 ? kv->v_scale : 1.f;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const int blocks = (plan->num_workers + kWarps - 1) / kWarps;
+    v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);
+    ap_status status = ap_cuda_launch_status(FIL_WHO, "fil_decode_kernel", msg);
+    if (status != AP_OK || plan->num_merges == 0) return status;
+    if (params->q_dtype == AP_DTYPE_BF16)
+        fil_decode_merge_kernel<__nv_bfloat16><<<plan->num_merges, 128, 0, s>>>(
+            plan->merges, plan->partial_out, plan->partial_lse,
+            static_cast<__nv_bfloat16 *>(params->out), params->lse, group, kv->head_dim,
+            params->num_qo_heads);
+    else
+        fil_decode_merge_kernel<__half><<<plan->num_merges, 128, 0, s>>>(
+            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__half *>(params->out),
+            params->lse, group, kv->head_dim, params->num_qo_heads);
+    return ap_cuda_launch_status(FIL_WHO, "fil_decode_merge_kernel", msg);
+}

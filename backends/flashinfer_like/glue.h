@@ -1,0 +1,65 @@
+/* glue.h: what the C files of the flashinfer_like plugin share: the instance and the batch plan. */
+#ifndef AP_FIL_GLUE_H
+#define AP_FIL_GLUE_H
+
+#include "extend.h"
+#include "fil.h"
+
+#define FIL_NAME "flashinfer_like"
+#define FIL_DECODE_MIN_TILES 8 /* fewest KV tiles a decode worker gets when splitting */
+
+/* The plan of the batch last given to init_metadata. Device arrays live in the instance's plan
+ * buffer; the batch's own device arrays are borrowed until the next init_metadata. */
+typedef struct fil_batch_plan {
+    int ready;
+    ap_forward_mode mode;
+    int32_t num_seqs;
+    int32_t num_tokens;
+    int32_t max_page_index;   /* largest page index any sequence names, -1 if none */
+    const int32_t *qo_indptr; /* the batch's device arrays */
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const int32_t *slots;   /* device [num_tokens]: cache slot of each new token */
+    fil_decode_plan decode; /* mode DECODE */
+    fil_extend_plan extend; /* mode EXTEND */
+} fil_batch_plan;
+
+struct ap_backend {
+    ap_model model; /* as validated; `name` not kept */
+    int32_t device_ordinal;
+    int32_t group;       /* query heads per KV head */
+    int32_t split_kv;    /* 1: decode splits long sequences over several warps */
+    int32_t max_workers; /* decode warps resident at once on the whole GPU */
+    /* the batch plan: built in plan_host (pinned), copied to plan_dev once per batch */
+    void *plan_host;
+    void *plan_dev;
+    size_t plan_bytes;
+    void *plan_copied; /* event: the last copy out of plan_host has finished */
+    int plan_copy_pending;
+    /* decode partial states */
+    float *partial_out;
+    float *partial_lse;
+    /* extend's plan buffers (extend.h) */
+    void *extend_host;
+    void *extend_dev;
+    size_t extend_bytes;
+    fil_batch_plan plan;
+};
+
+/* plan.c */
+size_t fil_plan_capacity(const ap_model *model, int32_t max_workers);
+ap_status fil_plan_batch(ap_backend *backend, const ap_batch *batch, void *stream, ap_msgbuf *msg);
+
+/* forward.c */
+ap_status fil_forward_decode(ap_backend *backend, const ap_layer *layer,
+                             const ap_forward_args *args, void *stream, ap_msgbuf *msg);
+ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
+                             const ap_forward_args *args, void *stream, ap_msgbuf *msg);
+
+/* validate.c */
+ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
+                       ap_msgbuf *reasons);
+int fil_option_split_kv(const ap_options *options); /* 1 unless split_kv: off */
+
+#endif /* AP_FIL_GLUE_H */

@@ -1,0 +1,318 @@
+/* plan.c: init_metadata: check a batch, plan split-KV decode and the KV append, copy it once. */
+#include <limits.h>
+#include <stdlib.h>
+
+#include "glue.h"
+
+static size_t fil_align16(size_t n) {
+    return (n + 15) & ~(size_t)15;
+}
+
+/* Upper bounds of the plan arrays for this model's largest batch (see fil_decode_split). */
+typedef struct fil_plan_sizes {
+    size_t workers, segs, merges, tokens;
+} fil_plan_sizes;
+
+static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
+    fil_plan_sizes s;
+    size_t pairs = (size_t)m->max_batch * (size_t)m->num_kv_heads;
+    s.workers = pairs > (size_t)max_workers ? pairs : (size_t)max_workers;
+    s.segs = pairs + (size_t)max_workers;
+    s.merges = pairs;
+    s.tokens = (size_t)m->max_tokens;
+    return s;
+}
+
+/* The arrays one after the other, each 16-byte aligned: indptr, segs, seg_partial, merges,
+ * slots. The same layout serves the bounds (capacity) and the actual counts (the copy). */
+typedef struct fil_plan_layout {
+    size_t indptr, segs, seg_partial, merges, slots, end;
+} fil_plan_layout;
+
+static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
+    fil_plan_layout l;
+    l.indptr = 0;
+    l.segs = fil_align16((s.workers + 1) * sizeof(int32_t));
+    l.seg_partial = l.segs + fil_align16(s.segs * sizeof(fil_decode_seg));
+    l.merges = l.seg_partial + fil_align16(s.segs * sizeof(int32_t));
+    l.slots = l.merges + fil_align16(s.merges * sizeof(fil_decode_merge));
+    l.end = l.slots + fil_align16(s.tokens * sizeof(int32_t));
+    return l;
+}
+
+size_t fil_plan_capacity(const ap_model *model, int32_t max_workers) {
+    return fil_layout_of(fil_plan_bounds(model, max_workers)).end;
+}
+
+/* ---- checks of the batch's host mirrors ----------------------------------------------------- */
+
+static ap_status fil_batch_check_arrays(const ap_backend *b, const ap_batch *batch,
+                                        ap_msgbuf *msg) {
+    if (batch->struct_size < sizeof(ap_batch)) {
+        ap_msgbuf_add(msg, FIL_NAME ": ap_batch struct_size %zu < %zu", batch->struct_size,
+                      sizeof(ap_batch));
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (batch->mode != AP_MODE_DECODE && batch->mode != AP_MODE_EXTEND) {
+        ap_msgbuf_add(msg, FIL_NAME ": unknown batch mode %d", (int)batch->mode);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (batch->num_seqs < 0 || batch->num_seqs > b->model.max_batch || batch->num_tokens < 0 ||
+        batch->num_tokens > b->model.max_tokens) {
+        ap_msgbuf_add(msg,
+                      FIL_NAME ": %d sequences and %d tokens exceed the model's limits "
+                               "(%d sequences, %d tokens)",
+                      batch->num_seqs, batch->num_tokens, b->model.max_batch, b->model.max_tokens);
+        return AP_ERR_SHAPE_MISMATCH;
+    }
+    if (batch->qo_indptr_host == NULL || batch->kv_page_indptr_host == NULL ||
+        batch->kv_page_indices_host == NULL || batch->kv_last_page_len_host == NULL ||
+        batch->seq_lens_host == NULL || batch->qo_indptr == NULL || batch->kv_page_indptr == NULL ||
+        batch->kv_page_indices == NULL || batch->kv_last_page_len == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": the batch needs qo_indptr, the page arrays (device and "
+                                    "host mirrors) and seq_lens_host");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    const int32_t *qo = batch->qo_indptr_host;
+    const int32_t *pages = batch->kv_page_indptr_host;
+    if (qo[0] != 0 || qo[batch->num_seqs] != batch->num_tokens || pages[0] != 0 ||
+        pages[batch->num_seqs] != batch->num_pages_total || batch->num_pages_total < 0) {
+        ap_msgbuf_add(msg,
+                      FIL_NAME ": qo_indptr must run from 0 to num_tokens %d and "
+                               "kv_page_indptr from 0 to num_pages_total %d",
+                      batch->num_tokens, batch->num_pages_total);
+        return AP_ERR_SHAPE_MISMATCH;
+    }
+    return AP_OK;
+}
+
+/* Per sequence: q_len >= 0 (exactly 1 in decode), seq_len >= q_len, and the pages hold seq_len:
+ * (pages - 1) * page_size + last_page_len == seq_len, or no page for an empty sequence. */
+static ap_status fil_batch_check_seqs(const ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
+    const int32_t ps = b->model.page_size;
+    for (int32_t i = 0; i < batch->num_seqs; i++) {
+        int32_t q_len = batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
+        int32_t seq_len = batch->seq_lens_host[i];
+        int32_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
+        int32_t last = batch->kv_last_page_len_host[i];
+        if (q_len < 0 || (batch->mode == AP_MODE_DECODE && q_len != 1) || seq_len < q_len) {
+            ap_msgbuf_add(msg, FIL_NAME ": sequence %d has %d new tokens and seq_len %d%s", i,
+                          q_len, seq_len,
+                          batch->mode == AP_MODE_DECODE ? " (decode needs exactly 1 new)" : "");
+            return AP_ERR_SHAPE_MISMATCH;
+        }
+        int ok = pages >= 0 && (pages == 0 ? seq_len == 0
+                                           : last >= 1 && last <= ps &&
+                                                 (int64_t)(pages - 1) * ps + last == seq_len);
+        if (!ok) {
+            ap_msgbuf_add(msg,
+                          FIL_NAME ": sequence %d: %d pages of %d with last_page_len %d do "
+                                   "not hold seq_len %d",
+                          i, pages, ps, last, seq_len);
+            return AP_ERR_SHAPE_MISMATCH;
+        }
+    }
+    return AP_OK;
+}
+
+/* The largest page index (checked against each layer's cache in the forward calls) and the
+ * slot of every new token: page * page_size + offset of position seq_len - q_len + j. */
+static ap_status fil_plan_slots(ap_backend *b, const ap_batch *batch, int32_t *slots,
+                                ap_msgbuf *msg) {
+    const int32_t ps = b->model.page_size;
+    int32_t max_page = -1;
+    for (int32_t p = 0; p < batch->num_pages_total; p++) {
+        int32_t page = batch->kv_page_indices_host[p];
+        if (page < 0 || (int64_t)page * ps + ps - 1 > INT32_MAX) {
+            ap_msgbuf_add(msg,
+                          FIL_NAME ": page index %d (entry %d) is negative or its slots pass "
+                                   "2^31",
+                          page, p);
+            return AP_ERR_SHAPE_MISMATCH;
+        }
+        if (page > max_page) max_page = page;
+    }
+    b->plan.max_page_index = max_page;
+    for (int32_t i = 0; i < batch->num_seqs; i++) {
+        const int32_t *seq_pages = batch->kv_page_indices_host + batch->kv_page_indptr_host[i];
+        int32_t q0 = batch->qo_indptr_host[i], q_len = batch->qo_indptr_host[i + 1] - q0;
+        int32_t prefix = batch->seq_lens_host[i] - q_len;
+        for (int32_t j = 0; j < q_len; j++) {
+            int32_t pos = prefix + j;
+            slots[q0 + j] = seq_pages[pos / ps] * ps + pos % ps;
+        }
+    }
+    return AP_OK;
+}
+
+/* ---- split-KV decode ------------------------------------------------------------------------ */
+
+typedef struct fil_split {
+    int32_t *indptr;
+    fil_decode_seg *segs;
+    int32_t *seg_partial;
+    fil_decode_merge *merges;
+    int32_t num_workers, num_segs, num_merges, num_partials;
+} fil_split;
+
+static int64_t fil_tiles(int32_t len) {
+    return ((int64_t)len + FIL_DECODE_TILE - 1) / FIL_DECODE_TILE;
+}
+
+/* Cuts the (sequence, KV head) pairs into segments so that every warp gets the same number of
+ * 16-token tiles: quota = ceil(total tiles / warps resident on the GPU), at least
+ * FIL_DECODE_MIN_TILES so short batches do not shatter into partials. Pairs are laid end to end
+ * and cut every `quota` tiles: a worker may finish one pair and start the next, and a long pair
+ * runs on several workers whose partial states the merge kernel combines.
+ * Bounds: workers <= max_workers; each cut adds at most one segment and a split pair of k
+ * segments holds k - 1 cuts, so partials <= 2 * (workers - 1). With split_kv off every pair is
+ * one worker's single segment. */
+static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fil_split *s,
+                                  ap_msgbuf *msg) {
+    const int32_t hk = b->model.num_kv_heads;
+    int64_t total = 0;
+    for (int32_t i = 0; i < batch->num_seqs; i++) total += hk * fil_tiles(batch->seq_lens_host[i]);
+    int64_t quota = INT64_MAX;
+    if (b->split_kv) {
+        quota = (total + b->max_workers - 1) / b->max_workers;
+        if (quota < FIL_DECODE_MIN_TILES) quota = FIL_DECODE_MIN_TILES;
+    }
+    int64_t used = 0;
+    s->indptr[0] = 0;
+    for (int32_t i = 0; i < batch->num_seqs; i++) {
+        const int32_t len = batch->seq_lens_host[i];
+        const int64_t tiles = fil_tiles(len);
+        for (int32_t h = 0; h < hk; h++) {
+            const int32_t first = s->num_segs;
+            for (int64_t t0 = 0; t0 < tiles;) {
+                if (used == quota) {
+                    s->indptr[++s->num_workers] = s->num_segs;
+                    used = 0;
+                }
+                int64_t take = tiles - t0 < quota - used ? tiles - t0 : quota - used;
+                int64_t end = (t0 + take) * FIL_DECODE_TILE;
+                s->segs[s->num_segs++] = (fil_decode_seg){i, h, (int32_t)(t0 * FIL_DECODE_TILE),
+                                                          end < len ? (int32_t)end : len};
+                used += take;
+                t0 += take;
+            }
+            if (!b->split_kv) {
+                s->indptr[++s->num_workers] = s->num_segs;
+                used = 0;
+            }
+            const int32_t count = s->num_segs - first;
+            if (count == 1) {
+                s->seg_partial[first] = -1;
+                continue;
+            }
+            s->merges[s->num_merges++] =
+                (fil_decode_merge){i, h, s->num_partials, s->num_partials + count};
+            for (int32_t k = 0; k < count; k++) s->seg_partial[first + k] = s->num_partials++;
+        }
+    }
+    if (used > 0) s->indptr[++s->num_workers] = s->num_segs;
+    if (s->num_partials > 2 * b->max_workers) {
+        ap_msgbuf_add(msg, FIL_NAME ": internal: %d partials for %d workers", s->num_partials,
+                      b->max_workers);
+        return AP_ERR_INTERNAL;
+    }
+    return AP_OK;
+}
+
+/* ---- the plan of one batch ------------------------------------------------------------------ */
+
+static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *stream,
+                                 ap_msgbuf *msg) {
+    const ap_model *m = &b->model;
+    fil_extend_plan_args args = {
+        .num_seqs = batch->num_seqs,
+        .qo_indptr_host = batch->qo_indptr_host,
+        .kv_page_indptr_host = batch->kv_page_indptr_host,
+        .kv_last_page_len_host = batch->kv_last_page_len_host,
+        .page_size = m->page_size,
+        .head_dim = m->head_dim_qk,
+        .num_qo_heads = m->num_qo_heads,
+        .num_kv_heads = m->num_kv_heads,
+        .causal = m->causal,
+        .tile_rows = 0,
+        .host_scratch = b->extend_host,
+        .device_buffer = b->extend_dev,
+        .buffer_bytes = b->extend_bytes,
+    };
+    return fil_extend_plan_build(&args, stream, &b->plan.extend, msg);
+}
+
+/* Moves the arrays planned at their capacity offsets down to the compact layout of `used`, so
+ * one copy moves only what this batch needs. Regions only move down, in order. */
+static void fil_plan_compact(char *base, fil_plan_layout from, fil_plan_layout to,
+                             fil_plan_sizes used) {
+    memmove(base + to.segs, base + from.segs, used.segs * sizeof(fil_decode_seg));
+    memmove(base + to.seg_partial, base + from.seg_partial, used.segs * sizeof(int32_t));
+    memmove(base + to.merges, base + from.merges, used.merges * sizeof(fil_decode_merge));
+    memmove(base + to.slots, base + from.slots, used.tokens * sizeof(int32_t));
+}
+
+ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg) {
+    b->plan.ready = 0;
+    ap_status st = fil_batch_check_arrays(b, batch, msg);
+    if (st == AP_OK) st = fil_batch_check_seqs(b, batch, msg);
+    if (st != AP_OK) return st;
+    /* the previous batch's copy must have left the pinned buffer before it is rewritten */
+    if (b->plan_copy_pending) {
+        st = fil_rt_event_wait(b->plan_copied, msg);
+        if (st != AP_OK) return st;
+        b->plan_copy_pending = 0;
+    }
+    char *host = b->plan_host;
+    const fil_plan_layout cap = fil_layout_of(fil_plan_bounds(&b->model, b->max_workers));
+    st = fil_plan_slots(b, batch, (int32_t *)(host + cap.slots), msg);
+    if (st != AP_OK) return st;
+
+    fil_split split = {(int32_t *)(host + cap.indptr),
+                       (fil_decode_seg *)(host + cap.segs),
+                       (int32_t *)(host + cap.seg_partial),
+                       (fil_decode_merge *)(host + cap.merges),
+                       0,
+                       0,
+                       0,
+                       0};
+    if (batch->mode == AP_MODE_DECODE) {
+        st = fil_decode_split(b, batch, &split, msg);
+    } else {
+        split.indptr[0] = 0;
+        st = fil_plan_extend(b, batch, stream, msg);
+    }
+    if (st != AP_OK) return st;
+
+    fil_plan_sizes used = {(size_t)split.num_workers, (size_t)split.num_segs,
+                           (size_t)split.num_merges, (size_t)batch->num_tokens};
+    const fil_plan_layout lay = fil_layout_of(used);
+    fil_plan_compact(host, cap, lay, used);
+    st = fil_rt_copy_to_device(b->plan_dev, host, lay.end, stream, msg);
+    if (st == AP_OK) st = fil_rt_event_record(b->plan_copied, stream, msg);
+    if (st != AP_OK) return st;
+    b->plan_copy_pending = 1;
+
+    char *dev = b->plan_dev;
+    fil_batch_plan *p = &b->plan;
+    p->mode = batch->mode;
+    p->num_seqs = batch->num_seqs;
+    p->num_tokens = batch->num_tokens;
+    p->qo_indptr = batch->qo_indptr;
+    p->kv_page_indptr = batch->kv_page_indptr;
+    p->kv_page_indices = batch->kv_page_indices;
+    p->kv_last_page_len = batch->kv_last_page_len;
+    p->slots = (const int32_t *)(dev + lay.slots);
+    p->decode = (fil_decode_plan){
+        .num_workers = split.num_workers,
+        .num_merges = split.num_merges,
+        .worker_indptr = (const int32_t *)(dev + lay.indptr),
+        .segs = (const fil_decode_seg *)(dev + lay.segs),
+        .seg_partial = (const int32_t *)(dev + lay.seg_partial),
+        .merges = (const fil_decode_merge *)(dev + lay.merges),
+        .partial_out = b->partial_out,
+        .partial_lse = b->partial_lse,
+    };
+    p->ready = 1;
+    return AP_OK;
+}

@@ -1,0 +1,162 @@
+/* validate.c: may flashinfer_like serve this model here? Every reason it cannot, no allocation. */
+#include <string.h>
+
+#include "glue.h"
+
+/* Page sizes the decode kernel serves: powers of two, so a position splits into page and offset
+ * by a shift. Extend (extend.h) takes any page size; the intersection is what caps publish. */
+static int fil_page_size_ok(int32_t page_size) {
+    return page_size >= 1 && page_size <= 128 && (page_size & (page_size - 1)) == 0;
+}
+
+static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refused) {
+    if (m->kind != AP_ATTN_MHA) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": attention kind %s is not served (MHA, GQA, MQA only)",
+                      m->kind == AP_ATTN_MLA ? "MLA" : "unknown");
+    }
+    if (m->head_dim_qk != m->head_dim_v) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": qk head dim %d differs from v head dim %d",
+                      m->head_dim_qk, m->head_dim_v);
+    }
+    if (m->head_dim_qk != 64 && m->head_dim_qk != 128 && m->head_dim_qk != 256) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": head dim %d is not 64, 128 or 256", m->head_dim_qk);
+    }
+    if (m->num_qo_heads <= 0 || m->num_kv_heads <= 0 || m->num_qo_heads % m->num_kv_heads != 0) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": %d query heads over %d KV heads: both must be > 0 and the KV "
+                               "heads must divide the query heads",
+                      m->num_qo_heads, m->num_kv_heads);
+    } else if (m->num_qo_heads / m->num_kv_heads > FIL_MAX_GROUP) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": GQA group of %d query heads per KV head (1..%d served)",
+                      m->num_qo_heads / m->num_kv_heads, FIL_MAX_GROUP);
+    }
+    if (!fil_page_size_ok(m->page_size)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": page size %d is not a power of two from 1 to 128",
+                      m->page_size);
+    }
+    if (m->max_batch <= 0 || m->max_tokens <= 0 || m->max_batch > (1 << 20) ||
+        m->max_tokens > (1 << 24)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": max_batch %d and max_tokens %d must be in 1..2^20 and "
+                               "1..2^24",
+                      m->max_batch, m->max_tokens);
+    }
+}
+
+static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {
+    if (m->dtype != AP_DTYPE_BF16 && m->dtype != AP_DTYPE_F16) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": query dtype %d is not bf16 or f16", (int)m->dtype);
+    }
+    if (m->kv_dtype == AP_DTYPE_FP8_E4M3) return;
+    if (m->kv_dtype == AP_DTYPE_BF16 || m->kv_dtype == AP_DTYPE_F16) {
+        if (m->kv_dtype != m->dtype) {
+            *refused = 1;
+            ap_msgbuf_add(reasons,
+                          FIL_NAME ": a 16-bit KV cache must have the query dtype (%d), "
+                                   "not %d",
+                          (int)m->dtype, (int)m->kv_dtype);
+        }
+        return;
+    }
+    *refused = 1;
+    ap_msgbuf_add(reasons, FIL_NAME ": KV cache dtype %d is not bf16, f16 or fp8_e4m3%s",
+                  (int)m->kv_dtype,
+                  m->kv_dtype == AP_DTYPE_NVFP4 ? " (nvfp4 is not implemented)" : "");
+}
+
+/* Decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
+ * sm_89; the build targets sm_90, so anything older cannot run it anyway. */
+static void fil_validate_device(const ap_device *device, ap_msgbuf *reasons, int *refused) {
+    if (device == NULL) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": no device given");
+        return;
+    }
+    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": needs a CUDA GPU%s%s",
+                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
+        return;
+    }
+    if (device->cc_major < 9) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": compute capability %d.%d is below 9.0", device->cc_major,
+                      device->cc_minor);
+    }
+    if (device->sm_count <= 0) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": the device reports %d SMs", device->sm_count);
+    }
+}
+
+int fil_option_split_kv(const ap_options *options) {
+    if (options == NULL || options->extra == NULL) return 1;
+    for (size_t i = 0; i < options->num_extra; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        if (kv->key != NULL && strcmp(kv->key, "split_kv") == 0 && kv->value != NULL &&
+            strcmp(kv->value, "off") == 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* One backend-specific option: split_kv: auto | off (off: one warp per pair, no merge; for
+ * measurements). Anything else is refused, since a typo must not pass silently. */
+static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
+    if (options == NULL) return;
+    if (options->struct_size < sizeof(ap_options)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": ap_options struct_size %zu < %zu", options->struct_size,
+                      sizeof(ap_options));
+        return;
+    }
+    if (options->cuda_graphs == 1) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": CUDA graphs are not supported yet (init_metadata "
+                                        "reads host mirrors)");
+    }
+    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        const char *key = kv->key != NULL ? kv->key : "(null)";
+        const char *value = kv->value != NULL ? kv->value : "(null)";
+        if (strcmp(key, "split_kv") == 0 &&
+            (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
+            continue;
+        *refused = 1;
+        if (strcmp(key, "split_kv") == 0)
+            ap_msgbuf_add(reasons, FIL_NAME ": option split_kv is '%s', not auto or off", value);
+        else
+            ap_msgbuf_add(reasons, FIL_NAME ": unknown option '%s' (known: split_kv)", key);
+    }
+}
+
+ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
+                       ap_msgbuf *reasons) {
+    if (model == NULL) {
+        ap_msgbuf_add(reasons, FIL_NAME ": no model given");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (model->struct_size < sizeof(ap_model)) {
+        ap_msgbuf_add(reasons, FIL_NAME ": ap_model struct_size %zu < %zu (an older ABI)",
+                      model->struct_size, sizeof(ap_model));
+        return AP_ERR_REFUSED;
+    }
+    int refused = 0;
+    fil_validate_shape(model, reasons, &refused);
+    fil_validate_dtypes(model, reasons, &refused);
+    fil_validate_device(device, reasons, &refused);
+    fil_validate_options(options, reasons, &refused);
+    if (!refused && fil_extend_check_config(model->head_dim_qk, model->dtype, model->kv_dtype,
+                                            model->num_qo_heads, model->num_kv_heads,
+                                            model->page_size, reasons) != AP_OK)
+        refused = 1;
+    return refused ? AP_ERR_REFUSED : AP_OK;
+}
