@@ -16,8 +16,8 @@ const ap_config_rule *ap_config_match(const ap_config *config, const char *model
         const ap_config_rule *rule = &config->rules[i].rule;
         /* No FNM_PATHNAME: "*" must cover "org/model" names. */
         if (fnmatch(rule->pattern, model_name, 0) == 0) {
-            ap_log(AP_LOG_CONFIG, "%s:%d: rule '%s' matches model '%s'", config->source, rule->line,
-                   rule->pattern, model_name);
+            ap_log(AP_LOG_CONFIG, "%s:%d:%d: rule '%s' matches model '%s'", config->source,
+                   rule->line, config->rules[i].column, rule->pattern, model_name);
             return rule;
         }
     }

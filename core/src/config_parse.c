@@ -159,16 +159,20 @@ static ap_status ap_expect_kind(const ap_config *config, const ap_ynode *node, a
 static ap_status ap_read_string(const ap_config *config, const ap_ynode *node, const char *what) {
     ap_status status = ap_expect_kind(config, node, AP_YNODE_SCALAR, what);
     if (status != AP_OK) return status;
-    if (node->length == 0 || strlen(node->text) != node->length) {
-        char got[96];
+    char got[96];
+    if (node->length == 0)
         return ap_node_error(config, node, "expected %s, got %s", what,
                              ap_ynode_describe(node, got, sizeof got));
-    }
+    /* A "\0" escape would cut the C string short of what the file says. */
+    if (strlen(node->text) != node->length)
+        return ap_node_error(config, node, "expected %s, got a string holding a NUL character",
+                             what);
     return AP_OK;
 }
 
 /* A plain decimal integer in [minimum, INT32_MAX]. Quoted "16" is a string in YAML, and is
- * refused as one so that the file means what it reads as. */
+ * refused as one so that the file means what it reads as; so is "010", octal 8 to YAML 1.1 and
+ * decimal 10 to YAML 1.2. */
 static ap_status ap_read_int(const ap_config *config, const ap_ynode *node, const char *what,
                              int32_t minimum, int32_t *out) {
     char got[96];
@@ -177,11 +181,11 @@ static ap_status ap_read_int(const ap_config *config, const ap_ynode *node, cons
                              minimum > 0 ? "a positive integer" : "an integer",
                              ap_ynode_describe(node, got, sizeof got));
     const char *digits = node->text + (node->text[0] == '+' || node->text[0] == '-');
-    int all_digits = *digits != '\0';
-    for (const char *c = digits; *c; c++) all_digits &= *c >= '0' && *c <= '9';
+    int decimal = *digits != '\0' && !(digits[0] == '0' && digits[1] != '\0');
+    for (const char *c = digits; *c; c++) decimal &= *c >= '0' && *c <= '9';
     errno = 0;
-    long long value = all_digits ? strtoll(node->text, NULL, 10) : 0;
-    if (!all_digits || errno == ERANGE || value < minimum || value > INT32_MAX)
+    long long value = decimal ? strtoll(node->text, NULL, 10) : 0;
+    if (!decimal || errno == ERANGE || value < minimum || value > INT32_MAX)
         return ap_node_error(config, node, "%s must be %s, got '%s'", what,
                              minimum > 0 ? "a positive integer" : "an integer", node->text);
     *out = (int32_t)value;

@@ -117,6 +117,8 @@ static void test_backend_names(void **state) {
                         "backend name 'Flash-Infer' may hold only a-z, 0-9 and '_'");
     test_parse_fails_at(RULE_OPEN "    backend: \"cpu ref\"\n", 4, 14,
                         "backend name 'cpu ref' may hold only a-z, 0-9 and '_'");
+    test_parse_fails_at(RULE_OPEN "    backend: \"cpu\\0ref\"\n", 4, 14,
+                        "expected a backend name, got a string holding a NUL character");
     test_parse_fails_at(RULE_OPEN "    backends: [cpu_ref, cpu_ref]\n", 4, 25,
                         "backend 'cpu_ref' listed twice (first at 4:16)");
     test_parse_fails_at(RULE_WITH_OPTIONS "      backend_options:\n        trtllm_mha: {x: 1}\n", 7,
@@ -136,6 +138,8 @@ static void test_bad_values(void **state) {
         {"16.5", "got '16.5'", 18},
         {"sixteen", "got 'sixteen'", 18},
         {"0x10", "got '0x10'", 18},
+        {"016", "got '016'", 18},
+        {"+0", "got '+0'", 18},
         {"2147483648", "got '2147483648'", 18},
         {"\"16\"", "got the quoted string '16'", 18},
         {"[16]", "got a list", 18},
