@@ -25,12 +25,15 @@ int ap_skips_kv(const ap_instance *instance) {
            (instance->plugin->desc->caps->features & AP_FEATURE_EMBEDDING_SKIP_KV);
 }
 
-static void ap_format_shape(const int64_t *dims, int ndim, char *out, size_t capacity) {
+/* "[4][8][128]"; with `free_dims`, AP_ANY prints as "[*]" (an expected shape). */
+static void ap_format_shape(const int64_t *dims, int ndim, int free_dims, char *out,
+                            size_t capacity) {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < ndim && used < capacity; i++) {
-        int n = dims[i] == AP_ANY ? snprintf(out + used, capacity - used, "[*]")
-                                  : snprintf(out + used, capacity - used, "[%" PRId64 "]", dims[i]);
+        int n = free_dims && dims[i] == AP_ANY
+                    ? snprintf(out + used, capacity - used, "[*]")
+                    : snprintf(out + used, capacity - used, "[%" PRId64 "]", dims[i]);
         if (n > 0) used += (size_t)n;
     }
     if (ndim == 0) snprintf(out, capacity, "(scalar)");
@@ -74,11 +77,16 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
                           const DLTensor *t, int ndim, const int64_t *dims, DLDataType dtype,
                           ap_layout layout) {
     char want[64], got[64];
-    ap_format_shape(dims, ndim, want, sizeof want);
+    ap_format_shape(dims, ndim, 1, want, sizeof want);
     if (t->ndim < 0 || t->ndim > 8 || (t->ndim > 0 && t->shape == NULL))
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has ndim %d with shape %p", name,
                              (int)t->ndim, (void *)t->shape);
-    ap_format_shape(t->shape, t->ndim, got, sizeof got);
+    ap_format_shape(t->shape, t->ndim, 0, got, sizeof got);
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] < 0)
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has shape %s (negative dim %d)",
+                                 name, got, i);
+    }
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = dims[i] == AP_ANY || t->shape[i] == dims[i];
     if (!same)

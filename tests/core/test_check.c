@@ -346,6 +346,9 @@ static void test_append_kv_args(void **state) {
     c.cos_sin.shape[1] = 8;
     APPEND_FAILS(s, &c, AP_ERR_SHAPE_MISMATCH, "args.cos_sin has shape [32][8], expected [*][4]");
     c.cos_sin.shape[1] = 4;
+    c.cos_sin.shape[0] = -1; /* a free dim must still be a size */
+    APPEND_FAILS(s, &c, AP_ERR_INVALID_ARGUMENT, "args.cos_sin has shape [-1][4] (negative dim 0)");
+    c.cos_sin.shape[0] = 32;
     c.positions.t.dtype = (DLDataType){kDLInt, 64, 1};
     APPEND_FAILS(s, &c, AP_ERR_SHAPE_MISMATCH, "args.positions has dtype int");
     c.positions.t.dtype = TC_I32;
