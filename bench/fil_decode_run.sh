@@ -1,0 +1,54 @@
+#!/bin/bash
+# fil_decode_run.sh: on the GPU machine, build, check and time flashinfer_like's decode in one go.
+# Usage (repo root, carry .deps): bash bench/fil_decode_run.sh   (logs under $OUT)
+set -o pipefail
+OUT=${OUT:-/tmp/fil_decode_out}
+B=/tmp/fil-build
+mkdir -p "$OUT" /tmp/deps
+t0=$(date +%s)
+stamp() { echo "--- $1 at +$(($(date +%s) - t0))s"; }
+for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
+export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
+export PKG_CONFIG_SYSROOT_DIR=/tmp/deps LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu
+export CPATH=/tmp/deps/usr/include
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+stamp build
+(meson setup $B -Dcuda=enabled && ninja -C $B -j 16 backends/flashinfer_like/ap_flashinfer_like.so \
+    backends/cpu_ref/ap_cpu_ref.so && { ninja -C $B -j 16 tests/gpu/gpu-harness bench/attnplug-bench || true; }) \
+    >"$OUT/build.log" 2>&1 || {
+    echo "meson build failed; building the plugin alone"; tail -n 30 "$OUT/build.log"
+    mkdir -p $B/backends/flashinfer_like
+    (cd backends/flashinfer_like && for f in *.c; do gcc -std=c11 -O2 -fPIC -fvisibility=hidden \
+        -D_GNU_SOURCE '-DAP_CUDA_ARCHS="90a"' -I../.. -c $f -o $B/$f.o || exit 1; done &&
+     nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fPIC,-fvisibility=hidden \
+        -I../.. -shared -Xlinker=--exclude-libs,ALL -o $B/backends/flashinfer_like/ap_flashinfer_like.so \
+        *.cu $B/*.c.o) >>"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
+}
+SO=$B/backends/flashinfer_like/ap_flashinfer_like.so
+nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -o $B/fil_decode_bench \
+    bench/fil_decode_bench.cu -ldl >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
+cuobjdump -sass -fun fil_decode_kernel $SO >/tmp/sass.txt 2>&1
+echo "decode sass: HMMA $(grep -c HMMA /tmp/sass.txt) LDSM $(grep -c LDSM /tmp/sass.txt) LDGSTS $(grep -c LDGSTS /tmp/sass.txt) LDL/STL $(grep -cE 'LDL|STL' /tmp/sass.txt)"
+stamp bench
+$B/fil_decode_bench $SO --runs 50 2>&1 | tee "$OUT/bench.log"
+stamp sanitize
+timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 $B/fil_decode_bench $SO --filter b3_l77 --runs 2 >"$OUT/sanitize.log" 2>&1
+echo "memcheck rc $?"; tail -n 2 "$OUT/sanitize.log"
+timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 $B/fil_decode_bench $SO --filter b3_l77 --runs 2 >>"$OUT/sanitize.log" 2>&1
+echo "racecheck rc $?"; tail -n 2 "$OUT/sanitize.log"
+if [ -x $B/tests/gpu/gpu-harness ]; then
+    stamp harness
+    timeout 150 $B/tests/gpu/gpu-harness flashinfer_like --plugin-dir $B/backends/cpu_ref \
+        --plugin-dir $B/backends/flashinfer_like >"$OUT/harness.log" 2>&1
+    echo "harness rc $?"; grep -E "FAIL|fail|summary|passed|skip" "$OUT/harness.log" | head -n 40
+fi
+if [ -x $B/bench/attnplug-bench ]; then
+    stamp peers
+    $B/bench/attnplug-bench --backend flashinfer_like --case decode --runs 50 \
+        --plugin-dir $B/backends/flashinfer_like --plugin-dir $B/backends/cpu_ref 2>&1 | tee "$OUT/attnplug-bench.log"
+    $B/bench/attnplug-bench --list >/tmp/cases.json
+    PYTHONUNBUFFERED=1 timeout 120 python3 bench/peer_torch.py --cases /tmp/cases.json --case decode --runs 50 \
+        --json "$OUT/torch.json" 2>&1 | grep -i decode | tee "$OUT/torch.log"
+fi
+stamp end
+grep -E "PASS|FAIL" "$OUT/bench.log"
