@@ -263,9 +263,9 @@ static eng_outcome eng_run_check(eng_run *run, ap_forward_mode mode) {
     }
     double limit = eng_check_tolerance(run->model->kv_dtype);
     int pass = isfinite(error) && error <= limit;
-    printf("  check vs cpu_ref (layer %d, last %s, %d sequences): rel L2 error %.3e (limit %.0e): "
+    printf("  check vs cpu_ref (layer %d, %s, %d sequences): rel L2 error %.3e (limit %.0e): "
            "%s\n",
-           last, mode == AP_MODE_EXTEND ? "prefill" : "decode step", run->seqs.num_seqs, error,
+           last, mode == AP_MODE_EXTEND ? "prefill" : "last decode step", run->seqs.num_seqs, error,
            limit, pass ? "ok" : "FAIL");
     return pass ? ENG_RAN : ENG_FAILED;
 }
@@ -301,10 +301,15 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
         prompt_tokens += run->seqs.prompt_lens[i];
     }
     printf(" (%lld tokens)\n", (long long)prompt_tokens);
-    if (eng_run_step(run, AP_MODE_EXTEND, steps == 0, &ms) != AP_OK) return ENG_FAILED;
+    if (eng_run_step(run, AP_MODE_EXTEND, 1, &ms) != AP_OK) return ENG_FAILED;
     eng_print_rate("prefill", run->batch.batch.num_tokens, m->num_layers, ms);
-    if (steps == 0)
-        return eng_run_output_finite(run) ? eng_run_check(run, AP_MODE_EXTEND) : ENG_FAILED;
+    /* The prefill is checked too: extend and decode are different kernels. */
+    if (!eng_run_output_finite(run)) {
+        printf("  error: the prefill output holds NaN or inf\n");
+        return ENG_FAILED;
+    }
+    eng_outcome checked = eng_run_check(run, AP_MODE_EXTEND);
+    if (checked != ENG_RAN || steps == 0) return checked;
     double total_ms = 0.0;
     for (int32_t s = 0; s < steps; s++) {
         if (eng_run_step(run, AP_MODE_DECODE, s == steps - 1, &ms) != AP_OK) return ENG_FAILED;

@@ -42,6 +42,8 @@ if [ "$backend" = cpu_ref ]; then
     expect_line "$work/llama.txt" '^  check: cpu_ref is the reference itself; outputs all finite$' \
         "Llama on cpu_ref: outputs finite"
 else
+    expect_line "$work/llama.txt" "^  check vs cpu_ref \(layer 1, prefill, 3 sequences\): rel L2 error [0-9]\.[0-9]{3}e[-+][0-9]+ \(limit [0-9]e-0[0-9]\): ok\$" \
+        "Llama on $backend: prefill checked against cpu_ref"
     expect_line "$work/llama.txt" "^  check vs cpu_ref \(layer 1, last decode step, 3 sequences\): rel L2 error [0-9]\.[0-9]{3}e[-+][0-9]+ \(limit [0-9]e-0[0-9]\): ok\$" \
         "Llama on $backend: checked against cpu_ref"
 fi

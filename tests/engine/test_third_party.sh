@@ -65,6 +65,8 @@ run_status 0 "$work/engine.txt" -- "$bin/attnplug-engine" --config "$work/cfg/na
     --plugin-dir "$lib/attnplug" --steps 2 --layers 2 --batch 3 --prompt-len 20 --seed 11
 expect_line "$work/engine.txt" '^  candidate example_naive: usable <- chosen$' "the config chose it"
 expect_line "$work/engine.txt" '^  decode: 2 steps, [0-9.]+ ms/step mean, [1-9][0-9]* tokens/s$' "it decoded"
+expect_line "$work/engine.txt" '^  check vs cpu_ref \(layer 1, prefill, 3 sequences\): rel L2 error [0-9]\.[0-9]{3}e-[0-9]+ \(limit 1e-02\): ok$' \
+    "its prefill agrees with cpu_ref"
 expect_line "$work/engine.txt" '^  check vs cpu_ref \(layer 1, last decode step, 3 sequences\): rel L2 error [0-9]\.[0-9]{3}e-[0-9]+ \(limit 1e-02\): ok$' \
     "its output agrees with cpu_ref"
 expect_line "$work/engine.txt" '^  result: meta-llama/Llama-3-8B served by example_naive$' "it served"
