@@ -1,11 +1,11 @@
 // fil_extend_check.cu: flashinfer_like's extend kernel against a CPU reference, and its timing.
 //
-// Usage: fil_extend_check test | small | tiny | bench
+// Usage: fil_extend_check test | small | tiny [variant] | bench
 //   test   every case below against the float64 reference (run twice: bitwise equal)
 //   small  the same cases minus the long ones (for compute-sanitizer memcheck)
 //   tiny   one short case (for compute-sanitizer racecheck)
 //   bench  B4 S4096 H32/8 D128 causal, and B8 prefix 4096 + 512 new, with sampled checks
-// Build with -DFIL_EXTEND_VARIANTS to also check and time the 64-row kernel of head dim 128.
+// Build with -DFIL_EXTEND_VARIANTS to also check and time the other tilings of head dim 128.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -34,11 +34,33 @@
 namespace {
 
 struct extend_case {
-    const char *name;
+    std::string name;
     ap_dtype q_dtype, kv_dtype;
     int head_dim, num_qo_heads, num_kv_heads, page_size, causal, tile_rows;
     std::vector<int> q_lens, prefixes;
+    int variant = 0; // benchmark builds: FIL_EXTEND_VARIANT for bf16 head dim 128
 };
+
+// The tilings a FIL_EXTEND_VARIANTS build offers for bf16 head dim 128 (extend_kernel.cu):
+// variant id, rows per CTA, and what it is.
+struct extend_variant {
+    int id, tile_rows;
+    const char *what;
+};
+#ifdef FIL_EXTEND_VARIANTS
+const extend_variant kVariants[] = {{0, 128, "default: 2 m-tiles/warp, 32-key tiles, 3 stages"},
+                                    {1, 128, "2 m-tiles/warp, 32-key tiles, 2 stages"},
+                                    {2, 128, "2 m-tiles/warp, 64-key tiles, 2 stages"},
+                                    {3, 64, "1 m-tile/warp, 64-key tiles, 2 stages"}};
+#else
+const extend_variant kVariants[] = {{0, 0, "default"}};
+#endif
+
+void variant_select(int id) {
+    char text[16];
+    snprintf(text, sizeof(text), "%d", id);
+    setenv("FIL_EXTEND_VARIANT", text, 1);
+}
 
 // ---- host element conversions ----------------------------------------------------------------
 uint16_t bf16_bits(float x) {
@@ -332,6 +354,7 @@ void compare_row(const extend_case &ec, const host_batch &b, int s, int j, int h
 }
 
 bool check_case(const extend_case &ec, uint64_t seed) {
+    variant_select(ec.variant);
     host_batch b;
     batch_fill(ec, seed, b);
     device_batch d;
@@ -350,10 +373,10 @@ bool check_case(const extend_case &ec, uint64_t seed) {
         const bool same = out1 == out2 && memcmp(lse1.data(), lse2.data(), lse1.size() * 4) == 0;
         ok = e.nan_count == 0 && rel < 1e-2 && e.lse_max < 1e-3 && same;
         printf("%-4s %-34s rows %6d items %4d  rel_l2 %.2e  lse_err %.1e  nan %ld  repeat %s\n",
-               ok ? "ok" : "FAIL", ec.name, b.num_tokens * ec.num_qo_heads, d.plan.num_items, rel,
-               e.lse_max, e.nan_count, same ? "same" : "DIFFERS");
+               ok ? "ok" : "FAIL", ec.name.c_str(), b.num_tokens * ec.num_qo_heads,
+               d.plan.num_items, rel, e.lse_max, e.nan_count, same ? "same" : "DIFFERS");
     } else {
-        printf("FAIL %s (seed %llu)\n", ec.name, (unsigned long long)seed);
+        printf("FAIL %s (seed %llu)\n", ec.name.c_str(), (unsigned long long)seed);
     }
     device_free(d);
     return ok;
@@ -382,6 +405,8 @@ std::vector<extend_case> test_cases(bool small) {
         {"bf16 d128 g7 p4 causal", BF, BF, 128, 7, 1, 4, 1, 0, {40, 19}, {17, 0}},
         {"f16 d128 g1 p16 causal", F16, F16, 128, 2, 2, 16, 1, 0, {257}, {31}},
         {"bf16+fp8 d256 g1 p16 noncausal", BF, E4, 256, 2, 2, 16, 0, 0, {45}, {70}},
+        {"bf16 d128 g2 p3 causal", BF, BF, 128, 4, 2, 3, 1, 0, {0, 95, 1}, {4, 11, 2}},
+        {"f16 d64 g8 p5 causal", F16, F16, 64, 8, 1, 5, 1, 0, {37, 2}, {0, 9}},
     };
     if (!small) {
         cases.push_back({"bf16 d128 g4 p16 causal long",
@@ -397,18 +422,21 @@ std::vector<extend_case> test_cases(bool small) {
                          {0, 2000, 777}});
         cases.push_back({"bf16 d64 g2 p32 causal long", BF, BF, 64, 4, 2, 32, 1, 0, {700}, {300}});
     }
-#ifdef FIL_EXTEND_VARIANTS
     const size_t base = cases.size();
     for (size_t i = 0; i < base; ++i) {
         if (cases[i].head_dim != 128) continue;
-        extend_case v = cases[i];
-        v.tile_rows = 64;
-        static std::vector<std::string> names;
-        names.push_back(std::string(v.name) + " [64 rows]");
-        v.name = names.back().c_str();
-        cases.push_back(v);
+        for (const extend_variant &var : kVariants) {
+            if (var.id == 0) continue;
+            if (var.id != 3 &&
+                (cases[i].q_dtype != AP_DTYPE_BF16 || cases[i].kv_dtype != AP_DTYPE_BF16))
+                continue; // variants 1 and 2 are built for bf16 only
+            extend_case v = cases[i];
+            v.variant = var.id;
+            v.tile_rows = var.tile_rows;
+            v.name += " [v" + std::to_string(var.id) + "]";
+            cases.push_back(v);
+        }
     }
-#endif
     return cases;
 }
 
@@ -453,15 +481,15 @@ void bench_shape(extend_case ec, const char *label, int sets, double flops, uint
         batch_fill(ec, seed + i, hb[i]);
         if (!device_setup(ec, hb[i], false, db[i])) return;
     }
-    std::vector<int> variants = {0};
-#ifdef FIL_EXTEND_VARIANTS
-    variants.push_back(64);
-#endif
     cudaEvent_t start, stop;
     CHECK_CUDA(cudaEventCreate(&start));
     CHECK_CUDA(cudaEventCreate(&stop));
-    for (int tile_rows : variants) {
-        ec.tile_rows = tile_rows;
+    for (const extend_variant &var : kVariants) {
+        if (var.id != 0 && (ec.q_dtype != AP_DTYPE_BF16 || ec.kv_dtype != AP_DTYPE_BF16) &&
+            var.id != 3)
+            continue;
+        variant_select(var.id);
+        ec.tile_rows = var.tile_rows;
         for (int i = 0; i < sets; ++i)
             if (!plan_setup(ec, hb[i], db[i])) return;
         std::vector<uint16_t> out;
@@ -496,10 +524,10 @@ void bench_shape(extend_case ec, const char *label, int sets, double flops, uint
         }
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
-        printf("%-4s %-42s rows %3d  median %7.3f ms (min %.3f max %.3f) %6.1f TFLOP/s  "
+        printf("%-4s %-38s v%d rows %3d  median %7.3f ms (min %.3f max %.3f) %6.1f TFLOP/s  "
                "sampled rel_l2 %.2e unwritten %ld\n",
-               rel < 1e-2 && unwritten == 0 ? "ok" : "FAIL", label, db[0].plan.tile_rows, med,
-               ms.front(), ms.back(), flops / (med * 1e-3) / 1e12, rel, unwritten);
+               rel < 1e-2 && unwritten == 0 ? "ok" : "FAIL", label, var.id, db[0].plan.tile_rows,
+               med, ms.front(), ms.back(), flops / (med * 1e-3) / 1e12, rel, unwritten);
         fflush(stdout);
     }
     for (auto &d : db) device_free(d);
@@ -534,6 +562,7 @@ void bench_all() {
 
 int main(int argc, char **argv) {
     const std::string mode = argc > 1 ? argv[1] : "test";
+    for (const extend_variant &var : kVariants) printf("variant %d: %s\n", var.id, var.what);
     int dev = 0;
     cudaDeviceProp prop;
     CHECK_CUDA(cudaGetDevice(&dev));
@@ -546,7 +575,7 @@ int main(int argc, char **argv) {
     }
     ok = plan_rejects_bad_batches() && ok;
     std::vector<extend_case> cases = test_cases(mode != "test");
-    if (mode == "tiny")
+    if (mode == "tiny") { // tiny [variant]
         cases = {{"bf16 d128 g4 p16 tiny",
                   AP_DTYPE_BF16,
                   AP_DTYPE_BF16,
@@ -558,6 +587,9 @@ int main(int argc, char **argv) {
                   0,
                   {70, 1},
                   {30, 5}}};
+        cases[0].variant = argc > 2 ? atoi(argv[2]) : 0;
+        cases[0].tile_rows = cases[0].variant == 3 ? 64 : 0;
+    }
     uint64_t seed = 1234;
     for (const extend_case &ec : cases) ok = check_case(ec, seed++) && ok;
     printf("%s\n", ok ? "ALL PASSED" : "SOME FAILED");

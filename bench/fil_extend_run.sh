@@ -13,5 +13,7 @@ timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" small >"
 echo "memcheck rc $?"; tail -n 3 "$OUT/memcheck.log"
 timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN" tiny >"$OUT/racecheck.log" 2>&1
 echo "racecheck rc $?"; tail -n 3 "$OUT/racecheck.log"
+timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN" tiny 2 >"$OUT/racecheck2.log" 2>&1
+echo "racecheck variant 2 rc $?"; tail -n 3 "$OUT/racecheck2.log"
 "$BIN" bench 2>&1 | tee "$OUT/bench.log"
 PYTHONUNBUFFERED=1 timeout 150 python3 bench/fil_extend_torch.py 2>&1 | tee "$OUT/torch.log"

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include <atomic>
 #include <type_traits>
@@ -61,12 +62,31 @@ template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
     return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
 }
 
-// Byte offsets, within a swizzled tile, of the chunks 2j + c (j = 0..3) of `row`. An operand
-// whose lane reads chunk 2kk + c of row + 16i finds it at offs[kk % 4] + (kk / 4) * 128 +
-// 16i * row bytes: the XOR only touches the low three chunk bits, so the rest adds.
-template <int D> __device__ __forceinline__ void swz_offsets(uint32_t offs[4], int row, int c) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) offs[j] = swz<D>(row, 2 * j + c);
+// An operand whose lane reads chunk 2kk + c of row r + 16i (r % 8 = lane % 8, c in {0, 1})
+// finds it at (base ^ ((kk % 4) << 5)) + (kk / 4) * 128 + 16i * row bytes, where base is the
+// 128-byte aligned tile address plus swz(r, c): the swizzle XOR only touches byte-offset bits
+// 4..6, and moving from chunk c to 2j + c flips bits 5..6 by j. One register per operand.
+__device__ __forceinline__ uint32_t swz_step(uint32_t base, int kk) {
+    return (base ^ ((uint32_t)(kk % 4) << 5)) + (uint32_t)(kk / 4) * 128;
+}
+
+// Reads where this CTA's work item lies. Called again after the main loop: reloading a few
+// cached words is cheaper than keeping them in registers through it.
+__device__ __forceinline__ extend_cta cta_locate(const extend_args &a) {
+    extend_cta c;
+    const int4 item = a.items[blockIdx.x / a.num_kv_heads];
+    c.kvh = blockIdx.x % a.num_kv_heads;
+    c.t0 = item.y;
+    c.qo_begin = a.qo_indptr[item.x];
+    c.q_len = a.qo_indptr[item.x + 1] - c.qo_begin;
+    c.page_begin = a.kv_page_indptr[item.x];
+    c.kv_len = (a.kv_page_indptr[item.x + 1] - c.page_begin - 1) * a.page_size +
+               a.kv_last_page_len[item.x];
+    c.prefix = c.kv_len - c.q_len;
+    c.rows_used = a.tile_tokens * a.group;
+    const int t_end = min(c.q_len, c.t0 + a.tile_tokens);
+    c.kv_end = a.causal ? min(c.kv_len, c.prefix + t_end) : c.kv_len;
+    return c;
 }
 
 template <int D, int ROWS, typename QT>
@@ -156,9 +176,8 @@ template <int D, int MT, int BC, typename QT>
 __device__ __forceinline__ void tile_scores(float s[MT][BC / 8][4], uint32_t sq, uint32_t sk,
                                             int warp_row0) {
     const int lane = threadIdx.x % 32;
-    uint32_t qoff[4], koff[4];
-    swz_offsets<D>(qoff, warp_row0 + (lane & 15), lane >> 4);
-    swz_offsets<D>(koff, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const uint32_t qbase = sq + swz<D>(warp_row0 + (lane & 15), lane >> 4);
+    const uint32_t kbase = sk + swz<D>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -170,11 +189,11 @@ __device__ __forceinline__ void tile_scores(float s[MT][BC / 8][4], uint32_t sq,
         uint32_t qa[MT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
-            ap_ldmatrix_x4(qa[mt], sq + qoff[kk % 4] + (kk / 4) * 128 + mt * 16 * D * 2);
+            ap_ldmatrix_x4(qa[mt], swz_step(qbase, kk) + mt * 16 * D * 2);
 #pragma unroll
         for (int np = 0; np < BC / 16; ++np) {
             uint32_t kb[4];
-            ap_ldmatrix_x4(kb, sk + koff[kk % 4] + (kk / 4) * 128 + np * 16 * D * 2);
+            ap_ldmatrix_x4(kb, swz_step(kbase, kk) + np * 16 * D * 2);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 ap_mma_16816<QT>(s[mt][2 * np], qa[mt], kb[0], kb[1]);
@@ -184,11 +203,34 @@ __device__ __forceinline__ void tile_scores(float s[MT][BC / 8][4], uint32_t sq,
     }
 }
 
+// Masks the scores of positions past each row's limit: its own position when causal, and the
+// sequence's end. Only the few tiles that straddle a limit come here.
+template <int MT, int BC>
+__device__ __forceinline__ void tile_mask(float s[MT][BC / 8][4], const extend_args &a,
+                                          const extend_cta &c, int pos0, int warp_row0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int token = c.t0 + (warp_row0 + mt * 16 + (lane >> 2) + 8 * h) / a.group;
+            const int limit = a.causal ? min(c.kv_len, c.prefix + token + 1) : c.kv_len;
+#pragma unroll
+            for (int nb = 0; nb < BC / 8; ++nb)
+#pragma unroll
+                for (int e = 2 * h; e < 2 * h + 2; ++e)
+                    if (pos0 + nb * 8 + 2 * (lane & 3) + (e & 1) >= limit) s[mt][nb][e] = -INFINITY;
+        }
+}
+
 // Online-softmax step: s becomes the unnormalised probabilities 2^(s scale - m), and m, l and
-// o are rescaled to the new row maxima. Masked positions must already hold -inf.
+// o are rescaled to the new row maxima. Masked positions must already hold -inf. Once the row
+// maxima settle, every alpha is 1 and the warp skips rescaling o (D/2 * MT multiplies a tile).
 template <int D, int MT, int BC>
 __device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT][D / 8][4],
                                              float m[MT][2], float l[MT][2], float scale_log2) {
+    float alpha[MT][2];
+    bool moved = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -202,7 +244,8 @@ __device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT]
             const float m_new = fmaxf(m[mt][h], mx * scale_log2);
             // A row with nothing visible yet keeps m = -inf; subtract 0 then, never inf - inf.
             const float m_base = m_new == -INFINITY ? 0.f : m_new;
-            const float alpha = ap_exp2_approx(m[mt][h] - m_base);
+            alpha[mt][h] = ap_exp2_approx(m[mt][h] - m_base);
+            moved |= m_new != m[mt][h];
             m[mt][h] = m_new;
             float sum = 0.f;
 #pragma unroll
@@ -213,13 +256,16 @@ __device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT]
                     sum += s[mt][nb][e];
                 }
             }
-            l[mt][h] = l[mt][h] * alpha + sum; // this thread's columns; the quad sums at the end
-#pragma unroll
-            for (int db = 0; db < D / 8; ++db) {
-                o[mt][db][2 * h] *= alpha;
-                o[mt][db][2 * h + 1] *= alpha;
-            }
+            l[mt][h] = l[mt][h] * alpha[mt][h] + sum; // this thread's columns; quad sums at the end
         }
+    }
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int db = 0; db < D / 8; ++db)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) o[mt][db][e] *= alpha[mt][e >> 1];
     }
 }
 
@@ -229,8 +275,7 @@ template <int D, int MT, int BC, typename QT>
 __device__ __forceinline__ void tile_accumulate(const float s[MT][BC / 8][4], float o[MT][D / 8][4],
                                                 uint32_t sv) {
     const int lane = threadIdx.x % 32;
-    uint32_t voff[4];
-    swz_offsets<D>(voff, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+    const uint32_t vbase = sv + swz<D>((lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
 #pragma unroll
     for (int ks = 0; ks < BC / 16; ++ks) {
         uint32_t pa[MT][4];
@@ -244,7 +289,7 @@ __device__ __forceinline__ void tile_accumulate(const float s[MT][BC / 8][4], fl
 #pragma unroll
         for (int dp = 0; dp < D / 16; ++dp) {
             uint32_t vb[4];
-            ap_ldmatrix_x4_trans(vb, sv + voff[dp % 4] + (dp / 4) * 128 + ks * 16 * D * 2);
+            ap_ldmatrix_x4_trans(vb, swz_step(vbase, dp) + ks * 16 * D * 2);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 ap_mma_16816<QT>(o[mt][2 * dp], pa[mt], vb[0], vb[1]);
@@ -329,33 +374,12 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
     unsigned char *converted = ring + STAGES * 2 * RING_TILE;
     const uint32_t sq = ap_smem_addr(sq_ptr);
 
-    extend_cta c;
-    const int4 item = a.items[blockIdx.x / a.num_kv_heads];
-    c.kvh = blockIdx.x % a.num_kv_heads;
-    c.t0 = item.y;
-    c.qo_begin = a.qo_indptr[item.x];
-    c.q_len = a.qo_indptr[item.x + 1] - c.qo_begin;
-    c.page_begin = a.kv_page_indptr[item.x];
-    c.kv_len = (a.kv_page_indptr[item.x + 1] - c.page_begin - 1) * a.page_size +
-               a.kv_last_page_len[item.x];
-    c.prefix = c.kv_len - c.q_len;
-    c.rows_used = a.tile_tokens * a.group;
-    const int t_end = min(c.q_len, c.t0 + a.tile_tokens);
-    c.kv_end = a.causal ? min(c.kv_len, c.prefix + t_end) : c.kv_len;
+    extend_cta c = cta_locate(a);
     const int num_tiles = (c.kv_end + BC - 1) / BC;
     const int unmasked_tiles = (a.causal ? min(c.kv_len, c.prefix + c.t0 + 1) : c.kv_len) / BC;
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
     const int warp_row0 = warp * 16 * MT;
-    int limit[MT][2]; // first masked position of each of this thread's rows
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int token = c.t0 + (warp_row0 + mt * 16 + (lane >> 2) + 8 * h) / a.group;
-            limit[mt][h] = a.causal ? min(c.kv_len, c.prefix + token + 1) : c.kv_len;
-        }
-
     load_q_tile<D, ROWS, QT>(a, c, sq);
     ap_cp_async_commit();
 #pragma unroll
@@ -398,23 +422,13 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
 
         float s[MT][BC / 8][4];
         tile_scores<D, MT, BC, QT>(s, sq, sk, warp_row0);
-        if (tile >= unmasked_tiles) {
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-                for (int nb = 0; nb < BC / 8; ++nb)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) {
-                        const int pos = tile * BC + nb * 8 + 2 * (lane & 3) + (e & 1);
-                        if (pos >= limit[mt][e >> 1]) s[mt][nb][e] = -INFINITY;
-                    }
-        }
+        if (tile >= unmasked_tiles) tile_mask<MT, BC>(s, a, c, tile * BC, warp_row0);
         tile_softmax<D, MT, BC>(s, o, m, l, a.scale_log2);
         tile_accumulate<D, MT, BC, QT>(s, o, sv);
     }
     ap_cp_async_wait<0>(); // no copy may still target shared memory when the CTA reuses it
 
-    store_output<D, MT, QT>(a, c, o, m, l, sq_ptr, warp_row0);
+    store_output<D, MT, QT>(a, cta_locate(a), o, m, l, sq_ptr, warp_row0);
 }
 
 template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
@@ -445,21 +459,48 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     return AP_OK;
 }
 
+#ifdef FIL_EXTEND_VARIANTS
+// Benchmark builds: FIL_EXTEND_VARIANT picks another tiling for bf16 head dim 128 (the plan's
+// tile_rows must match: 64 for variant 3, else 128).
 template <typename QT, typename KVT>
-ap_status extend_dispatch(const extend_args &a, int head_dim, int tile_rows, int num_blocks,
-                          cudaStream_t stream, ap_msgbuf *msg) {
+bool extend_variant(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg,
+                    ap_status *st) {
+    const char *env = getenv("FIL_EXTEND_VARIANT");
+    const int variant = env ? atoi(env) : 0;
+    if constexpr (std::is_same<QT, __nv_bfloat16>::value && std::is_same<KVT, QT>::value) {
+        switch (variant) {
+            case 1:
+                *st = extend_launch<128, 2, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
+                return true;
+            case 2:
+                *st = extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
+                return true;
+            default: break;
+        }
+    }
+    if (variant == 3) {
+        *st = extend_launch<128, 1, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
+        return true;
+    }
+    return false;
+}
+#endif
+
+template <typename QT, typename KVT>
+ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cudaStream_t stream,
+                          ap_msgbuf *msg) {
     switch (head_dim) {
         case 64: return extend_launch<64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        case 128:
+        case 128: {
 #ifdef FIL_EXTEND_VARIANTS
-            if (tile_rows == 64)
-                return extend_launch<128, 1, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
+            ap_status st;
+            if (extend_variant<QT, KVT>(a, num_blocks, stream, msg, &st)) return st;
 #endif
             return extend_launch<128, 2, 32, 3, QT, KVT>(a, num_blocks, stream, msg);
+        }
         case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
         default: break;
     }
-    (void)tile_rows;
     ap_msgbuf_add(msg, "flashinfer_like extend: head_dim %d is not built", head_dim);
     return AP_ERR_UNSUPPORTED;
 }
@@ -537,11 +578,11 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     a.v_scale = fp8 ? p->kv.v_scale : 1.f;
 
     const int num_blocks = plan->num_items * p->kv.num_kv_heads;
-    const int d = p->kv.head_dim, rows = plan->tile_rows;
+    const int d = p->kv.head_dim;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->q_dtype == AP_DTYPE_BF16)
-        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, d, rows, num_blocks, s, msg)
-                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, d, rows, num_blocks, s, msg);
-    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, d, rows, num_blocks, s, msg)
-               : extend_dispatch<__half, __half>(a, d, rows, num_blocks, s, msg);
+        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, d, num_blocks, s, msg)
+                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, d, num_blocks, s, msg);
+    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, d, num_blocks, s, msg)
+               : extend_dispatch<__half, __half>(a, d, num_blocks, s, msg);
 }
