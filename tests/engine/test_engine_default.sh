@@ -3,7 +3,7 @@
 # usage: test_engine_default.sh ENGINE   (run from the source root)
 set -eu
 . "$(dirname "$0")/test_lib.sh"
-engine=$1
+engine=$(abspath "$1")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -3,7 +3,7 @@
 # usage: test_inspect.sh AP_INSPECT PYTHON3 MODELS_YAML
 set -eu
 . "$(dirname "$0")/test_lib.sh"
-inspect=$1
+inspect=$(abspath "$1")
 python=$2
 config=$3
 work=$(mktemp -d)

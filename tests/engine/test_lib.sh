@@ -26,3 +26,11 @@ run_status() {
         fail "exit status $status, expected $expected: $*"
     fi
 }
+
+# abspath PATH: PATH made absolute (meson passes build-tree paths relative to the workdir).
+abspath() {
+    case $1 in
+        /*) printf '%s\n' "$1" ;;
+        *) printf '%s/%s\n' "$(pwd)" "$1" ;;
+    esac
+}

@@ -5,8 +5,8 @@
 set -eu
 . "$(dirname "$0")/test_lib.sh"
 meson=$1
-build=$2
-plugin_src=$3
+build=$(abspath "$2")
+plugin_src=$(abspath "$3")
 prefix=$4
 libdir=$5
 work=$(mktemp -d)
