@@ -22,13 +22,21 @@
 extern "C" {
 #endif
 
-static inline uint32_t ap_float_bits(float x) {
+/* Under nvcc the functions are also device functions: tests can compare them with the
+ * intrinsics on the GPU itself. */
+#if defined(__CUDACC__)
+#define AP_HOST_NUMERIC_FN static inline __host__ __device__
+#else
+#define AP_HOST_NUMERIC_FN static inline
+#endif
+
+AP_HOST_NUMERIC_FN uint32_t ap_float_bits(float x) {
     uint32_t bits;
     memcpy(&bits, &x, sizeof bits);
     return bits;
 }
 
-static inline float ap_bits_float(uint32_t bits) {
+AP_HOST_NUMERIC_FN float ap_bits_float(uint32_t bits) {
     float x;
     memcpy(&x, &bits, sizeof x);
     return x;
@@ -42,7 +50,7 @@ static inline float ap_bits_float(uint32_t bits) {
  * normal value that equals ((e + bias - 1) << mant_bits) + (significand >> shift) with the
  * implicit bit inside the significand; a round-up carry walks into the exponent on its own. For a
  * target subnormal the exponent field is 0 and the significand shifts further right. */
-static inline uint32_t ap_narrow_round_magnitude(uint32_t abs_bits, int mant_bits, int bias) {
+AP_HOST_NUMERIC_FN uint32_t ap_narrow_round_magnitude(uint32_t abs_bits, int mant_bits, int bias) {
     int float_exp = (int)(abs_bits >> 23);
     uint32_t significand = abs_bits & 0x7fffffu;
     if (float_exp == 0) {
@@ -70,7 +78,7 @@ static inline uint32_t ap_narrow_round_magnitude(uint32_t abs_bits, int mant_bit
 }
 
 /* float -> bfloat16 bits, round to nearest even. */
-static inline uint16_t ap_float_to_bf16(float x) {
+AP_HOST_NUMERIC_FN uint16_t ap_float_to_bf16(float x) {
     uint32_t bits = ap_float_bits(x);
     if ((bits & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     /* adding 0x7fff plus the lowest kept bit rounds the low half to nearest, ties to even */
@@ -79,12 +87,12 @@ static inline uint16_t ap_float_to_bf16(float x) {
 }
 
 /* bfloat16 bits -> float, exact. */
-static inline float ap_bf16_to_float(uint16_t code) {
+AP_HOST_NUMERIC_FN float ap_bf16_to_float(uint16_t code) {
     return ap_bits_float((uint32_t)code << 16);
 }
 
 /* float -> IEEE half bits, round to nearest even; overflow gives inf. */
-static inline uint16_t ap_float_to_f16(float x) {
+AP_HOST_NUMERIC_FN uint16_t ap_float_to_f16(float x) {
     uint32_t bits = ap_float_bits(x);
     uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
     uint32_t abs_bits = bits & 0x7fffffffu;
@@ -96,7 +104,7 @@ static inline uint16_t ap_float_to_f16(float x) {
 }
 
 /* IEEE half bits -> float, exact. */
-static inline float ap_f16_to_float(uint16_t code) {
+AP_HOST_NUMERIC_FN float ap_f16_to_float(uint16_t code) {
     uint32_t sign = (uint32_t)(code & 0x8000u) << 16;
     uint32_t exp = (code >> 10) & 0x1fu;
     uint32_t mant = code & 0x3ffu;
@@ -110,7 +118,7 @@ static inline float ap_f16_to_float(uint16_t code) {
 }
 
 /* float -> fp8 e4m3fn (bias 7, 3 mantissa bits, no inf, NaN = 0x7f/0xff), saturating to +-448. */
-static inline uint8_t ap_float_to_fp8_e4m3(float x) {
+AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_e4m3(float x) {
     uint32_t bits = ap_float_bits(x);
     uint8_t sign = (uint8_t)((bits >> 24) & 0x80u);
     uint32_t abs_bits = bits & 0x7fffffffu;
@@ -122,7 +130,7 @@ static inline uint8_t ap_float_to_fp8_e4m3(float x) {
 }
 
 /* fp8 e4m3fn -> float, exact. */
-static inline float ap_fp8_e4m3_to_float(uint8_t code) {
+AP_HOST_NUMERIC_FN float ap_fp8_e4m3_to_float(uint8_t code) {
     uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     uint32_t exp = (code >> 3) & 0xfu;
     uint32_t mant = code & 0x7u;
@@ -135,7 +143,7 @@ static inline float ap_fp8_e4m3_to_float(uint8_t code) {
 }
 
 /* float -> fp8 e5m2 (bias 15, 2 mantissa bits, IEEE-like), saturating to +-57344. */
-static inline uint8_t ap_float_to_fp8_e5m2(float x) {
+AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_e5m2(float x) {
     uint32_t bits = ap_float_bits(x);
     uint8_t sign = (uint8_t)((bits >> 24) & 0x80u);
     uint32_t abs_bits = bits & 0x7fffffffu;
@@ -147,7 +155,7 @@ static inline uint8_t ap_float_to_fp8_e5m2(float x) {
 }
 
 /* fp8 e5m2 -> float, exact (0x7c = inf, 0x7d..0x7f = NaN, with sign). */
-static inline float ap_fp8_e5m2_to_float(uint8_t code) {
+AP_HOST_NUMERIC_FN float ap_fp8_e5m2_to_float(uint8_t code) {
     uint32_t sign = (uint32_t)(code & 0x80u) << 24;
     uint32_t exp = (code >> 2) & 0x1fu;
     uint32_t mant = code & 0x3u;
