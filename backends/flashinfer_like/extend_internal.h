@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-/* KV positions per tile: the unit of the causal mask and of the work estimate. */
+/* KV positions per unit of the plan's work estimate (the kernels' own tiles are 32 or 64). */
 #define FIL_EXTEND_TILE_KV 64
 
 /* One work item, 16 bytes so the kernel reads it with one vector load. */

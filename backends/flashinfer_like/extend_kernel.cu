@@ -352,13 +352,17 @@ template <int D, int MT, int BC, int STAGES, typename KVT> constexpr size_t exte
     return q + ring + converted;
 }
 
-// One CTA: one work item (sequence, 16*MT*4 packed query rows) and one KV head.
-//   rows r = (new token t0 + r / g, query head kvh*g + r % g); position of new token j is
-//   prefix + j; S[r][p] = sm_scale * k_scale * q_r . k_p over cached positions p < kv_len,
-//   masked to p <= position(r) when causal;
+// One CTA: one work item (a sequence's new tokens t0.., packed into 64 * MT query rows) and
+// one KV head kvh; 4 warps of 16 * MT rows each.
+//   rows r = (new token t0 + r / g, query head kvh*g + r % g), the g query heads of kvh;
+//   position of new token j is prefix + j;
+//   S[r][p] = sm_scale * k_scale * q_r . k_p over cached positions p < kv_len, masked to
+//   p <= position(r) when causal;
 //   out_r = v_scale * sum_p softmax_p(S[r]) v_p,  lse_r = ln sum_p exp(S[r][p]).
-// FlashAttention-2 order: KV tiles of 64 positions stream through a 2-stage cp.async ring read
-// through the page table; the online softmax runs in base 2 in registers:
+// FlashAttention-2 order: KV tiles of BC positions stream through a STAGES-deep cp.async ring
+// read through the page table, each K/V tile loaded once for the g heads of the group; Q.K^T
+// and P.V run on mma.sync m16n8k16 with float accumulators; the online softmax runs in base 2
+// in registers:
 //   m' = max(m, max_p S log2e),  l' = l 2^(m-m') + sum_p 2^(S log2e - m'),
 //   o' = o 2^(m-m') + sum_p 2^(S log2e - m') v_p;  out = o / l,  lse = (m + log2 l) ln 2.
 // Tiles entirely below every row's causal limit skip the mask; tiles past the last row's
@@ -460,22 +464,17 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
 }
 
 #ifdef FIL_EXTEND_VARIANTS
-// Benchmark builds: FIL_EXTEND_VARIANT picks another tiling for bf16 head dim 128 (the plan's
-// tile_rows must match: 64 for variant 3, else 128).
+// Benchmark builds: FIL_EXTEND_VARIANT picks another tiling for head dim 128 (the plan's
+// tile_rows must match: 64 for variant 3, else 128). Variant 1 is built for bf16 only.
 template <typename QT, typename KVT>
 bool extend_variant(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg,
                     ap_status *st) {
     const char *env = getenv("FIL_EXTEND_VARIANT");
     const int variant = env ? atoi(env) : 0;
     if constexpr (std::is_same<QT, __nv_bfloat16>::value && std::is_same<KVT, QT>::value) {
-        switch (variant) {
-            case 1:
-                *st = extend_launch<128, 2, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
-                return true;
-            case 2:
-                *st = extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-                return true;
-            default: break;
+        if (variant == 1) {
+            *st = extend_launch<128, 2, 32, 3, QT, KVT>(a, num_blocks, stream, msg);
+            return true;
         }
     }
     if (variant == 3) {
@@ -496,7 +495,7 @@ ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cu
             ap_status st;
             if (extend_variant<QT, KVT>(a, num_blocks, stream, msg, &st)) return st;
 #endif
-            return extend_launch<128, 2, 32, 3, QT, KVT>(a, num_blocks, stream, msg);
+            return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
         }
         case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
         default: break;
