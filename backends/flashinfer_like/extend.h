@@ -25,7 +25,8 @@ typedef struct fil_extend_plan_args {
     int32_t num_qo_heads;
     int32_t num_kv_heads;
     int32_t causal;
-    int32_t tile_rows;   /* query rows per CTA: 0 picks the default (benchmark builds only) */
+    int32_t tile_rows;   /* packed query rows per CTA: 0 picks the built one (benchmark builds
+                          * offer more) */
     void *host_scratch;  /* buffer_bytes of host memory (pageable is fine) */
     void *device_buffer; /* buffer_bytes of device memory, 16-byte aligned: the work list */
     size_t buffer_bytes; /* at least fil_extend_plan_bytes() for this model */
