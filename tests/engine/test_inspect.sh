@@ -95,4 +95,13 @@ doc = json.load(open(sys.argv[1]))
 assert doc["config"]["valid"] is False and doc["config"]["path"] == sys.argv[2], doc
 assert ":5:" in doc["config"]["error"], doc["config"]["error"]
 PY
+# A path that is not UTF-8 still gives valid JSON (the byte becomes U+FFFD).
+odd="$work/odd-$(printf '\377')-name.yaml"
+cp "$bad" "$odd"
+run_status 1 "$work/odd.json" -- "$inspect" --config "$odd" --json
+"$python" - "$work/odd.json" <<'PY' || fail "non-UTF-8 path in JSON"
+import json, sys
+doc = json.load(open(sys.argv[1], encoding="utf-8"))
+assert doc["config"]["path"].endswith("odd-\ufffd-name.yaml"), doc["config"]["path"]
+PY
 echo "ok: ap-inspect"
