@@ -96,8 +96,13 @@ def num_sets(case, l2_bytes):
 
 def run_peer(case, peer, backend, args, l2_bytes, device):
     result = {"case": case["case"], "peer": peer, "ok": False, "status": "", "note": ""}
+    notes = []
     if case["kv_dtype"] != "bf16":
-        result["note"] = "bf16 K/V (SDPA has no %s KV)" % case["kv_dtype"]
+        notes.append("bf16 K/V (SDPA has no %s KV)" % case["kv_dtype"])
+    if case["mode"] == "extend" and case["prefix"] > 0:
+        notes.append("lower-right causal through CausalBias (a backend without it gets the "
+                     "mask materialized)")
+    result["note"] = "; ".join(notes)
     kv_bytes = case["kv_elems"] * 2  # bf16
     sets_raw = [make_set(case, device, 1000 + i) for i in range(num_sets(case, l2_bytes))]
     errors = []

@@ -24,12 +24,17 @@ static const gpu_case gpu_named_cases[] = {
     /* Many sequences: enough CTAs without splitting. */
     {"decode_nosplit_b64_l1031", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
      "1030:1x64"},
-    {"decode_mixed_1_5000", AP_MODE_DECODE, GPU_F16, GPU_BF16, 32, 128, 32, 8, 1, 1, 0,
+    {"decode_mixed_1_5000", AP_MODE_DECODE, GPU_F16, GPU_F16, 32, 128, 32, 8, 1, 1, 0,
      "0:1,4999:1,0:1,4999:1,6:1"},
     {"decode_cached_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 16, 2, 1, 0, 1,
      "332:1,4999:1,0:1"},
     {"decode_mqa_g32", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 1, 1, 1, 0,
      "1030:1,4999:1"},
+    /* A 16-bit cache of the other 16-bit type than the query: a conversion on append. */
+    {"decode_q_bf16_kv_f16", AP_MODE_DECODE, GPU_BF16, GPU_F16, 16, 128, 8, 2, 1, 1, 0,
+     "0:1,332:1,1030:1"},
+    {"extend_q_f16_kv_bf16", AP_MODE_EXTEND, GPU_F16, GPU_BF16, 16, 128, 8, 2, 1, 1, 0,
+     "13:20,0:7"},
     {"extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 4, 1, 1, 1, 0,
      "0:1,0:5000"},
     {"extend_empty_prefix", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
@@ -55,8 +60,10 @@ static const char *gpu_dtype_tag(ap_dtype dtype) {
     }
 }
 
-/* Every page size, head dim and mode; group size, q dtype and KV dtype rotate so that each page
- * size and each head dim meets all three KV dtypes and all three group sizes. */
+/* Every page size, head dim and mode; group size and KV dtype rotate so that each page size and
+ * each head dim meets all three KV dtypes and all three group sizes in both modes. A 16-bit KV
+ * cache has the query's dtype (the common deployment, and all some backends serve; the mixed
+ * pairs are named cases); an fp8 cache meets both query dtypes. */
 static size_t gpu_cases_sweep(gpu_case *out, size_t capacity) {
     static const int32_t page_sizes[] = {1, 16, 32, 64, 128};
     static const int32_t head_dims[] = {64, 128, 256};
@@ -70,10 +77,11 @@ static size_t gpu_cases_sweep(gpu_case *out, size_t capacity) {
                 gpu_case *c = &out[n++];
                 int decode = mode == 0;
                 int32_t kv_heads = decode ? 4 : 1; /* the CPU reference pays for extend heads */
+                ap_dtype kv = kv_dtypes[(p + h + mode) % 3];
                 *c = (gpu_case){
                     .mode = decode ? AP_MODE_DECODE : AP_MODE_EXTEND,
-                    .q_dtype = q_dtypes[(p + mode) % 2],
-                    .kv_dtype = kv_dtypes[(p + h) % 3],
+                    .q_dtype = kv == GPU_FP8 ? q_dtypes[(p + h + mode) % 2] : kv,
+                    .kv_dtype = kv,
                     .page_size = page_sizes[p],
                     .head_dim = head_dims[h],
                     .num_qo_heads = kv_heads * groups[(p + 2 * h + mode) % 3],
