@@ -35,26 +35,34 @@ struct Case {
     const char *name;
     int batch, len, hq, hk, dim, page;
     ap_dtype q_dtype, kv_dtype;
-    const char *split; // "auto" or "off"
+    const char *split;        // "auto" or "off"
+    const char *warps_per_sm; // decode_warps_per_sm, or NULL for the default
 };
 
 static const Case kCases[] = {
-    {"b64_l4096", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b64_l4096_fp8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto"},
-    {"b1_l8192", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b8_l32768", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b256_l1024", 256, 1024, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b64_l4096_nosplit", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "off"},
-    {"b1_l8192_nosplit", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "off"},
-    {"b64_l4096_page1", 64, 4096, 32, 8, 128, 1, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b64_l4096_page128", 64, 4096, 32, 8, 128, 128, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b64_l4096_f16_g8", 64, 4096, 64, 8, 128, 32, AP_DTYPE_F16, AP_DTYPE_F16, "auto"},
-    {"b64_l4096_fp8_f16", 64, 4096, 32, 8, 128, 16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, "auto"},
-    {"b32_l4096_d64_g1", 32, 4096, 16, 16, 64, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b32_l4096_d256_g2", 32, 4096, 16, 8, 256, 64, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
-    {"b32_l4096_d256_fp8", 32, 4096, 16, 8, 256, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto"},
-    {"b16_l3001_d64_fp8_g7", 16, 3001, 28, 4, 64, 8, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto"},
-    {"b3_l77_g3", 3, 77, 6, 2, 128, 4, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto"},
+    {"b64_l4096", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b64_l4096_w8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "8"},
+    {"b64_l4096_nosplit", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "off", NULL},
+    {"b64_l4096_fp8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", NULL},
+    {"b64_l4096_fp8_w8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", "8"},
+    {"b1_l8192", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b1_l8192_w8", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "8"},
+    {"b1_l8192_w2", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "2"},
+    {"b8_l32768", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b8_l32768_w8", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "8"},
+    {"b256_l1024", 256, 1024, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b64_l4096_page1", 64, 4096, 32, 8, 128, 1, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b64_l4096_page128", 64, 4096, 32, 8, 128, 128, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b64_l4096_f16_g8", 64, 4096, 64, 8, 128, 32, AP_DTYPE_F16, AP_DTYPE_F16, "auto", NULL},
+    {"b64_l4096_fp8_f16", 64, 4096, 32, 8, 128, 16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, "auto", NULL},
+    {"b32_l4096_d64_g1", 32, 4096, 16, 16, 64, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b32_l4096_d256_g2", 32, 4096, 16, 8, 256, 64, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b32_l4096_d256_fp8", 32, 4096, 16, 8, 256, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto",
+     NULL},
+    {"b16_l3001_d64_fp8_g7", 16, 3001, 28, 4, 64, 8, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto",
+     NULL},
+    {"b3_l77_g3", 3, 77, 6, 2, 128, 4, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b2_l20000_split_mix", 2, 20000, 8, 1, 64, 64, AP_DTYPE_F16, AP_DTYPE_F16, "auto", "16"},
 };
 
 // ---- random fill on the device (counter-based, never zeros) ---------------------------------
@@ -174,13 +182,13 @@ static int run_case(const Plugin &plugin, const Case &c, const ap_device &dev, i
     model.max_batch = c.batch;
     model.max_tokens = c.batch;
     model.max_kv_len = c.len;
-    ap_option_kv extra = {"split_kv", c.split};
+    ap_option_kv extra[2] = {{"split_kv", c.split}, {"decode_warps_per_sm", c.warps_per_sm}};
     ap_options options;
     memset(&options, 0, sizeof options);
     options.struct_size = sizeof options;
     options.prefix_cache = options.chunked_prefill = options.cuda_graphs = AP_OPTION_UNSET;
-    options.extra = &extra;
-    options.num_extra = 1;
+    options.extra = extra;
+    options.num_extra = c.warps_per_sm != NULL ? 2 : 1;
     ap_backend *be = NULL;
     if (vt->create(&model, &options, &dev, &be, &msg) != AP_OK) {
         printf("%-22s create refused: %s\n", c.name, text);
@@ -379,7 +387,7 @@ int main(int argc, char **argv) {
     dev.cc_major = prop.major, dev.cc_minor = prop.minor;
     dev.sm_count = prop.multiProcessorCount;
     dev.total_memory = (int64_t)prop.totalGlobalMem;
-    snprintf(dev.name, sizeof dev.name, "%s", prop.name);
+    snprintf(dev.name, sizeof dev.name, "%.120s", prop.name);
     printf("%s, %d SMs; plugin %s %s, archs:", prop.name, prop.multiProcessorCount,
            reply.descriptor->name, reply.descriptor->version);
     for (size_t i = 0; i < reply.descriptor->caps->num_archs; i++)

@@ -237,12 +237,14 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
     // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
     const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
     const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+    if (__any_sync(0xffffffffu, alpha != 1.f)) { // after the first steps the max rarely moves
 #pragma unroll
-    for (int j = 0; j < HEAD_DIM / 16; j++) {
-        st.acc[j][0] *= alpha0;
-        st.acc[j][1] *= alpha1;
-        st.acc[j][2] *= alpha0;
-        st.acc[j][3] *= alpha1;
+        for (int j = 0; j < HEAD_DIM / 16; j++) {
+            st.acc[j][0] *= alpha0;
+            st.acc[j][1] *= alpha1;
+            st.acc[j][2] *= alpha0;
+            st.acc[j][3] *= alpha1;
+        }
     }
     // P^T as the B operand: k = token, n = head g. The logits' C layout is exactly that.
     const uint32_t pb0 = ap_pack2<MT>(p[0], p[1]);
@@ -371,30 +373,6 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
     ap_cp_async_wait<0>();
 }
 
-// Combines the partial states of each pair cut over several warps (softmax_state.cuh):
-// o = sum_p w_p o_p / sum_p w_p, w_p = 2^(lse2_p - max lse2), lse = ln2 * (max + log2 sum w).
-template <typename QT>
-__global__ void fil_decode_merge_kernel(const fil_decode_merge *merges, const float *partial_out,
-                                        const float *partial_lse, QT *out, float *lse,
-                                        int32_t group, int32_t head_dim, int32_t num_qo_heads) {
-    const fil_decode_merge mg = merges[blockIdx.x];
-    const int64_t row0 = (int64_t)mg.seq * num_qo_heads + mg.kv_head * group;
-    for (int idx = threadIdx.x; idx < group * head_dim; idx += blockDim.x) {
-        const int h = idx / head_dim, d = idx - h * head_dim;
-        float max_lse2 = -INFINITY;
-        for (int p = mg.first_partial; p < mg.end_partial; p++)
-            max_lse2 = fmaxf(max_lse2, partial_lse[p * group + h]);
-        float weight_sum = 0.f, acc = 0.f;
-        for (int p = mg.first_partial; p < mg.end_partial; p++) {
-            const float w = ap_softmax_merge_weight(partial_lse[p * group + h], max_lse2);
-            weight_sum += w;
-            acc += w * partial_out[((int64_t)p * group + h) * head_dim + d];
-        }
-        out[(row0 + h) * head_dim + d] = ap_from_float<QT>(acc / weight_sum);
-        if (lse != NULL && d == 0) lse[row0 + h] = ap_lse2_to_ln(max_lse2 + log2f(weight_sum));
-    }
-}
-
 typedef void (*DecodeKernel)(const DecodeArgs);
 
 struct DecodeVariant {
@@ -504,14 +482,6 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);
     ap_status status = ap_cuda_launch_status(FIL_WHO, "fil_decode_kernel", msg);
     if (status != AP_OK || plan->num_merges == 0) return status;
-    if (params->q_dtype == AP_DTYPE_BF16)
-        fil_decode_merge_kernel<__nv_bfloat16><<<plan->num_merges, 128, 0, s>>>(
-            plan->merges, plan->partial_out, plan->partial_lse,
-            static_cast<__nv_bfloat16 *>(params->out), params->lse, group, kv->head_dim,
-            params->num_qo_heads);
-    else
-        fil_decode_merge_kernel<__half><<<plan->num_merges, 128, 0, s>>>(
-            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__half *>(params->out),
-            params->lse, group, kv->head_dim, params->num_qo_heads);
-    return ap_cuda_launch_status(FIL_WHO, "fil_decode_merge_kernel", msg);
+    return fil_decode_merge_run(plan, params->q_dtype, group, kv->head_dim, params->num_qo_heads,
+                                params->out, params->lse, stream, msg);
 }

@@ -87,6 +87,12 @@ ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv
 ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan, void *stream,
                          ap_msgbuf *msg);
 
+/* Combines the partial states of plan->merges into out and lse (decode_merge.cu); called by
+ * fil_decode_run after the decode kernel. */
+ap_status fil_decode_merge_run(const fil_decode_plan *plan, ap_dtype out_dtype, int32_t group,
+                               int32_t head_dim, int32_t num_qo_heads, void *out, float *lse,
+                               void *stream, ap_msgbuf *msg);
+
 /* ---------------------------------------------------------------------------------------------
  * KV append (append.cu): the new tokens' K and V written into their cache slots.
  * ------------------------------------------------------------------------------------------- */

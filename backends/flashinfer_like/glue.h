@@ -28,9 +28,10 @@ typedef struct fil_batch_plan {
 struct ap_backend {
     ap_model model; /* as validated; `name` not kept */
     int32_t device_ordinal;
-    int32_t group;       /* query heads per KV head */
-    int32_t split_kv;    /* 1: decode splits long sequences over several warps */
-    int32_t max_workers; /* decode warps resident at once on the whole GPU */
+    int32_t group;          /* query heads per KV head */
+    int32_t split_kv;       /* 1: decode splits long sequences over several warps */
+    int32_t max_workers;    /* decode warps resident at once on the whole GPU */
+    int32_t target_workers; /* decode warps the split aims for (decode_warps_per_sm * SMs) */
     /* the batch plan: built in plan_host (pinned), copied to plan_dev once per batch */
     void *plan_host;
     void *plan_dev;
@@ -60,6 +61,7 @@ ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
 /* validate.c */
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
-int fil_option_split_kv(const ap_options *options); /* 1 unless split_kv: off */
+int fil_option_split_kv(const ap_options *options);         /* 1 unless split_kv: off */
+int32_t fil_option_warps_per_sm(const ap_options *options); /* decode_warps_per_sm, default 4 */
 
 #endif /* AP_FIL_GLUE_H */

@@ -16,8 +16,8 @@ typedef struct fil_plan_sizes {
 static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
     fil_plan_sizes s;
     size_t pairs = (size_t)m->max_batch * (size_t)m->num_kv_heads;
-    s.workers = pairs > (size_t)max_workers ? pairs : (size_t)max_workers;
-    s.segs = pairs + (size_t)max_workers;
+    s.workers = pairs + 2 * (size_t)max_workers;
+    s.segs = s.workers;
     s.merges = pairs;
     s.tokens = (size_t)m->max_tokens;
     return s;
@@ -159,58 +159,48 @@ static int64_t fil_tiles(int32_t len) {
     return ((int64_t)len + FIL_DECODE_TILE - 1) / FIL_DECODE_TILE;
 }
 
-/* Cuts the (sequence, KV head) pairs into segments so that every warp gets the same number of
- * 16-token tiles: quota = ceil(total tiles / warps resident on the GPU), at least
- * FIL_DECODE_MIN_TILES so short batches do not shatter into partials. Pairs are laid end to end
- * and cut every `quota` tiles: a worker may finish one pair and start the next, and a long pair
- * runs on several workers whose partial states the merge kernel combines.
- * Bounds: workers <= max_workers; each cut adds at most one segment and a split pair of k
- * segments holds k - 1 cuts, so partials <= 2 * (workers - 1). With split_kv off every pair is
- * one worker's single segment. */
+/* Cuts every sequence into k chunks of whole 16-token tiles, the same cut for all its KV heads,
+ * and gives each (sequence, chunk, KV head) to one warp. The chunk aims at
+ * c = max(ceil(total tiles / target warps), FIL_DECODE_MIN_TILES); a sequence of n tiles gets
+ * k = max(1, round(n / c)) chunks, so an even batch is not cut into one long and one tiny piece.
+ * Warps run in chunk order, the KV heads of one chunk side by side: the warps of a CTA read
+ * neighbouring rows of the same pages. Pairs cut in k > 1 leave k partial states that the merge
+ * kernel combines.
+ * Bounds: k >= 2 needs n >= 1.5 c, so k <= n / c + 1/2 <= (4/3) n / c and the partials number
+ * at most (4/3) total / c <= (4/3) target; the warps at most pairs + (4/3) target. With split_kv
+ * off, k = 1 everywhere. */
 static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fil_split *s,
                                   ap_msgbuf *msg) {
     const int32_t hk = b->model.num_kv_heads;
     int64_t total = 0;
     for (int32_t i = 0; i < batch->num_seqs; i++) total += hk * fil_tiles(batch->seq_lens_host[i]);
-    int64_t quota = INT64_MAX;
-    if (b->split_kv) {
-        quota = (total + b->max_workers - 1) / b->max_workers;
-        if (quota < FIL_DECODE_MIN_TILES) quota = FIL_DECODE_MIN_TILES;
-    }
-    int64_t used = 0;
+    int64_t aim = (total + b->target_workers - 1) / b->target_workers;
+    if (aim < FIL_DECODE_MIN_TILES) aim = FIL_DECODE_MIN_TILES;
     s->indptr[0] = 0;
     for (int32_t i = 0; i < batch->num_seqs; i++) {
         const int32_t len = batch->seq_lens_host[i];
         const int64_t tiles = fil_tiles(len);
-        for (int32_t h = 0; h < hk; h++) {
-            const int32_t first = s->num_segs;
-            for (int64_t t0 = 0; t0 < tiles;) {
-                if (used == quota) {
-                    s->indptr[++s->num_workers] = s->num_segs;
-                    used = 0;
-                }
-                int64_t take = tiles - t0 < quota - used ? tiles - t0 : quota - used;
-                int64_t end = (t0 + take) * FIL_DECODE_TILE;
-                s->segs[s->num_segs++] = (fil_decode_seg){i, h, (int32_t)(t0 * FIL_DECODE_TILE),
-                                                          end < len ? (int32_t)end : len};
-                used += take;
-                t0 += take;
-            }
-            if (!b->split_kv) {
+        int64_t k = b->split_kv ? (tiles + aim / 2) / aim : 1;
+        if (k < 1) k = 1;
+        const int64_t chunk = (tiles + k - 1) / k;
+        k = (tiles + chunk - 1) / chunk;
+        const int32_t first_partial = s->num_partials;
+        for (int64_t j = 0; j < k; j++) {
+            const int64_t begin = j * chunk * FIL_DECODE_TILE;
+            const int64_t end = (j + 1) * chunk * FIL_DECODE_TILE;
+            for (int32_t h = 0; h < hk; h++) {
+                s->seg_partial[s->num_segs] = k > 1 ? first_partial + (int32_t)(h * k + j) : -1;
+                s->segs[s->num_segs++] =
+                    (fil_decode_seg){i, h, (int32_t)begin, end < len ? (int32_t)end : len};
                 s->indptr[++s->num_workers] = s->num_segs;
-                used = 0;
             }
-            const int32_t count = s->num_segs - first;
-            if (count == 1) {
-                s->seg_partial[first] = -1;
-                continue;
-            }
-            s->merges[s->num_merges++] =
-                (fil_decode_merge){i, h, s->num_partials, s->num_partials + count};
-            for (int32_t k = 0; k < count; k++) s->seg_partial[first + k] = s->num_partials++;
         }
+        if (k == 1) continue;
+        for (int32_t h = 0; h < hk; h++)
+            s->merges[s->num_merges++] = (fil_decode_merge){i, h, first_partial + (int32_t)(h * k),
+                                                            first_partial + (int32_t)((h + 1) * k)};
+        s->num_partials += (int32_t)(hk * k);
     }
-    if (used > 0) s->indptr[++s->num_workers] = s->num_segs;
     if (s->num_partials > 2 * b->max_workers) {
         ap_msgbuf_add(msg, FIL_NAME ": internal: %d partials for %d workers", s->num_partials,
                       b->max_workers);

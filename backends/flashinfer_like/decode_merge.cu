@@ -1,0 +1,114 @@
+// decode_merge.cu: combines the partial decode states of (sequence, KV head) pairs split over warps.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/softmax_state.cuh"
+#include "fil.h"
+
+#define FIL_WHO "flashinfer_like decode merge"
+
+namespace {
+
+constexpr int kThreads = 128;
+
+// Block-wide max or sum of one float per thread (4 warps), the result in every thread.
+template <bool MAX> __device__ __forceinline__ float block_reduce(float x, float *scratch) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        float y = __shfl_xor_sync(0xffffffffu, x, off);
+        x = MAX ? fmaxf(x, y) : x + y;
+    }
+    __syncthreads(); // scratch may still be read by a previous reduction
+    if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = x;
+    __syncthreads();
+    x = scratch[0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; w++) x = MAX ? fmaxf(x, scratch[w]) : x + scratch[w];
+    return x;
+}
+
+// One block per (merge, query head of the group). With partial states (o_p, lse2_p), p = 1..n:
+//   M = max_p lse2_p,  w_p = 2^(lse2_p - M),  o = sum_p w_p o_p / sum_p w_p,
+//   lse = ln2 * (M + log2 sum_p w_p)            (softmax_state.cuh)
+// Threads split the head dims into float4 columns and the partials into `lanes` interleaved
+// streams, so n partials cost n / lanes dependent loads per thread, not n.
+template <typename QT>
+__global__ void __launch_bounds__(kThreads)
+    fil_decode_merge_kernel(const fil_decode_merge *merges, const float *partial_out,
+                            const float *partial_lse, QT *out, float *lse, int32_t group,
+                            int32_t head_dim, int32_t num_qo_heads) {
+    __shared__ float scratch[kThreads / 32];
+    __shared__ float4 sums[kThreads];
+    const fil_decode_merge mg = merges[blockIdx.x];
+    const int h = blockIdx.y;
+    const int n = mg.end_partial - mg.first_partial;
+    const float *lse_h = partial_lse + (int64_t)mg.first_partial * group + h;
+
+    float max_lse2 = -INFINITY;
+    for (int p = threadIdx.x; p < n; p += kThreads) max_lse2 = fmaxf(max_lse2, lse_h[p * group]);
+    max_lse2 = block_reduce<true>(max_lse2, scratch);
+    float weight_sum = 0.f;
+    for (int p = threadIdx.x; p < n; p += kThreads)
+        weight_sum += ap_softmax_merge_weight(lse_h[p * group], max_lse2);
+    weight_sum = block_reduce<false>(weight_sum, scratch);
+
+    const int vecs = head_dim / 4, lanes = kThreads / vecs;
+    const int v = threadIdx.x % vecs, lane = threadIdx.x / vecs;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (lane < lanes) {
+#pragma unroll 4
+        for (int p = lane; p < n; p += lanes) {
+            const float w = ap_softmax_merge_weight(lse_h[p * group], max_lse2);
+            const float4 o = *reinterpret_cast<const float4 *>(
+                partial_out + ((int64_t)(mg.first_partial + p) * group + h) * head_dim + 4 * v);
+            acc.x += w * o.x;
+            acc.y += w * o.y;
+            acc.z += w * o.z;
+            acc.w += w * o.w;
+        }
+    }
+    sums[threadIdx.x] = acc;
+    __syncthreads();
+    const int64_t row = (int64_t)mg.seq * num_qo_heads + mg.kv_head * group + h;
+    if (threadIdx.x < vecs) {
+        for (int k = 1; k < lanes; k++) {
+            const float4 o = sums[k * vecs + v];
+            acc.x += o.x;
+            acc.y += o.y;
+            acc.z += o.z;
+            acc.w += o.w;
+        }
+        const float inv = 1.f / weight_sum;
+        QT *dst = out + row * head_dim + 4 * v;
+        dst[0] = ap_from_float<QT>(acc.x * inv);
+        dst[1] = ap_from_float<QT>(acc.y * inv);
+        dst[2] = ap_from_float<QT>(acc.z * inv);
+        dst[3] = ap_from_float<QT>(acc.w * inv);
+    }
+    if (lse != NULL && threadIdx.x == 0) lse[row] = ap_lse2_to_ln(max_lse2 + log2f(weight_sum));
+}
+
+} // namespace
+
+extern "C" ap_status fil_decode_merge_run(const fil_decode_plan *plan, ap_dtype out_dtype,
+                                          int32_t group, int32_t head_dim, int32_t num_qo_heads,
+                                          void *out, float *lse, void *stream, ap_msgbuf *msg) {
+    if (plan->num_merges == 0) return AP_OK;
+    if (head_dim % 4 != 0 || head_dim / 4 > kThreads || group < 1) {
+        ap_msgbuf_add(msg, FIL_WHO ": head_dim %d, group %d not served", head_dim, group);
+        return AP_ERR_UNSUPPORTED;
+    }
+    const dim3 grid((unsigned)plan->num_merges, (unsigned)group);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (out_dtype == AP_DTYPE_BF16)
+        fil_decode_merge_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
+            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__nv_bfloat16 *>(out),
+            lse, group, head_dim, num_qo_heads);
+    else
+        fil_decode_merge_kernel<__half><<<grid, kThreads, 0, s>>>(
+            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__half *>(out), lse,
+            group, head_dim, num_qo_heads);
+    return ap_cuda_launch_status(FIL_WHO, "fil_decode_merge_kernel", msg);
+}
