@@ -47,26 +47,38 @@ static uint32_t gpu_poison_bits(ap_dtype dtype) {
     }
 }
 
-gpu_diff gpu_compare(ap_dtype dtype, const void *got, const void *ref, size_t count) {
+static double gpu_rel(double err2, double ref2) {
+    if (ref2 > 0.0) return sqrt(err2 / ref2);
+    return err2 > 0.0 ? INFINITY : 0.0;
+}
+
+gpu_diff gpu_compare(ap_dtype dtype, const void *got, const void *ref, size_t count,
+                     size_t row_len) {
     gpu_diff diff = {0};
     uint32_t poison = gpu_poison_bits(dtype);
-    double err2 = 0.0, ref2 = 0.0;
+    double err2 = 0.0, ref2 = 0.0, row_err2 = 0.0, row_ref2 = 0.0;
     for (size_t i = 0; i < count; i++) {
         float g = gpu_elem_load(dtype, got, i);
         float r = gpu_elem_load(dtype, ref, i);
         if (gpu_elem_bits(dtype, got, i) == poison) diff.unwritten++;
         if (gpu_elem_bits(dtype, ref, i) == poison || !isfinite(r)) {
             diff.ref_bad++;
-            continue;
-        }
-        if (!isfinite(g)) {
+        } else if (!isfinite(g)) {
             diff.nonfinite++;
-            continue;
+        } else {
+            double d = (double)g - r;
+            row_err2 += d * d;
+            row_ref2 += (double)r * r;
         }
-        err2 += ((double)g - r) * ((double)g - r);
-        ref2 += (double)r * r;
+        if ((i + 1) % row_len == 0) {
+            double row = gpu_rel(row_err2, row_ref2);
+            if (row > diff.row_rel_l2) diff.row_rel_l2 = row;
+            err2 += row_err2;
+            ref2 += row_ref2;
+            row_err2 = row_ref2 = 0.0;
+        }
     }
-    diff.rel_l2 = ref2 > 0.0 ? sqrt(err2 / ref2) : (err2 > 0.0 ? INFINITY : 0.0);
+    diff.rel_l2 = gpu_rel(err2, ref2);
     return diff;
 }
 

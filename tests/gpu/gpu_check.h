@@ -15,13 +15,17 @@ void gpu_elem_store(ap_dtype dtype, void *data, size_t i, float value);
 
 /* How a result compares with the reference. */
 typedef struct gpu_diff {
-    double rel_l2;    /* ||got - ref|| / ||ref|| over the finite pairs */
-    size_t unwritten; /* elements of `got` still holding the poison bits */
-    size_t nonfinite; /* NaN or inf elements of `got` (unwritten ones included) */
-    size_t ref_bad;   /* NaN, inf or poison in the reference: the oracle failed */
+    double rel_l2;     /* ||got - ref|| / ||ref|| over the finite pairs */
+    double row_rel_l2; /* the largest of the same per row: a few wrong rows (one sequence,
+                          one page boundary) drown in the global figure */
+    size_t unwritten;  /* elements of `got` still holding the poison bits */
+    size_t nonfinite;  /* NaN or inf elements of `got` (unwritten ones included) */
+    size_t ref_bad;    /* NaN, inf or poison in the reference: the oracle failed */
 } gpu_diff;
 
-gpu_diff gpu_compare(ap_dtype dtype, const void *got, const void *ref, size_t count);
+/* Compare `count` elements, as rows of `row_len` (count % row_len == 0). */
+gpu_diff gpu_compare(ap_dtype dtype, const void *got, const void *ref, size_t count,
+                     size_t row_len);
 
 /* 1 when all `bytes` bytes at `data` still hold GPU_POISON_BYTE (the guard past an output). */
 int gpu_guard_intact(const void *data, size_t bytes);
