@@ -12,43 +12,72 @@ static const char GPU_DECODE_SEQS[] = "0:1,6:1,332:1,1030:1,4999:1";
 /* An empty prefix, prefixes ending mid-page, a 1-token extend and chunks crossing pages. */
 static const char GPU_EXTEND_SEQS[] = "0:7,519:129,13:1,100:77";
 
+/* Positional rows for the table below: name, mode, q dtype, kv dtype, page size, head dim,
+ * qo heads, kv heads, causal, save_kv, quick, batch; GPU_APPEND adds rotary dim and pairing. */
+#define GPU_ATTN(name_, mode_, q_, kv_, page_, dim_, hq_, hk_, causal_, save_, quick_, seqs_) \
+    { \
+        .name = name_, .mode = mode_, .q_dtype = q_, .kv_dtype = kv_, .page_size = page_, \
+        .head_dim = dim_, .num_qo_heads = hq_, .num_kv_heads = hk_, .causal = causal_, \
+        .save_kv = save_, .quick = quick_, .seqs = seqs_ \
+    }
+#define GPU_APPEND(name_, mode_, q_, kv_, page_, dim_, hq_, hk_, quick_, seqs_, rotary_, neox_) \
+    { \
+        .name = name_, .mode = mode_, .q_dtype = q_, .kv_dtype = kv_, .page_size = page_, \
+        .head_dim = dim_, .num_qo_heads = hq_, .num_kv_heads = hk_, .causal = 1, .save_kv = 1, \
+        .quick = quick_, .seqs = seqs_, .rotary_dim = rotary_, .is_neox = neox_ \
+    }
+
 /* Cases the sweep does not reach. Heads: qo/kv. The CPU reference bounds their size. */
 static const gpu_case gpu_named_cases[] = {
     /* B1 with a long context: the case split-KV exists for. */
-    {"decode_split_b1_l32768", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
-     "32767:1"},
-    {"decode_split_b1_l32768_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 32, 8, 1, 1, 0,
-     "32767:1"},
-    {"decode_split_b2_l20000_f16", AP_MODE_DECODE, GPU_F16, GPU_F16, 64, 64, 8, 1, 1, 1, 0,
-     "19999:1,333:1"},
+    GPU_ATTN("decode_split_b1_l32768", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
+             "32767:1"),
+    GPU_ATTN("decode_split_b1_l32768_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 32, 8, 1, 1,
+             0, "32767:1"),
+    GPU_ATTN("decode_split_b2_l20000_f16", AP_MODE_DECODE, GPU_F16, GPU_F16, 64, 64, 8, 1, 1, 1, 0,
+             "19999:1,333:1"),
     /* Many sequences: enough CTAs without splitting. */
-    {"decode_nosplit_b64_l1031", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1, 1,
-     "1030:1x64"},
-    {"decode_mixed_1_5000", AP_MODE_DECODE, GPU_F16, GPU_F16, 32, 128, 32, 8, 1, 1, 0,
-     "0:1,4999:1,0:1,4999:1,6:1"},
-    {"decode_cached_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 16, 2, 1, 0, 1,
-     "332:1,4999:1,0:1"},
-    {"decode_mqa_g32", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 1, 1, 1, 0,
-     "1030:1,4999:1"},
+    GPU_ATTN("decode_nosplit_b64_l1031", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1,
+             1, "1030:1x64"),
+    GPU_ATTN("decode_mixed_1_5000", AP_MODE_DECODE, GPU_F16, GPU_F16, 32, 128, 32, 8, 1, 1, 0,
+             "0:1,4999:1,0:1,4999:1,6:1"),
+    GPU_ATTN("decode_cached_fp8", AP_MODE_DECODE, GPU_BF16, GPU_FP8, 16, 128, 16, 2, 1, 0, 1,
+             "332:1,4999:1,0:1"),
+    GPU_ATTN("decode_mqa_g32", AP_MODE_DECODE, GPU_BF16, GPU_BF16, 16, 128, 32, 1, 1, 1, 0,
+             "1030:1,4999:1"),
     /* A 16-bit cache of the other 16-bit type than the query: a conversion on append. */
-    {"decode_q_bf16_kv_f16", AP_MODE_DECODE, GPU_BF16, GPU_F16, 16, 128, 8, 2, 1, 1, 0,
-     "0:1,332:1,1030:1"},
-    {"extend_q_f16_kv_bf16", AP_MODE_EXTEND, GPU_F16, GPU_BF16, 16, 128, 8, 2, 1, 1, 0,
-     "13:20,0:7"},
-    {"extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 4, 1, 1, 1, 0,
-     "0:1,0:5000"},
-    {"extend_empty_prefix", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
-     "0:333,0:7,0:1"},
-    {"extend_prefix_mid_page", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
-     "1031:333,17:20"},
-    {"extend_prefix_mid_page_fp8", AP_MODE_EXTEND, GPU_F16, GPU_FP8, 16, 128, 8, 2, 1, 1, 1,
-     "1031:333,17:20"},
-    {"extend_long_prefix_short_q", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 128, 16, 4, 1, 1, 0,
-     "4999:1,4000:7,1:1"},
-    {"extend_chunk_257", AP_MODE_EXTEND, GPU_F16, GPU_F16, 64, 128, 4, 1, 1, 1, 0, "1024:257"},
-    {"extend_cached", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 0, 0, "200:55,0:31"},
-    {"extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0, "200:55,0:31"},
-    {"extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0, "100:77,0:33"},
+    GPU_ATTN("decode_q_bf16_kv_f16", AP_MODE_DECODE, GPU_BF16, GPU_F16, 16, 128, 8, 2, 1, 1, 0,
+             "0:1,332:1,1030:1"),
+    GPU_ATTN("extend_q_f16_kv_bf16", AP_MODE_EXTEND, GPU_F16, GPU_BF16, 16, 128, 8, 2, 1, 1, 0,
+             "13:20,0:7"),
+    GPU_ATTN("extend_mixed_1_5000", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 64, 4, 1, 1, 1, 0,
+             "0:1,0:5000"),
+    GPU_ATTN("extend_empty_prefix", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
+             "0:333,0:7,0:1"),
+    GPU_ATTN("extend_prefix_mid_page", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 1, 1,
+             "1031:333,17:20"),
+    GPU_ATTN("extend_prefix_mid_page_fp8", AP_MODE_EXTEND, GPU_F16, GPU_FP8, 16, 128, 8, 2, 1, 1, 1,
+             "1031:333,17:20"),
+    GPU_ATTN("extend_long_prefix_short_q", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 128, 16, 4, 1, 1,
+             0, "4999:1,4000:7,1:1"),
+    GPU_ATTN("extend_chunk_257", AP_MODE_EXTEND, GPU_F16, GPU_F16, 64, 128, 4, 1, 1, 1, 0,
+             "1024:257"),
+    GPU_ATTN("extend_cached", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1, 0, 0,
+             "200:55,0:31"),
+    GPU_ATTN("extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0,
+             "200:55,0:31"),
+    /* The append_kv/1 hook, where a backend has one: full and partial rotary dims, both pairings,
+     * decode-like and chunked batches. */
+    GPU_APPEND("append_rope_neox_bf16", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1,
+               "0:7,1030:1,13:77", 128, 1),
+    GPU_APPEND("append_rope_gptj_partial_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 128, 8, 2, 0,
+               "100:33,0:1", 64, 0),
+    GPU_APPEND("append_rope_neox_f16_p1", AP_MODE_EXTEND, GPU_F16, GPU_F16, 1, 64, 4, 4, 0, "5:9",
+               64, 1),
+    GPU_APPEND("append_rope_decode_b8_fp8", AP_MODE_DECODE, GPU_F16, GPU_FP8, 64, 128, 32, 8, 0,
+               "4095:1x8", 128, 1),
+    GPU_ATTN("extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0,
+             "100:77,0:33"),
 };
 
 static const char *gpu_dtype_tag(ap_dtype dtype) {

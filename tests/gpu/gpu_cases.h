@@ -18,6 +18,8 @@ typedef struct gpu_case {
     int32_t save_kv; /* 1: the forward writes the new tokens' k/v; 0: they are in the cache */
     int32_t quick;   /* in the small subset run under compute-sanitizer */
     const char *seqs;
+    int32_t rotary_dim; /* > 0: check the append_kv/1 hook (RoPE + quantize + paged write) */
+    int32_t is_neox;    /* append cases: 1 rotates pairs (i, i + rotary_dim/2), 0 (2i, 2i+1) */
 } gpu_case;
 
 /* Fill `out` (room for `capacity`) with every case; returns how many were written. */

@@ -106,6 +106,11 @@ void gpu_tensor_make(gpu_tensor *tensor, void *data, ap_dtype dtype, int on_devi
     tensor->dl.byte_offset = 0;
 }
 
+void gpu_tensor_make_i32(gpu_tensor *tensor, void *data, int on_device, int64_t count) {
+    gpu_tensor_make(tensor, data, AP_DTYPE_F32, on_device, 1, count, 0, 0);
+    tensor->dl.dtype = (DLDataType){kDLInt, 32, 1};
+}
+
 size_t gpu_dtype_bytes(ap_dtype dtype) {
     switch (dtype) {
         case AP_DTYPE_F32: return 4;
