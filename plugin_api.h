@@ -136,16 +136,16 @@ typedef enum ap_dtype {
  * time) or a test injects one. ordinal < 0 means "the CPU, no GPU". */
 typedef struct ap_device {
     size_t struct_size;
-    int32_t ordinal;          /* CUDA device ordinal; -1 for the CPU */
-    int32_t cc_major;         /* compute capability, e.g. 9 for Hopper; 0 on the CPU */
-    int32_t cc_minor;         /* e.g. 0 for sm_90 */
-    int32_t sm_count;         /* multiprocessors */
-    int32_t driver_version;   /* cuDriverGetVersion(), e.g. 13000; 0 when no driver */
-    int64_t total_memory;     /* bytes of device memory */
-    int32_t l2_bytes;         /* L2 cache size */
+    int32_t ordinal;              /* CUDA device ordinal; -1 for the CPU */
+    int32_t cc_major;             /* compute capability, e.g. 9 for Hopper; 0 on the CPU */
+    int32_t cc_minor;             /* e.g. 0 for sm_90 */
+    int32_t sm_count;             /* multiprocessors */
+    int32_t driver_version;       /* cuDriverGetVersion(), e.g. 13000; 0 when no driver */
+    int64_t total_memory;         /* bytes of device memory */
+    int32_t l2_bytes;             /* L2 cache size */
     int32_t smem_per_block_optin; /* largest dynamic shared memory a block may opt into */
-    char name[128];           /* "NVIDIA H100 80GB HBM3", or "cpu" */
-    char unusable_reason[160]; /* why no GPU is usable ("no CUDA driver: ..."), "" when usable */
+    char name[128];               /* "NVIDIA H100 80GB HBM3", or "cpu" */
+    char unusable_reason[160];    /* why no GPU is usable ("no CUDA driver: ..."), "" when usable */
 } ap_device;
 
 /* One compiled GPU target of a plugin. */
@@ -180,33 +180,33 @@ typedef enum ap_graph_level {
 } ap_graph_level;
 
 /* Feature bits (ap_caps.features). */
-#define AP_FEATURE_LSE (1ull << 0)              /* writes the log-sum-exp of each row */
+#define AP_FEATURE_LSE (1ull << 0)               /* writes the log-sum-exp of each row */
 #define AP_FEATURE_EMBEDDING_SKIP_KV (1ull << 1) /* embedding mode: no KV cache write or read */
-#define AP_FEATURE_SLIDING_WINDOW (1ull << 2)   /* honours ap_layer.window_left */
-#define AP_FEATURE_LOGIT_SOFTCAP (1ull << 3)    /* honours ap_layer.logit_softcap */
-#define AP_FEATURE_SINKS (1ull << 4)            /* attention sinks */
-#define AP_FEATURE_SPLIT_KV (1ull << 5)         /* splits long KV across CTAs (flash-decoding) */
-#define AP_FEATURE_NONCAUSAL (1ull << 6)        /* honours ap_model.causal == 0 */
+#define AP_FEATURE_SLIDING_WINDOW (1ull << 2)    /* honours ap_layer.window_left */
+#define AP_FEATURE_LOGIT_SOFTCAP (1ull << 3)     /* honours ap_layer.logit_softcap */
+#define AP_FEATURE_SINKS (1ull << 4)             /* attention sinks */
+#define AP_FEATURE_SPLIT_KV (1ull << 5)          /* splits long KV across CTAs (flash-decoding) */
+#define AP_FEATURE_NONCAUSAL (1ull << 6)         /* honours ap_model.causal == 0 */
 
 #define AP_DEVICE_KIND_CPU 0x1u  /* runs on the host CPU, no GPU needed */
 #define AP_DEVICE_KIND_CUDA 0x2u /* needs a CUDA GPU matching one of `archs` */
 
 typedef struct ap_caps {
     size_t struct_size;
-    uint32_t device_kinds;         /* AP_DEVICE_KIND_* bits */
-    const ap_arch_target *archs;   /* compiled GPU targets; NULL/0 for CPU-only backends */
+    uint32_t device_kinds;       /* AP_DEVICE_KIND_* bits */
+    const ap_arch_target *archs; /* compiled GPU targets; NULL/0 for CPU-only backends */
     size_t num_archs;
-    uint32_t attn_kinds;           /* AP_ATTN_BIT(...) */
-    uint32_t q_dtypes;             /* AP_DTYPE_BIT(...) of queries and outputs */
-    uint32_t kv_dtypes;            /* AP_DTYPE_BIT(...) of the KV cache */
-    const int32_t *page_sizes;     /* allowed page sizes; NULL/0 means any page size >= 1 */
+    uint32_t attn_kinds;       /* AP_ATTN_BIT(...) */
+    uint32_t q_dtypes;         /* AP_DTYPE_BIT(...) of queries and outputs */
+    uint32_t kv_dtypes;        /* AP_DTYPE_BIT(...) of the KV cache */
+    const int32_t *page_sizes; /* allowed page sizes; NULL/0 means any page size >= 1 */
     size_t num_page_sizes;
-    const int32_t *head_dims;      /* allowed qk head dims (MHA); NULL/0 means any */
+    const int32_t *head_dims; /* allowed qk head dims (MHA); NULL/0 means any */
     size_t num_head_dims;
-    uint32_t phases;               /* AP_PHASE_* */
-    ap_graph_level cuda_graph;     /* what may be captured */
-    uint64_t features;             /* AP_FEATURE_* */
-    int32_t needs_host_mirrors;    /* 1: init_metadata reads the batch's host arrays */
+    uint32_t phases;            /* AP_PHASE_* */
+    ap_graph_level cuda_graph;  /* what may be captured */
+    uint64_t features;          /* AP_FEATURE_* */
+    int32_t needs_host_mirrors; /* 1: init_metadata reads the batch's host arrays */
 } ap_caps;
 
 /* ---------------------------------------------------------------------------------------------
@@ -216,25 +216,25 @@ typedef struct ap_caps {
 /* What one model looks like to a backend, per GPU (after tensor parallelism). */
 typedef struct ap_model {
     size_t struct_size;
-    const char *name;       /* matched against the config's rules, e.g. "meta-llama/Llama-3-8B" */
-    ap_attn_kind kind;      /* MHA (incl. GQA/MQA) or MLA */
-    int32_t num_qo_heads;   /* query heads on this GPU */
-    int32_t num_kv_heads;   /* KV heads on this GPU; must divide num_qo_heads. 1 for MLA */
-    int32_t head_dim_qk;    /* MHA: q/k head dim. MLA: kv_lora_rank + qk_rope_head_dim (576) */
-    int32_t head_dim_v;     /* MHA: v head dim. MLA: kv_lora_rank (512) in absorbed decode */
-    int32_t kv_lora_rank;       /* MLA only: latent width (512 in DeepSeek-V3), else 0 */
-    int32_t qk_rope_head_dim;   /* MLA only: RoPE part of q/k (64), else 0 */
-    int32_t qk_nope_head_dim;   /* MLA only: non-RoPE part of q/k per head (128), else 0 */
-    int32_t v_head_dim;         /* MLA only: v head dim in MHA-style prefill (128), else 0 */
-    ap_dtype dtype;         /* queries, new K/V and outputs: BF16 or F16 */
-    ap_dtype kv_dtype;      /* KV cache element type (options may override) */
-    int32_t page_size;      /* tokens per KV page (options may override) */
-    int32_t num_layers;     /* attention layers */
-    int32_t causal;         /* 1: token i attends to positions <= its own */
-    int32_t embedding;      /* 1: an embedding model (prefill only, never decodes) */
-    int32_t max_batch;      /* largest number of sequences in one forward */
-    int32_t max_tokens;     /* largest number of new tokens in one forward */
-    int64_t max_kv_len;     /* longest sequence (prefix + new) the host will run */
+    const char *name;         /* matched against the config's rules, e.g. "meta-llama/Llama-3-8B" */
+    ap_attn_kind kind;        /* MHA (incl. GQA/MQA) or MLA */
+    int32_t num_qo_heads;     /* query heads on this GPU */
+    int32_t num_kv_heads;     /* KV heads on this GPU; must divide num_qo_heads. 1 for MLA */
+    int32_t head_dim_qk;      /* MHA: q/k head dim. MLA: kv_lora_rank + qk_rope_head_dim (576) */
+    int32_t head_dim_v;       /* MHA: v head dim. MLA: kv_lora_rank (512) in absorbed decode */
+    int32_t kv_lora_rank;     /* MLA only: latent width (512 in DeepSeek-V3), else 0 */
+    int32_t qk_rope_head_dim; /* MLA only: RoPE part of q/k (64), else 0 */
+    int32_t qk_nope_head_dim; /* MLA only: non-RoPE part of q/k per head (128), else 0 */
+    int32_t v_head_dim;       /* MLA only: v head dim in MHA-style prefill (128), else 0 */
+    ap_dtype dtype;           /* queries, new K/V and outputs: BF16 or F16 */
+    ap_dtype kv_dtype;        /* KV cache element type (options may override) */
+    int32_t page_size;        /* tokens per KV page (options may override) */
+    int32_t num_layers;       /* attention layers */
+    int32_t causal;           /* 1: token i attends to positions <= its own */
+    int32_t embedding;        /* 1: an embedding model (prefill only, never decodes) */
+    int32_t max_batch;        /* largest number of sequences in one forward */
+    int32_t max_tokens;       /* largest number of new tokens in one forward */
+    int64_t max_kv_len;       /* longest sequence (prefix + new) the host will run */
 } ap_model;
 
 /* One backend-specific option, passed through from YAML untouched. */
@@ -249,11 +249,11 @@ typedef struct ap_option_kv {
  * model before a backend sees it, so a backend reads those from ap_model alone. */
 typedef struct ap_options {
     size_t struct_size;
-    int32_t page_size;       /* 0: keep the model's */
-    ap_dtype kv_dtype;       /* AP_DTYPE_NONE: keep the model's */
-    int32_t prefix_cache;    /* radix/prefix caching: AP_OPTION_UNSET, 0 or 1 (unset = on) */
-    int32_t chunked_prefill; /* AP_OPTION_UNSET, 0 or 1 (unset = off) */
-    int32_t cuda_graphs;     /* AP_OPTION_UNSET, 0 or 1 (unset = off) */
+    int32_t page_size;         /* 0: keep the model's */
+    ap_dtype kv_dtype;         /* AP_DTYPE_NONE: keep the model's */
+    int32_t prefix_cache;      /* radix/prefix caching: AP_OPTION_UNSET, 0 or 1 (unset = on) */
+    int32_t chunked_prefill;   /* AP_OPTION_UNSET, 0 or 1 (unset = off) */
+    int32_t cuda_graphs;       /* AP_OPTION_UNSET, 0 or 1 (unset = off) */
     const ap_option_kv *extra; /* backend-specific keys, in config order */
     size_t num_extra;
 } ap_options;
@@ -311,10 +311,10 @@ typedef struct ap_batch {
     size_t struct_size;
     ap_forward_mode mode;
     int32_t num_seqs;
-    int32_t num_tokens;    /* qo_indptr[num_seqs]: new tokens in this forward */
-    int32_t max_q_len;     /* largest q_len[i] */
-    int32_t max_seq_len;   /* largest seq_lens[i] */
-    int32_t num_pages_total; /* kv_page_indptr[num_seqs] */
+    int32_t num_tokens;              /* qo_indptr[num_seqs]: new tokens in this forward */
+    int32_t max_q_len;               /* largest q_len[i] */
+    int32_t max_seq_len;             /* largest seq_lens[i] */
+    int32_t num_pages_total;         /* kv_page_indptr[num_seqs] */
     const int32_t *qo_indptr;        /* [num_seqs + 1] */
     const int32_t *kv_page_indptr;   /* [num_seqs + 1] */
     const int32_t *kv_page_indices;  /* [num_pages_total] */
@@ -374,8 +374,8 @@ typedef struct ap_vtable {
      * work, no allocation. Adds one line to `reasons` for EVERY cause of refusal (not just the
      * first) and returns AP_ERR_REFUSED, or returns AP_OK with `reasons` untouched. The model
      * already carries the options' page size and KV dtype. */
-    ap_status (*validate)(const ap_model *model, const ap_options *options,
-                          const ap_device *device, ap_msgbuf *reasons);
+    ap_status (*validate)(const ap_model *model, const ap_options *options, const ap_device *device,
+                          ap_msgbuf *reasons);
 
     /* Make an instance. Allocates what the backend needs for the model's largest batch. */
     ap_status (*create)(const ap_model *model, const ap_options *options, const ap_device *device,
@@ -428,9 +428,9 @@ typedef struct ap_negotiate_offer {
 /* What the plugin answers. On refusal it returns AP_ERR_ABI_MISMATCH and explains in `msg`. */
 typedef struct ap_negotiate_reply {
     size_t struct_size;
-    uint32_t plugin_abi_major;        /* the version the plugin serves */
+    uint32_t plugin_abi_major; /* the version the plugin serves */
     uint32_t plugin_abi_minor;
-    const ap_descriptor *descriptor;  /* static storage; lives as long as the plugin is open */
+    const ap_descriptor *descriptor; /* static storage; lives as long as the plugin is open */
 } ap_negotiate_reply;
 
 typedef ap_status (*ap_plugin_negotiate_fn)(const ap_negotiate_offer *offer,
@@ -495,8 +495,8 @@ typedef ap_status (*ap_hook_pack_prefix_chunk_kv_v1)(ap_backend *backend,
  * init_metadata allocates nothing and reads no host mirror, and the forward_* calls that the
  * caps' cuda_graph level names launch only kernels on `stream`. */
 #define AP_HOOK_CUDA_GRAPH_V1 "cuda_graph/1"
-typedef ap_status (*ap_hook_cuda_graph_v1)(ap_backend *backend, int32_t max_batch,
-                                           void *stream, ap_msgbuf *msg);
+typedef ap_status (*ap_hook_cuda_graph_v1)(ap_backend *backend, int32_t max_batch, void *stream,
+                                           ap_msgbuf *msg);
 
 #ifdef __cplusplus
 }

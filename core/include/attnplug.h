@@ -49,8 +49,7 @@ int ap_arch_runs_on(ap_arch_target target, int32_t cc_major, int32_t cc_minor);
 
 /* Which of a plugin's targets the driver would pick on cc major.minor (exact SASS, then the
  * newest same-major SASS, then the newest PTX), or -1 when none runs. */
-int ap_arch_pick(const ap_arch_target *targets, size_t count, int32_t cc_major,
-                 int32_t cc_minor);
+int ap_arch_pick(const ap_arch_target *targets, size_t count, int32_t cc_major, int32_t cc_minor);
 
 /* ---------------------------------------------------------------------------------------------
  * The registry: discovery and loading of plugin files
@@ -64,7 +63,7 @@ typedef struct ap_registry_options {
     size_t struct_size;
     const char *const *search_dirs; /* host folders, searched first; may be NULL */
     size_t num_search_dirs;
-    uint32_t flags;                 /* AP_REGISTRY_* */
+    uint32_t flags; /* AP_REGISTRY_* */
 } ap_registry_options;
 
 /* Make an empty registry. `options` may be NULL (defaults). */
@@ -123,8 +122,7 @@ void ap_model_apply_options(const ap_model *model, const ap_options *options, ap
 /* Check one backend: device kind and arch, static caps, then the plugin's validate(). Strings in
  * `out` live until the next call to ap_registry_check on this thread. */
 ap_status ap_registry_check(ap_registry *registry, const char *name, const ap_model *model,
-                            const ap_options *options, const ap_device *device,
-                            ap_verdict *out);
+                            const ap_options *options, const ap_device *device, ap_verdict *out);
 
 /* A walk over a preference list: the verdict on each candidate tried, and the one chosen. */
 typedef struct ap_selection ap_selection;
@@ -150,8 +148,7 @@ typedef struct ap_instance ap_instance;
 /* Check then create backend `name` for the model. Refusals come back as AP_ERR_REFUSED (or the
  * check's status) with the reasons in the last error. */
 ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_model *model,
-                           const ap_options *options, const ap_device *device,
-                           ap_instance **out);
+                           const ap_options *options, const ap_device *device, ap_instance **out);
 void ap_instance_close(ap_instance *instance);
 
 const char *ap_instance_backend(const ap_instance *instance);
@@ -182,12 +179,12 @@ typedef struct ap_config ap_config;
 
 /* One rule of the config. Strings live as long as the config. */
 typedef struct ap_config_rule {
-    const char *pattern;           /* fnmatch glob on the model name */
-    const char *const *backends;   /* preference list */
+    const char *pattern;         /* fnmatch glob on the model name */
+    const char *const *backends; /* preference list */
     size_t num_backends;
-    int explicit_single;           /* 1: written as `backend: NAME` (a refusal is an error) */
-    ap_options options;            /* page_size, kv_dtype, flags, backend-specific extras */
-    int32_t line;                  /* where the rule starts in the file, 1-based */
+    int explicit_single; /* 1: written as `backend: NAME` (a refusal is an error) */
+    ap_options options;  /* page_size, kv_dtype, flags, backend-specific extras */
+    int32_t line;        /* where the rule starts in the file, 1-based */
 } ap_config_rule;
 
 /* Parse a file / a string. Errors: AP_ERR_CONFIG with "file:line:column: message". */
@@ -211,7 +208,7 @@ ap_status ap_config_open(const ap_config *config, ap_registry *registry, const a
                          const ap_device *device, ap_instance **out, ap_selection **selection);
 
 /* Names for enums, and parsing them (config, tools). */
-const char *ap_dtype_name(ap_dtype dtype);         /* "bf16", "fp8_e4m3", ... */
+const char *ap_dtype_name(ap_dtype dtype); /* "bf16", "fp8_e4m3", ... */
 ap_status ap_dtype_parse(const char *name, ap_dtype *out);
 const char *ap_attn_kind_name(ap_attn_kind kind); /* "mha", "mla" */
 size_t ap_dtype_size_bits(ap_dtype dtype);        /* 32, 16, 8, 4 (nvfp4: values only) */

@@ -34,30 +34,30 @@ void ap_log(ap_log_category category, const char *fmt, ...) __attribute__((forma
 
 /* One loaded backend. Never freed or dlclose'd before the registry is destroyed. */
 typedef struct ap_plugin {
-    char *path;                     /* the file it came from */
-    void *handle;                   /* dlopen handle */
-    const ap_descriptor *desc;      /* from the plugin's negotiation reply */
-    uint32_t abi_major, abi_minor;  /* what the plugin serves */
+    char *path;                    /* the file it came from */
+    void *handle;                  /* dlopen handle */
+    const ap_descriptor *desc;     /* from the plugin's negotiation reply */
+    uint32_t abi_major, abi_minor; /* what the plugin serves */
 } ap_plugin;
 
 /* What became of one file. */
 typedef struct ap_file_entry {
     char *path;
     ap_status status;
-    char *message;                  /* "" when loaded */
-    char *backend;                  /* NULL when refused before the name was known */
+    char *message; /* "" when loaded */
+    char *backend; /* NULL when refused before the name was known */
 } ap_file_entry;
 
 struct ap_registry {
-    pthread_mutex_t lock;           /* guards everything below */
-    char **dirs;                    /* host folders, then ap_registry_add_dir folders */
+    pthread_mutex_t lock; /* guards everything below */
+    char **dirs;          /* host folders, then ap_registry_add_dir folders */
     size_t num_dirs;
     uint32_t flags;
     ap_file_entry *files;
     size_t num_files, cap_files;
-    ap_plugin **plugins;            /* sorted by backend name */
+    ap_plugin **plugins; /* sorted by backend name */
     size_t num_plugins, cap_plugins;
-    atomic_int live_instances;      /* open ap_instance objects: no unload while > 0 */
+    atomic_int live_instances; /* open ap_instance objects: no unload while > 0 */
 };
 
 /* The plugin serving `name`, or NULL. Takes the lock. */
@@ -75,19 +75,19 @@ struct ap_instance {
     ap_registry *registry;
     ap_plugin *plugin;
     ap_backend *backend;
-    ap_model model;                 /* options applied; name owned below */
+    ap_model model; /* options applied; name owned below */
     char *model_name;
     ap_device device;
-    ap_hook_append_kv_v1 append_kv;             /* resolved once at open; NULL when absent */
+    ap_hook_append_kv_v1 append_kv; /* resolved once at open; NULL when absent */
     ap_hook_pack_prefix_chunk_kv_v1 pack_prefix_chunk_kv;
     ap_hook_cuda_graph_v1 cuda_graph;
-    char message[1024];             /* the plugin writes its error here */
+    char message[1024]; /* the plugin writes its error here */
     /* What the last successful init_metadata planned, for the forward checks (check.c). */
-    int32_t batch_planned;          /* 0 until a batch was planned (or after a failed plan) */
+    int32_t batch_planned; /* 0 until a batch was planned (or after a failed plan) */
     ap_forward_mode batch_mode;
     int32_t batch_num_seqs;
     int32_t batch_num_tokens;
-    int32_t batch_max_page;         /* largest page index in the host mirrors; -1 unknown */
+    int32_t batch_max_page; /* largest page index in the host mirrors; -1 unknown */
 };
 
 /* ---- selection (select.c) ------------------------------------------------------------------- */
@@ -100,8 +100,8 @@ ap_status ap_model_check(const ap_model *model);
  * entry of caps.archs into *arch_index (-1 when none) and the plugin into *plugin (NULL when
  * not found). Does not touch the last error. */
 ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
-                           const ap_options *options, const ap_device *device,
-                           ap_msgbuf *reasons, int *arch_index, ap_plugin **plugin);
+                           const ap_options *options, const ap_device *device, ap_msgbuf *reasons,
+                           int *arch_index, ap_plugin **plugin);
 
 /* Options every field unset: what a backend sees when the host passes none. */
 extern const ap_options ap_options_default;
@@ -111,8 +111,8 @@ extern const ap_options ap_options_default;
  * actual value in `msg`. They read host memory only: host mirrors, and tensors on kDLCPU. */
 ap_status ap_check_batch(const ap_instance *instance, const ap_batch *batch, int32_t *max_page,
                          ap_msgbuf *msg);
-ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode,
-                           const ap_layer *layer, const ap_forward_args *args, ap_msgbuf *msg);
+ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, const ap_layer *layer,
+                           const ap_forward_args *args, ap_msgbuf *msg);
 ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
                              const ap_append_kv_args *args, ap_msgbuf *msg);
 ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *args,
