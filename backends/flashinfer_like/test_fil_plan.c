@@ -1,0 +1,204 @@
+/* test_fil_plan.c: the split-KV decode plan and the append slots, built on the host (no GPU). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "glue.h"
+
+/* plan.c's runtime calls, replaced: the "device" buffer is host memory here. */
+ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg) {
+    (void)event, (void)msg;
+    return AP_OK;
+}
+ap_status fil_rt_event_record(void *event, void *stream, ap_msgbuf *msg) {
+    (void)event, (void)stream, (void)msg;
+    return AP_OK;
+}
+ap_status fil_rt_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                ap_msgbuf *msg) {
+    (void)stream, (void)msg;
+    memcpy(dst, src, bytes);
+    return AP_OK;
+}
+ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+                                fil_extend_plan *plan, ap_msgbuf *msg) {
+    (void)args, (void)stream, (void)plan, (void)msg;
+    return AP_OK;
+}
+
+static int failures;
+
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            failures++; \
+            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+        } \
+    } while (0)
+
+/* Plans a decode batch of `num_seqs` sequences of lens[i] tokens (page size 16, pages in
+ * reverse order) and checks: every token of every (sequence, KV head) is in exactly one
+ * segment; segments start on tile boundaries; a split pair's segments own its merge's partial
+ * slots and an unsplit one writes directly; the warps stay within the bound; each new token's
+ * slot is its page's slot. */
+static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, int32_t hk,
+                       int32_t max_workers, int32_t target, int split) {
+    const int32_t ps = 16;
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_qo_heads = 4 * hk,
+                         .num_kv_heads = hk,
+                         .head_dim_qk = 128,
+                         .head_dim_v = 128,
+                         .page_size = ps,
+                         .max_batch = num_seqs,
+                         .max_tokens = num_seqs};
+    b.max_workers = max_workers;
+    b.target_workers = target;
+    b.split_kv = split;
+    b.group = 4;
+    b.plan_bytes = fil_plan_capacity(&b.model, max_workers);
+    b.plan_host = malloc(b.plan_bytes);
+    b.plan_dev = malloc(b.plan_bytes);
+    int32_t *qo = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
+    int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
+    int32_t *last = malloc(sizeof(int32_t) * (size_t)num_seqs);
+    int32_t total_pages = 0;
+    for (int32_t i = 0; i < num_seqs; i++) total_pages += (lens[i] + ps - 1) / ps;
+    int32_t *pages = malloc(sizeof(int32_t) * (size_t)total_pages);
+    for (int32_t p = 0; p < total_pages; p++) pages[p] = total_pages - 1 - p;
+    qo[0] = indptr[0] = 0;
+    for (int32_t i = 0; i < num_seqs; i++) {
+        qo[i + 1] = i + 1;
+        indptr[i + 1] = indptr[i] + (lens[i] + ps - 1) / ps;
+        last[i] = lens[i] - (indptr[i + 1] - indptr[i] - 1) * ps;
+    }
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_DECODE,
+                      .num_seqs = num_seqs,
+                      .num_tokens = num_seqs,
+                      .num_pages_total = total_pages,
+                      .qo_indptr = qo,
+                      .kv_page_indptr = indptr,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = lens,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = lens};
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_OK, "%s: plan, got %d '%s'", what, (int)st, text);
+    if (st != AP_OK) return;
+    const fil_decode_plan *p = &b.plan.decode;
+    int32_t max_len = 0;
+    for (int32_t i = 0; i < num_seqs; i++) max_len = lens[i] > max_len ? lens[i] : max_len;
+    unsigned char *cover = calloc((size_t)num_seqs * hk * max_len, 1);
+    int32_t max_partial = -1, direct = 0;
+    for (int32_t w = 0; w < p->num_workers; w++) {
+        EXPECT(p->worker_indptr[w + 1] > p->worker_indptr[w], "%s: worker %d has work", what, w);
+        for (int32_t s = p->worker_indptr[w]; s < p->worker_indptr[w + 1]; s++) {
+            fil_decode_seg g = p->segs[s];
+            EXPECT(g.begin % FIL_DECODE_TILE == 0 && g.begin < g.end && g.end <= lens[g.seq],
+                   "%s: segment %d [%d, %d) of a sequence of %d", what, s, g.begin, g.end,
+                   lens[g.seq]);
+            for (int32_t t = g.begin; t < g.end; t++)
+                cover[((size_t)g.seq * hk + g.kv_head) * max_len + t]++;
+            if (p->seg_partial[s] < 0) direct++;
+            max_partial = p->seg_partial[s] > max_partial ? p->seg_partial[s] : max_partial;
+        }
+    }
+    size_t bad = 0;
+    for (int32_t i = 0; i < num_seqs; i++)
+        for (int32_t h = 0; h < hk; h++)
+            for (int32_t t = 0; t < lens[i]; t++)
+                bad += cover[((size_t)i * hk + h) * max_len + t] != 1;
+    EXPECT(bad == 0, "%s: %zu tokens not covered exactly once", what, bad);
+    int32_t partials = 0;
+    for (int32_t m = 0; m < p->num_merges; m++) {
+        fil_decode_merge g = p->merges[m];
+        EXPECT(g.first_partial == partials && g.end_partial - g.first_partial >= 2,
+               "%s: merge %d owns partials [%d, %d)", what, m, g.first_partial, g.end_partial);
+        for (int32_t s = 0; s < p->worker_indptr[p->num_workers]; s++) {
+            int32_t slot = p->seg_partial[s];
+            if (slot >= g.first_partial && slot < g.end_partial)
+                EXPECT(p->segs[s].seq == g.seq && p->segs[s].kv_head == g.kv_head,
+                       "%s: partial %d belongs to merge %d's pair", what, slot, m);
+        }
+        partials = g.end_partial;
+    }
+    EXPECT(partials == max_partial + 1, "%s: %d partials, highest slot %d", what, partials,
+           max_partial);
+    EXPECT(partials <= 2 * max_workers, "%s: %d partials for %d workers", what, partials,
+           max_workers);
+    EXPECT(split || p->num_merges == 0, "%s: no merge without split", what);
+    for (int32_t i = 0; i < num_seqs; i++) {
+        int32_t pos = lens[i] - 1;
+        EXPECT(b.plan.slots[i] == pages[indptr[i] + pos / ps] * ps + pos % ps,
+               "%s: slot of sequence %d", what, i);
+    }
+    printf("%-28s workers %5d merges %4d partials %5d direct %5d\n", what, p->num_workers,
+           p->num_merges, partials, direct);
+    free(cover), free(pages), free(last), free(indptr), free(qo);
+    free(b.plan_host), free(b.plan_dev);
+}
+
+/* A batch that breaks a rule gets AP_ERR_SHAPE_MISMATCH naming the sequence. */
+static void check_refusal(void) {
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_kv_heads = 1,
+                         .page_size = 16,
+                         .max_batch = 2,
+                         .max_tokens = 2};
+    b.max_workers = b.target_workers = 8;
+    b.plan_bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_host = malloc(b.plan_bytes);
+    b.plan_dev = malloc(b.plan_bytes);
+    int32_t qo[3] = {0, 1, 2}, indptr[3] = {0, 1, 2}, pages[2] = {0, 1}, last[2] = {5, 7};
+    int32_t lens[2] = {5, 8}; /* sequence 1: one page holding 7 tokens is not 8 */
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_DECODE,
+                      .num_seqs = 2,
+                      .num_tokens = 2,
+                      .num_pages_total = 2,
+                      .qo_indptr = qo,
+                      .kv_page_indptr = indptr,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = lens,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = lens};
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT(fil_plan_batch(&b, &batch, NULL, &msg) == AP_ERR_SHAPE_MISMATCH &&
+               strstr(text, "sequence 1") != NULL,
+           "the inconsistent sequence named, got '%s'", text);
+    free(b.plan_host), free(b.plan_dev);
+}
+
+int main(void) {
+    int32_t b64[64], b8[8], b1[1] = {8192}, mixed[6] = {1, 7, 333, 1031, 5000, 16};
+    for (int i = 0; i < 64; i++) b64[i] = 4096;
+    for (int i = 0; i < 8; i++) b8[i] = 32768;
+    check_plan("B64 L4096, target 528", 64, b64, 8, 1056, 528, 1);
+    check_plan("B64 L4096, split off", 64, b64, 8, 1056, 528, 0);
+    check_plan("B64 L4096, target 1056", 64, b64, 8, 1056, 1056, 1);
+    check_plan("B1 L8192", 1, b1, 8, 1056, 528, 1);
+    check_plan("B8 L32768", 8, b8, 8, 1056, 528, 1);
+    check_plan("mixed lengths", 6, mixed, 4, 1056, 528, 1);
+    check_plan("mixed, few warps", 6, mixed, 4, 7, 7, 1);
+    check_plan("mixed, one warp", 6, mixed, 2, 1, 1, 1);
+    check_refusal();
+    printf("%s\n", failures == 0 ? "ok" : "FAILED");
+    return failures != 0;
+}

@@ -1,0 +1,197 @@
+/* test_fil_validate.c: flashinfer_like's negotiation, caps and validate() reasons, no GPU needed. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "plugin_api.h"
+
+static int failures;
+
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            failures++; \
+            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__); \
+            fprintf(stderr, "\n"); \
+        } \
+    } while (0)
+
+static const ap_vtable *vt;
+
+static ap_model good_model(void) {
+    return (ap_model){.struct_size = sizeof(ap_model),
+                      .name = "test",
+                      .kind = AP_ATTN_MHA,
+                      .num_qo_heads = 32,
+                      .num_kv_heads = 8,
+                      .head_dim_qk = 128,
+                      .head_dim_v = 128,
+                      .dtype = AP_DTYPE_BF16,
+                      .kv_dtype = AP_DTYPE_BF16,
+                      .page_size = 16,
+                      .num_layers = 1,
+                      .causal = 1,
+                      .max_batch = 64,
+                      .max_tokens = 4096,
+                      .max_kv_len = 32768};
+}
+
+static ap_device h100(void) {
+    ap_device d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.ordinal = 0;
+    d.cc_major = 9;
+    d.sm_count = 132;
+    snprintf(d.name, sizeof d.name, "NVIDIA H100 80GB HBM3");
+    return d;
+}
+
+/* validate() must refuse with a line containing `reason`, or accept when reason is NULL. */
+static void expect_verdict(const char *what, const ap_model *m, const ap_options *o,
+                           const ap_device *d, const char *reason) {
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = vt->validate(m, o, d, &msg);
+    if (reason == NULL) {
+        EXPECT(st == AP_OK && text[0] == '\0', "%s accepted, got %d '%s'", what, (int)st, text);
+    } else {
+        EXPECT(st == AP_ERR_REFUSED && strstr(text, reason) != NULL,
+               "%s refused with '%s', got %d '%s'", what, reason, (int)st, text);
+    }
+}
+
+static void test_validate(void) {
+    ap_model m = good_model();
+    ap_device d = h100();
+    expect_verdict("the Llama-3-8B shape", &m, NULL, &d, NULL);
+    m.kv_dtype = AP_DTYPE_FP8_E4M3;
+    m.page_size = 1;
+    m.num_qo_heads = 28;
+    m.num_kv_heads = 4; /* group 7 */
+    expect_verdict("fp8, page 1, group 7", &m, NULL, &d, NULL);
+
+    m = good_model(), m.kind = AP_ATTN_MLA;
+    expect_verdict("MLA", &m, NULL, &d, "MLA");
+    m = good_model(), m.head_dim_qk = m.head_dim_v = 96;
+    expect_verdict("head dim 96", &m, NULL, &d, "head dim 96 is not 64, 128 or 256");
+    m = good_model(), m.head_dim_v = 64;
+    expect_verdict("qk 128, v 64", &m, NULL, &d, "differs from v head dim");
+    m = good_model(), m.page_size = 3;
+    expect_verdict("page 3", &m, NULL, &d, "page size 3 is not a power of two");
+    m = good_model(), m.page_size = 256;
+    expect_verdict("page 256", &m, NULL, &d, "page size 256");
+    m = good_model(), m.num_qo_heads = 64, m.num_kv_heads = 4;
+    expect_verdict("group 16", &m, NULL, &d, "GQA group of 16");
+    m = good_model(), m.num_qo_heads = 30;
+    expect_verdict("30 over 8 heads", &m, NULL, &d, "must divide");
+    m = good_model(), m.dtype = AP_DTYPE_F32, m.kv_dtype = AP_DTYPE_FP8_E4M3;
+    expect_verdict("f32 queries", &m, NULL, &d, "query dtype 1 is not bf16 or f16");
+    m = good_model(), m.kv_dtype = AP_DTYPE_NVFP4;
+    expect_verdict("nvfp4 cache", &m, NULL, &d, "nvfp4 is not implemented");
+    m = good_model(), m.kv_dtype = AP_DTYPE_FP8_E5M2;
+    expect_verdict("e5m2 cache", &m, NULL, &d, "not bf16, f16 or fp8_e4m3");
+    m = good_model(), m.kv_dtype = AP_DTYPE_F16;
+    expect_verdict("f16 cache, bf16 queries", &m, NULL, &d, "must have the query dtype");
+    m = good_model(), m.max_batch = 0;
+    expect_verdict("max_batch 0", &m, NULL, &d, "max_batch 0");
+
+    m = good_model();
+    ap_device cpu = d;
+    cpu.ordinal = -1;
+    snprintf(cpu.unusable_reason, sizeof cpu.unusable_reason, "no CUDA driver: test");
+    expect_verdict("the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver: test");
+    ap_device ampere = d;
+    ampere.cc_major = 8;
+    expect_verdict("an sm_80 GPU", &m, NULL, &ampere, "compute capability 8.0 is below 9.0");
+
+    ap_option_kv extra[2] = {{"split_kv", "off"}, {"decode_warps_per_sm", "8"}};
+    ap_options o = {.struct_size = sizeof o,
+                    .prefix_cache = AP_OPTION_UNSET,
+                    .chunked_prefill = AP_OPTION_UNSET,
+                    .cuda_graphs = AP_OPTION_UNSET,
+                    .extra = extra,
+                    .num_extra = 2};
+    expect_verdict("known options", &m, &o, &d, NULL);
+    extra[0].value = "sometimes";
+    expect_verdict("split_kv: sometimes", &m, &o, &d, "split_kv is 'sometimes'");
+    extra[0] = (ap_option_kv){"splitkv", "off"};
+    expect_verdict("a typo", &m, &o, &d, "unknown option 'splitkv'");
+    extra[0] = (ap_option_kv){"split_kv", "auto"};
+    extra[1].value = "0";
+    expect_verdict("decode_warps_per_sm 0", &m, &o, &d, "decode_warps_per_sm is '0'");
+    extra[1].value = "4";
+    o.cuda_graphs = 1;
+    expect_verdict("CUDA graphs", &m, &o, &d, "CUDA graphs are not supported");
+
+    /* every reason, not just the first */
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    m = good_model(), m.head_dim_qk = m.head_dim_v = 80, m.page_size = 5;
+    EXPECT(vt->validate(&m, NULL, &ampere, &msg) == AP_ERR_REFUSED && strstr(text, "80") &&
+               strstr(text, "page size 5") && strstr(text, "8.0"),
+           "three reasons, got '%s'", text);
+}
+
+/* caps.archs must say what the build compiled: "90a" -> sm_90a SASS, "90" -> SASS, "ptxNN" PTX. */
+static void test_caps(const ap_caps *caps) {
+    const char *p = AP_CUDA_ARCHS;
+    size_t expected = 0;
+    for (const char *entry = p; *entry != '\0';) {
+        const char *end = strchr(entry, ',');
+        size_t len = end != NULL ? (size_t)(end - entry) : strlen(entry);
+        if (len > 0 && expected < caps->num_archs) {
+            ap_arch_kind kind = strncmp(entry, "ptx", 3) == 0 ? AP_ARCH_PTX
+                                : entry[len - 1] == 'a'       ? AP_ARCH_SASS_SPECIFIC
+                                                              : AP_ARCH_SASS;
+            int sm = 0;
+            for (const char *c = entry + (kind == AP_ARCH_PTX ? 3 : 0); *c >= '0' && *c <= '9'; c++)
+                sm = sm * 10 + (*c - '0');
+            EXPECT(caps->archs[expected].sm == sm && caps->archs[expected].kind == kind,
+                   "arch %zu of '%s' as {%d, %d}, got {%d, %d}", expected, p, sm, (int)kind,
+                   caps->archs[expected].sm, (int)caps->archs[expected].kind);
+        }
+        if (len > 0) expected++;
+        entry = end != NULL ? end + 1 : entry + len;
+    }
+    EXPECT(caps->num_archs == expected, "%zu archs for '%s', got %zu", expected, p,
+           caps->num_archs);
+    EXPECT(caps->device_kinds == AP_DEVICE_KIND_CUDA, "a CUDA-only backend");
+    EXPECT(caps->needs_host_mirrors == 1 && caps->cuda_graph == AP_GRAPH_NONE,
+           "host mirrors needed, no graphs");
+    EXPECT(caps->num_page_sizes == 8 && caps->page_sizes[0] == 1 && caps->page_sizes[7] == 128,
+           "page sizes 1..128");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: test_fil_validate PLUGIN.so\n");
+        return 2;
+    }
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(lib, AP_PLUGIN_ENTRY);
+    EXPECT(negotiate != NULL, "the entry symbol");
+    if (negotiate == NULL) return 1;
+    char text[256] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR + 1, 0};
+    ap_negotiate_reply reply = {sizeof reply, 0, 0, NULL};
+    EXPECT(negotiate(&offer, &reply, &msg) == AP_ERR_ABI_MISMATCH && strstr(text, "ABI"),
+           "a newer major refused, got '%s'", text);
+    offer.core_abi_major = AP_ABI_VERSION_MAJOR;
+    offer.core_abi_minor = AP_ABI_VERSION_MINOR;
+    EXPECT(negotiate(&offer, &reply, &msg) == AP_OK && reply.descriptor != NULL, "negotiation");
+    if (reply.descriptor == NULL) return 1;
+    EXPECT(strcmp(reply.descriptor->name, "flashinfer_like") == 0, "the name");
+    vt = reply.descriptor->vtable;
+    test_caps(reply.descriptor->caps);
+    test_validate();
+    /* dlclose is skipped: the CUDA runtime inside registers exit handlers */
+    printf("%s\n", failures == 0 ? "ok" : "FAILED");
+    return failures != 0;
+}
