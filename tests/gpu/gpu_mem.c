@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attnplug.h"
+
 ap_status gpu_cuda_fail(cudaError_t err, const char *call, const char *file, int line) {
     fprintf(stderr, "%s:%d: %s: %s (%s)\n", file, line, call, cudaGetErrorString(err),
             cudaGetErrorName(err));
@@ -112,12 +114,5 @@ void gpu_tensor_make_i32(gpu_tensor *tensor, void *data, int on_device, int64_t 
 }
 
 size_t gpu_dtype_bytes(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_F32: return 4;
-        case AP_DTYPE_BF16:
-        case AP_DTYPE_F16: return 2;
-        case AP_DTYPE_FP8_E4M3:
-        case AP_DTYPE_FP8_E5M2: return 1;
-        default: return 0;
-    }
+    return ap_dtype_size_bits(dtype) / 8;
 }

@@ -49,6 +49,6 @@ void gpu_tensor_make(gpu_tensor *tensor, void *data, ap_dtype dtype, int on_devi
 /* An int32 vector [count] (positions, slots). */
 void gpu_tensor_make_i32(gpu_tensor *tensor, void *data, int on_device, int64_t count);
 
-size_t gpu_dtype_bytes(ap_dtype dtype); /* 4, 2 or 1; 0 for NONE and NVFP4 */
+size_t gpu_dtype_bytes(ap_dtype dtype); /* the core's size in bits / 8: 0 for NONE and NVFP4 */
 
 #endif /* AP_GPU_MEM_H */
