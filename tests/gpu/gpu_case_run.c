@@ -6,6 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where one forward call reads and writes: the backend's copies or cpu_ref's blocks. */
+typedef struct gpu_side {
+    void *q, *k, *v, *k_cache, *v_cache, *out;
+    float *lse;
+    const int32_t *device_ints; /* NULL: the batch's device arrays are the host mirrors */
+    int on_device;
+} gpu_side;
+
 /* One forward; `plan` = 1 first runs init_metadata (0 reuses the last plan, as a layer after
  * the first does). */
 static ap_status gpu_forward(const gpu_run *run, ap_instance *instance, const gpu_side *side,

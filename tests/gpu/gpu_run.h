@@ -30,14 +30,6 @@ typedef struct gpu_run {
     double backend_ms, ref_ms;
 } gpu_run;
 
-/* Where one forward call reads and writes: the backend's copies or cpu_ref's blocks. */
-typedef struct gpu_side {
-    void *q, *k, *v, *k_cache, *v_cache, *out;
-    float *lse;
-    const int32_t *device_ints; /* NULL: the batch's device arrays are the host mirrors */
-    int on_device;
-} gpu_side;
-
 /* Parse the batch, draw scales, check and open both backends, allocate and fill the inputs
  * (backend copies uploaded, outputs poisoned). GPU_SKIP when the backend refuses the case;
  * GPU_FAIL (with its line printed) on any error. Free with gpu_run_free in every case. */

@@ -251,7 +251,10 @@ gpu_outcome gpu_run_setup(const gpu_ctx *ctx, const gpu_case *c, uint64_t *rng, 
         printf("FAIL  %-44s cannot allocate the inputs\n", c->name);
         goto out;
     }
-    if (gpu_run_inputs(run, rng) == AP_OK) outcome = GPU_PASS;
+    if (gpu_run_inputs(run, rng) == AP_OK)
+        outcome = GPU_PASS;
+    else
+        printf("FAIL  %-44s cannot upload the inputs (CUDA error above)\n", c->name);
 out:
     free(seqs);
     return outcome;
