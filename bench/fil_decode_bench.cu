@@ -62,6 +62,8 @@ static const Case kCases[] = {
     {"b16_l3001_d64_fp8_g7", 16, 3001, 28, 4, 64, 8, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto",
      NULL},
     {"b3_l77_g3", 3, 77, 6, 2, 128, 4, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b3_l77_fp8_g3", 3, 77, 6, 2, 128, 4, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", "16"},
+    {"b2_l999_fp8_d64_split", 2, 999, 16, 2, 64, 2, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, "auto", "16"},
     {"b2_l20000_split_mix", 2, 20000, 8, 1, 64, 64, AP_DTYPE_F16, AP_DTYPE_F16, "auto", "16"},
 };
 

@@ -34,7 +34,7 @@ awk '/Function :/ {name=$3} /Function :.*fil_decode_kernel/ {show=1} /Function :
      if (/LDL|STL/) s[name]++; if (/F2FP|F2F/) f[name]++}
      END {for (k in n) printf "%6d instr %4d HMMA %4d LDSM %4d LDGSTS %3d LDL/STL %4d F2FP  %s\n", n[k], h[k], l[k], g[k], s[k], f[k], k}' /tmp/sass.txt | sort -k14 | tee "$OUT/sass_summary.txt"
 stamp bench
-$B/fil_decode_bench $SO --runs 50 2>&1 | tee "$OUT/bench.log"
+$B/fil_decode_bench $SO --runs 50 ${FIL_FILTER:+--filter $FIL_FILTER} 2>&1 | tee "$OUT/bench.log"
 stamp sanitize
 timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $B/fil_decode_bench $SO --filter b3_l77 --runs 2 >"$OUT/sanitize.log" 2>&1
 echo "memcheck rc $?"; tail -n 2 "$OUT/sanitize.log"
