@@ -4,7 +4,8 @@
 // (pages shuffled, several layers rotated so the caches do not fit in L2), checks a few
 // sequences of the first call against a float64 CPU reference, and prints the median time and
 // the KV bytes read once per second.
-// Usage: fil_decode_bench PLUGIN.so [--filter TEXT] [--runs N]
+// Usage: fil_decode_bench PLUGIN.so [--filter TEXT] [--only NAME,NAME...] [--runs N]
+// (--filter: names containing TEXT; --only: exactly these names, for interleaved A/B runs)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -46,9 +47,11 @@ static const Case kCases[] = {
     {"b64_l4096_fp8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", NULL},
     {"b64_l4096_fp8_w8", 64, 4096, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", "8"},
     {"b1_l8192", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b1_l8192_fp8", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", NULL},
     {"b1_l8192_w8", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "8"},
     {"b1_l8192_w2", 1, 8192, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "2"},
     {"b8_l32768", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
+    {"b8_l32768_fp8", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, "auto", NULL},
     {"b8_l32768_w8", 8, 32768, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", "8"},
     {"b256_l1024", 256, 1024, 32, 8, 128, 16, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
     {"b64_l4096_page1", 64, 4096, 32, 8, 128, 1, AP_DTYPE_BF16, AP_DTYPE_BF16, "auto", NULL},
@@ -355,15 +358,30 @@ static int run_case(const Plugin &plugin, const Case &c, const ap_device &dev, i
     return ok ? 0 : 1;
 }
 
+// Whether `name` is one of the comma-separated names in `list`.
+static bool name_listed(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p != '\0';) {
+        const char *comma = strchr(p, ',');
+        const size_t len = comma != NULL ? (size_t)(comma - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        if (comma == NULL) break;
+        p = comma + 1;
+    }
+    return false;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: fil_decode_bench PLUGIN.so [--filter TEXT] [--runs N]\n");
+        fprintf(stderr, "usage: fil_decode_bench PLUGIN.so [--filter TEXT] [--only NAME,NAME...] "
+                        "[--runs N]\n");
         return 2;
     }
-    const char *filter = NULL;
+    const char *filter = NULL, *only = NULL;
     int runs = 50;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--filter") == 0) filter = argv[i + 1];
+        if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
         if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
     }
     void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
@@ -399,7 +417,8 @@ int main(int argc, char **argv) {
     Plugin plugin = {reply.descriptor};
     int failures = 0;
     for (const Case &c : kCases)
-        if (filter == NULL || strstr(c.name, filter) != NULL)
+        if ((filter == NULL || strstr(c.name, filter) != NULL) &&
+            (only == NULL || name_listed(only, c.name)))
             failures += run_case(plugin, c, dev, runs);
     printf("%d failure(s)\n", failures);
     return failures != 0;
