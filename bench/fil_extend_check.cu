@@ -48,9 +48,10 @@ struct extend_variant {
     const char *what;
 };
 #ifdef FIL_EXTEND_VARIANTS
-const extend_variant kVariants[] = {{0, 128, "default: 2 m-tiles/warp, 64-key tiles, 2 stages"},
-                                    {1, 128, "2 m-tiles/warp, 32-key tiles, 3 stages (bf16)"},
-                                    {3, 64, "1 m-tile/warp, 64-key tiles, 2 stages"}};
+const extend_variant kVariants[] = {
+    {0, 128, "default: 2 m-tiles/warp, 64-key tiles, 2 stages, page numbers loaded early"},
+    {4, 128, "previous default: page lookups between barrier and MMAs (bf16)"},
+    {5, 128, "default + o rescaled on every tile, no branch (bf16)"}};
 #else
 const extend_variant kVariants[] = {{0, 0, "default"}};
 #endif
@@ -426,9 +427,8 @@ std::vector<extend_case> test_cases(bool small) {
         if (cases[i].head_dim != 128) continue;
         for (const extend_variant &var : kVariants) {
             if (var.id == 0) continue;
-            if (var.id != 3 &&
-                (cases[i].q_dtype != AP_DTYPE_BF16 || cases[i].kv_dtype != AP_DTYPE_BF16))
-                continue; // variant 1 is built for bf16 only
+            if (cases[i].q_dtype != AP_DTYPE_BF16 || cases[i].kv_dtype != AP_DTYPE_BF16)
+                continue; // the variants are built for bf16 only
             extend_case v = cases[i];
             v.variant = var.id;
             v.tile_rows = var.tile_rows;
@@ -486,7 +486,7 @@ void bench_shape(extend_case ec, const char *label, int sets, double flops, uint
     for (const extend_variant &var : kVariants) {
         if (var.id != 0 && (ec.head_dim != 128 || ec.num_kv_heads == ec.num_qo_heads))
             continue; // the other tilings are timed on the GQA head-dim-128 shapes only
-        if (var.id == 1 && (ec.q_dtype != AP_DTYPE_BF16 || ec.kv_dtype != AP_DTYPE_BF16)) continue;
+        if (var.id != 0 && (ec.q_dtype != AP_DTYPE_BF16 || ec.kv_dtype != AP_DTYPE_BF16)) continue;
         variant_select(var.id);
         ec.tile_rows = var.id == 0 ? 0 : var.tile_rows; // 0: what the head dim is built with
         for (int i = 0; i < sets; ++i)
@@ -598,7 +598,7 @@ int main(int argc, char **argv) {
                   {70, 1},
                   {30, 5}}};
         cases[0].variant = argc > 2 ? atoi(argv[2]) : 0;
-        cases[0].tile_rows = cases[0].variant == 3 ? 64 : 0;
+        cases[0].tile_rows = 0; // every variant has the default's 128 rows
     }
     uint64_t seed = 1234;
     for (const extend_case &ec : cases) ok = check_case(ec, seed++) && ok;

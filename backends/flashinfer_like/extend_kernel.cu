@@ -21,6 +21,16 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
+// Kernel options (a bit set; benchmark builds time the others):
+//   kPagesEarly: load the next tile's page numbers before the ring barrier, all at once, and
+//     find a position's page with a shift when the page size is a power of two; without it
+//     each row's page lookup (a division and a dependent load) sits between barrier and MMAs.
+//   kAlwaysRescale: rescale o on every tile instead of branching on whether a row max moved,
+//     so the exponentials and the P.V products form one block the scheduler can interleave.
+constexpr int kPagesEarly = 1;
+constexpr int kAlwaysRescale = 2;
+constexpr int kDefaultOpts = kPagesEarly;
+
 // Everything a CTA needs, passed by value (kernel parameter space).
 struct extend_args {
     const void *q;
@@ -37,6 +47,7 @@ struct extend_args {
     int32_t num_kv_heads;
     int32_t group; // query heads per KV head
     int32_t page_size;
+    int32_t page_shift;  // log2(page_size) when it is a power of two, else -1
     int32_t tile_tokens; // new tokens per item
     int32_t causal;
     float scale_log2; // sm_scale * k_scale * log2(e)
@@ -135,6 +146,78 @@ __device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile
     }
 }
 
+// Rows of the KV tile this thread copies: kv_rows<...>::PASSES of them, ROWS_PER_PASS apart.
+template <int D, int BC, typename KVT> struct kv_rows {
+    static constexpr int ROW_BYTES = D * (int)sizeof(KVT);
+    static constexpr int CHUNKS = ROW_BYTES / 16;
+    static constexpr int ROWS_PER_PASS = kThreads / CHUNKS;
+    static constexpr int PASSES = BC / ROWS_PER_PASS;
+};
+
+// Page of position pos: a shift when the page size is a power of two (POW2), else a division.
+template <bool POW2> __device__ __forceinline__ int page_of(const extend_args &a, int pos) {
+    return POW2 ? pos >> a.page_shift : pos / a.page_size;
+}
+
+// First half of a tile load: the page numbers of this thread's rows, issued together so their
+// latencies overlap (and the caller's barrier hides them). Positions past kv_end read the last
+// live row's page: always a valid index, never used.
+template <int D, int BC, typename KVT, bool POW2>
+__device__ __forceinline__ void kv_tile_pages(const extend_args &a, const extend_cta &c, int tile,
+                                              int (&pages)[kv_rows<D, BC, KVT>::PASSES]) {
+    using R = kv_rows<D, BC, KVT>;
+#pragma unroll
+    for (int pass = 0; pass < R::PASSES; ++pass) {
+        const int pos =
+            min(tile * BC + (int)threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS, c.kv_end - 1);
+        pages[pass] = __ldg(a.kv_page_indices + c.page_begin + page_of<POW2>(a, pos));
+    }
+}
+
+// Second half: the copies themselves (same layout as load_kv_tile).
+template <int D, int BC, typename KVT, bool POW2>
+__device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_cta &c, int tile,
+                                             const int (&pages)[kv_rows<D, BC, KVT>::PASSES],
+                                             uint32_t sk, uint32_t sv) {
+    using R = kv_rows<D, BC, KVT>;
+    constexpr bool FP8 = sizeof(KVT) == 1;
+    const char *kbase = static_cast<const char *>(a.k_pages);
+    const char *vbase = static_cast<const char *>(a.v_pages);
+    const int chunk = threadIdx.x % R::CHUNKS;
+#pragma unroll
+    for (int pass = 0; pass < R::PASSES; ++pass) {
+        const int row = threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS;
+        const int pos = tile * BC + row;
+        const bool live = pos < c.kv_end;
+        const int in_page = pos - page_of<POW2>(a, pos) * a.page_size;
+        const int64_t slot = (int64_t)pages[pass] * a.page_size + in_page;
+        const int64_t offset =
+            live ? (slot * a.num_kv_heads + c.kvh) * R::ROW_BYTES + chunk * 16 : 0;
+        const uint32_t dst = FP8 ? (uint32_t)(row * R::ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
+        ap_cp_async_16(sk + dst, kbase + offset, live); // zero-filled past kv_end
+        ap_cp_async_16(sv + dst, vbase + offset, live);
+    }
+}
+
+// The two halves, each a straight run of code for one kind of page size (one uniform branch).
+template <int D, int BC, typename KVT>
+__device__ __forceinline__ void kv_tile_pages(const extend_args &a, const extend_cta &c, int tile,
+                                              int (&pages)[kv_rows<D, BC, KVT>::PASSES]) {
+    if (a.page_shift >= 0)
+        kv_tile_pages<D, BC, KVT, true>(a, c, tile, pages);
+    else
+        kv_tile_pages<D, BC, KVT, false>(a, c, tile, pages);
+}
+template <int D, int BC, typename KVT>
+__device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_cta &c, int tile,
+                                             const int (&pages)[kv_rows<D, BC, KVT>::PASSES],
+                                             uint32_t sk, uint32_t sv) {
+    if (a.page_shift >= 0)
+        kv_tile_copy<D, BC, KVT, true>(a, c, tile, pages, sk, sv);
+    else
+        kv_tile_copy<D, BC, KVT, false>(a, c, tile, pages, sk, sv);
+}
+
 // Four e4m3 values to four QT values in two registers (exact: e4m3 fits in bf16 and fp16).
 template <typename QT> __device__ __forceinline__ uint2 fp8x4_convert(uint32_t four) {
     const uint32_t lo = ap_fp8x2_to_half2_bits((uint16_t)(four & 0xffff));
@@ -226,7 +309,7 @@ __device__ __forceinline__ void tile_mask(float s[MT][BC / 8][4], const extend_a
 // Online-softmax step: s becomes the unnormalised probabilities 2^(s scale - m), and m, l and
 // o are rescaled to the new row maxima. Masked positions must already hold -inf. Once the row
 // maxima settle, every alpha is 1 and the warp skips rescaling o (D/2 * MT multiplies a tile).
-template <int D, int MT, int BC>
+template <int D, int MT, int BC, bool ALWAYS_RESCALE>
 __device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT][D / 8][4],
                                              float m[MT][2], float l[MT][2], float scale_log2) {
     float alpha[MT][2];
@@ -259,7 +342,7 @@ __device__ __forceinline__ void tile_softmax(float s[MT][BC / 8][4], float o[MT]
             l[mt][h] = l[mt][h] * alpha[mt][h] + sum; // this thread's columns; quad sums at the end
         }
     }
-    if (__any_sync(0xffffffffu, moved)) {
+    if (ALWAYS_RESCALE || __any_sync(0xffffffffu, moved)) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -367,9 +450,11 @@ template <int D, int MT, int BC, int STAGES, typename KVT> constexpr size_t exte
 //   o' = o 2^(m-m') + sum_p 2^(S log2e - m') v_p;  out = o / l,  lse = (m + log2 l) ln 2.
 // Tiles entirely below every row's causal limit skip the mask; tiles past the last row's
 // limit are never visited.
-template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
+template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS>
 __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_args a) {
     constexpr bool FP8 = sizeof(KVT) == 1;
+    constexpr bool PAGES_EARLY = (OPTS & kPagesEarly) != 0;
+    [[maybe_unused]] int pages[kv_rows<D, BC, KVT>::PASSES];
     constexpr int ROWS = kWarps * 16 * MT;
     constexpr int RING_TILE = BC * D * (int)sizeof(KVT);
     extern __shared__ __align__(128) unsigned char smem[];
@@ -389,7 +474,14 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
         const uint32_t sk = ap_smem_addr(ring + st * 2 * RING_TILE);
-        if (st < num_tiles) load_kv_tile<D, BC, KVT>(a, c, st, sk, sk + RING_TILE);
+        if (st < num_tiles) {
+            if constexpr (PAGES_EARLY) {
+                kv_tile_pages<D, BC, KVT>(a, c, st, pages);
+                kv_tile_copy<D, BC, KVT>(a, c, st, pages, sk, sk + RING_TILE);
+            } else {
+                load_kv_tile<D, BC, KVT>(a, c, st, sk, sk + RING_TILE);
+            }
+        }
         ap_cp_async_commit();
     }
 
@@ -406,12 +498,19 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
     }
 
     for (int tile = 0; tile < num_tiles; ++tile) {
+        const int next = tile + STAGES - 1;
+        if constexpr (PAGES_EARLY)
+            if (next < num_tiles) kv_tile_pages<D, BC, KVT>(a, c, next, pages);
         ap_cp_async_wait<STAGES - 2>(); // this tile (and Q) have landed
         __syncthreads();                // ...for every thread; the stage reused next is free
         {
-            const int next = tile + STAGES - 1;
             const uint32_t sk = ap_smem_addr(ring + (next % STAGES) * 2 * RING_TILE);
-            if (next < num_tiles) load_kv_tile<D, BC, KVT>(a, c, next, sk, sk + RING_TILE);
+            if (next < num_tiles) {
+                if constexpr (PAGES_EARLY)
+                    kv_tile_copy<D, BC, KVT>(a, c, next, pages, sk, sk + RING_TILE);
+                else
+                    load_kv_tile<D, BC, KVT>(a, c, next, sk, sk + RING_TILE);
+            }
             ap_cp_async_commit();
         }
         unsigned char *stage = ring + (tile % STAGES) * 2 * RING_TILE;
@@ -427,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
         float s[MT][BC / 8][4];
         tile_scores<D, MT, BC, QT>(s, sq, sk, warp_row0);
         if (tile >= unmasked_tiles) tile_mask<MT, BC>(s, a, c, tile * BC, warp_row0);
-        tile_softmax<D, MT, BC>(s, o, m, l, a.scale_log2);
+        tile_softmax<D, MT, BC, (OPTS & kAlwaysRescale) != 0>(s, o, m, l, a.scale_log2);
         tile_accumulate<D, MT, BC, QT>(s, o, sv);
     }
     ap_cp_async_wait<0>(); // no copy may still target shared memory when the CTA reuses it
@@ -435,7 +534,7 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
     store_output<D, MT, QT>(a, cta_locate(a), o, m, l, sq_ptr, warp_row0);
 }
 
-template <int D, int MT, int BC, int STAGES, typename QT, typename KVT>
+template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS = kDefaultOpts>
 ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
     constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
     // The shared-memory opt-in is per device and kernel: set it once for each device seen.
@@ -444,7 +543,7 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     cudaError_t err = cudaGetDevice(&device);
     const uint64_t bit = device < 64 ? 1ull << device : 0;
     if (err == cudaSuccess && (bit == 0 || !(devices_ready.load() & bit))) {
-        err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT>,
+        err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess) devices_ready.fetch_or(bit);
     }
@@ -453,7 +552,7 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
                       smem, cudaGetErrorString(err));
         return AP_ERR_CUDA;
     }
-    fil_extend_kernel<D, MT, BC, STAGES, QT, KVT><<<num_blocks, kThreads, smem, stream>>>(a);
+    fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS><<<num_blocks, kThreads, smem, stream>>>(a);
     err = cudaGetLastError();
     if (err != cudaSuccess) {
         ap_msgbuf_add(msg, "flashinfer_like extend: launch failed (head_dim %d): %s", D,
@@ -464,22 +563,23 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
 }
 
 #ifdef FIL_EXTEND_VARIANTS
-// Benchmark builds: FIL_EXTEND_VARIANT picks another tiling for head dim 128 (the plan's
-// tile_rows must match: 64 for variant 3, else 128). Variant 1 is built for bf16 only.
+// Benchmark builds: FIL_EXTEND_VARIANT picks other kernel options for bf16 head dim 128 (same
+// 128-row tiling): 4 is the previous default (no kernel options), 5 adds kAlwaysRescale.
 template <typename QT, typename KVT>
 bool extend_variant(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg,
                     ap_status *st) {
     const char *env = getenv("FIL_EXTEND_VARIANT");
     const int variant = env ? atoi(env) : 0;
     if constexpr (std::is_same<QT, __nv_bfloat16>::value && std::is_same<KVT, QT>::value) {
-        if (variant == 1) {
-            *st = extend_launch<128, 2, 32, 3, QT, KVT>(a, num_blocks, stream, msg);
+        if (variant == 4) {
+            *st = extend_launch<128, 2, 64, 2, QT, KVT, 0>(a, num_blocks, stream, msg);
             return true;
         }
-    }
-    if (variant == 3) {
-        *st = extend_launch<128, 1, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        return true;
+        if (variant == 5) {
+            *st = extend_launch<128, 2, 64, 2, QT, KVT, kPagesEarly | kAlwaysRescale>(a, num_blocks,
+                                                                                      stream, msg);
+            return true;
+        }
     }
     return false;
 }
@@ -516,9 +616,6 @@ extern "C" int32_t fil_extend_default_tile_rows(int32_t head_dim) {
 }
 
 extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_rows) {
-#ifdef FIL_EXTEND_VARIANTS
-    if (head_dim == 128 && tile_rows == kWarps * 16) return 1;
-#endif
     return tile_rows != 0 && tile_rows == fil_extend_default_tile_rows(head_dim);
 }
 
@@ -571,6 +668,8 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     a.num_kv_heads = p->kv.num_kv_heads;
     a.group = p->num_qo_heads / p->kv.num_kv_heads;
     a.page_size = p->kv.page_size;
+    a.page_shift =
+        (p->kv.page_size & (p->kv.page_size - 1)) == 0 ? __builtin_ctz(p->kv.page_size) : -1;
     a.tile_tokens = plan->tile_tokens;
     a.causal = p->causal != 0;
     a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * 1.4426950408889634f;
