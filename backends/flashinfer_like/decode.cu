@@ -16,23 +16,27 @@
 
 namespace {
 
-constexpr int kTile = FIL_DECODE_TILE;
 constexpr int kWarps = FIL_DECODE_WARPS;
 constexpr int kSmemPerWarpTarget = 24 * 1024; // enough bytes in flight with two CTAs per SM
 
 // Compile-time sizes of one (head dim, cache type) pair. A KV row is the head_dim elements of
-// one (slot, KV head): row_bytes contiguous bytes, moved as 16-byte chunks.
+// one (slot, KV head): row_bytes contiguous bytes, moved as 16-byte chunks. A step reads `tile`
+// tokens as blocks of 16 (the mma's k): fp8 takes 32 per step (up to D128), halving the
+// per-step softmax and bookkeeping that its doubled instructions per byte would otherwise
+// leave exposed, and giving the warp two independent mma chains.
 template <int HEAD_DIM, typename KV> struct DecodeShape {
+    static constexpr bool is_fp8 = sizeof(KV) == 1;
+    static constexpr int tile = is_fp8 && HEAD_DIM <= 128 ? 32 : 16;
+    static constexpr int blocks = tile / 16;
     static constexpr int row_bytes = HEAD_DIM * (int)sizeof(KV);
-    static constexpr int chunks = row_bytes / 16;        // 4 .. 32
-    static constexpr int tile_bytes = kTile * row_bytes; // K (or V) of one step
-    static constexpr int stage_bytes = 2 * tile_bytes;   // K and V
+    static constexpr int chunks = row_bytes / 16;       // 4 .. 32
+    static constexpr int tile_bytes = tile * row_bytes; // K (or V) of one step
+    static constexpr int stage_bytes = 2 * tile_bytes;  // K and V
     static constexpr int stages_raw = kSmemPerWarpTarget / stage_bytes;
     static constexpr int stages = stages_raw < 2 ? 2 : (stages_raw > 8 ? 8 : stages_raw);
     static constexpr int warp_smem = stages * stage_bytes;
-    static constexpr int rows_per_lane = kTile * chunks / 32; // rows whose chunk a lane copies
+    static constexpr int rows_per_lane = tile * chunks / 32; // rows whose chunk a lane copies
     static constexpr int row_step = 32 / chunks;
-    static constexpr bool is_fp8 = sizeof(KV) == 1;
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
 };
 
@@ -82,8 +86,8 @@ __device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
     c.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + c.seq);
 }
 
-__device__ __forceinline__ void cursor_next(Cursor &c, const DecodeArgs &a) {
-    c.pos += kTile;
+template <int TILE> __device__ __forceinline__ void cursor_next(Cursor &c, const DecodeArgs &a) {
+    c.pos += TILE;
     if (c.pos >= c.end) {
         c.seg++;
         cursor_enter(c, a);
@@ -170,8 +174,9 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
     st.l = 0.f;
 }
 
-// One step: 16 tokens of K and V in shared memory (stage_k, then V at + tile_bytes).
-//   S = Q K^T (16 x 16: rows are query heads, padded to 16; columns the 16 tokens), then per head
+// One step: S::tile tokens of K and V in shared memory (stage_k, then V at + tile_bytes), as
+// blocks of 16 (b = 0 .. blocks-1, rows 16b .. 16b+15).
+//   S = Q K^T (16 x tile: rows are query heads, padded to 16; columns the tokens), then per head
 //   m' = max(m, max_j s_j), p_j = 2^(s_j - m'), l = l 2^(m - m') + sum_j p_j,
 //   O^T = O^T 2^(m - m') + V^T P^T (rows head dims, columns heads), all in float.
 // Logits s_j are pre-scaled by sm_scale * log2(e) (and k_scale for fp8), so exp2 gives e^x.
@@ -183,56 +188,83 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
                                             int valid_tokens, float scale_log2, int lane) {
     using S = DecodeShape<HEAD_DIM, KV>;
     using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
+    constexpr int NB = S::blocks;
     const int t = lane & 3;
     const uint32_t stage_v = stage_k + S::tile_bytes;
     // ldmatrix.x4 row addresses: matrix i = lane/8 covers tokens 8*(i&1).. and chunk +(i>>1)
     const int mat = lane >> 3;
-    const int lrow = (mat & 1) * 8 + (lane & 7);
-    const uint32_t lrow_off = lrow * S::row_bytes;
-    float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    int lrow[NB];
+    uint32_t lrow_off[NB];
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        lrow[b] = 16 * b + (mat & 1) * 8 + (lane & 7);
+        lrow_off[b] = lrow[b] * S::row_bytes;
+    }
+    float s[NB][2][4];
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int n = 0; n < 2; n++) s[b][n][0] = s[b][n][1] = s[b][n][2] = s[b][n][3] = 0.f;
 
-    if constexpr (S::is_fp8) {
 #pragma unroll
-        for (int j = 0; j < HEAD_DIM / 32; j++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4(r,
-                           stage_k + lrow_off + swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
+    for (int b = 0; b < NB; b++) {
+        if constexpr (S::is_fp8) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
-                uint32_t k0 = r[2 * h], k1 = r[2 * h + 1];
-                ap_mma_16816<__half>(s[0], a, ap_fp8x2_to_half2_bits((uint16_t)k0),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(k0 >> 16)));
-                ap_mma_16816<__half>(s[1], a, ap_fp8x2_to_half2_bits((uint16_t)k1),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(k1 >> 16)));
+            for (int j = 0; j < HEAD_DIM / 32; j++) {
+                uint32_t r[4];
+                ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
+                                      swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
+                    uint32_t k0 = r[2 * h], k1 = r[2 * h + 1];
+                    ap_mma_16816<__half>(s[b][0], a, ap_fp8x2_to_half2_bits((uint16_t)k0),
+                                         ap_fp8x2_to_half2_bits((uint16_t)(k0 >> 16)));
+                    ap_mma_16816<__half>(s[b][1], a, ap_fp8x2_to_half2_bits((uint16_t)k1),
+                                         ap_fp8x2_to_half2_bits((uint16_t)(k1 >> 16)));
+                }
             }
-        }
-    } else {
+        } else {
 #pragma unroll
-        for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4(r,
-                           stage_k + lrow_off + swizzle<S::chunks>(lrow, 2 * ks + (mat >> 1)) * 16);
-            const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
-            ap_mma_16816<MT>(s[0], a, r[0], r[2]);
-            ap_mma_16816<MT>(s[1], a, r[1], r[3]);
+            for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
+                uint32_t r[4];
+                ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
+                                      swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
+                const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
+                ap_mma_16816<MT>(s[b][0], a, r[0], r[2]);
+                ap_mma_16816<MT>(s[b][1], a, r[1], r[3]);
+            }
         }
     }
 
-    // Lane holds head g's logits of tokens 2t, 2t+1 (s[0]) and 8+2t, 9+2t (s[1]).
-    float x[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
-    const int token[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t};
+    // Lane holds head g's logits of tokens 16b + {2t, 2t+1} (s[b][0]) and 16b + {8+2t, 9+2t}.
+    float x[NB][4];
+    float tile_max = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < 4; i++) x[i] = token[i] < valid_tokens ? x[i] * scale_log2 : -INFINITY;
-    float tile_max = fmaxf(fmaxf(x[0], x[1]), fmaxf(x[2], x[3]));
+    for (int b = 0; b < NB; b++) {
+        const int token[4] = {16 * b + 2 * t, 16 * b + 2 * t + 1, 16 * b + 8 + 2 * t,
+                              16 * b + 9 + 2 * t};
+        const float raw[4] = {s[b][0][0], s[b][0][1], s[b][1][0], s[b][1][1]};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[b][i] = token[i] < valid_tokens ? raw[i] * scale_log2 : -INFINITY;
+            tile_max = fmaxf(tile_max, x[b][i]);
+        }
+    }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
     const float alpha = ap_exp2_approx(st.m - m_new);
-    float p[4];
+    float p[NB][4];
+    float p_sum = 0.f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) p[i] = ap_exp2_approx(x[i] - m_new);
-    st.l = st.l * alpha + (p[0] + p[1]) + (p[2] + p[3]);
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            p[b][i] = ap_exp2_approx(x[b][i] - m_new);
+            p_sum += p[b][i];
+        }
+    st.l = st.l * alpha + p_sum;
     st.m = m_new;
     // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
     const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
@@ -246,37 +278,41 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
             st.acc[j][3] *= alpha1;
         }
     }
-    // P^T as the B operand: k = token, n = head g. The logits' C layout is exactly that.
-    const uint32_t pb0 = ap_pack2<MT>(p[0], p[1]);
-    const uint32_t pb1 = ap_pack2<MT>(p[2], p[3]);
 
-    if constexpr (S::is_fp8) {
 #pragma unroll
-        for (int j = 0; j < HEAD_DIM / 32; j++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4_trans(r, stage_v + lrow_off +
-                                        swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
+    for (int b = 0; b < NB; b++) {
+        // P^T as the B operand: k = token, n = head g. The logits' C layout is exactly that.
+        const uint32_t pb0 = ap_pack2<MT>(p[b][0], p[b][1]);
+        const uint32_t pb1 = ap_pack2<MT>(p[b][2], p[b][3]);
+        if constexpr (S::is_fp8) {
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens 0-7,
-                // then 8-15 in the next register); regroup into (even dim) and (odd dim) pairs
-                const uint32_t e0 = __byte_perm(r[2 * h], 0u, 0x3120);
-                const uint32_t e1 = __byte_perm(r[2 * h + 1], 0u, 0x3120);
-                const uint32_t a[4] = {ap_fp8x2_to_half2_bits((uint16_t)e0),
-                                       ap_fp8x2_to_half2_bits((uint16_t)(e0 >> 16)),
-                                       ap_fp8x2_to_half2_bits((uint16_t)e1),
-                                       ap_fp8x2_to_half2_bits((uint16_t)(e1 >> 16))};
-                ap_mma_16816<__half>(st.acc[2 * j + h], a, pb0, pb1);
+            for (int j = 0; j < HEAD_DIM / 32; j++) {
+                uint32_t r[4];
+                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
+                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens
+                    // 0-7, then 8-15 in the next register); regroup into (even dim) and (odd
+                    // dim) pairs
+                    const uint32_t e0 = __byte_perm(r[2 * h], 0u, 0x3120);
+                    const uint32_t e1 = __byte_perm(r[2 * h + 1], 0u, 0x3120);
+                    const uint32_t a[4] = {ap_fp8x2_to_half2_bits((uint16_t)e0),
+                                           ap_fp8x2_to_half2_bits((uint16_t)(e0 >> 16)),
+                                           ap_fp8x2_to_half2_bits((uint16_t)e1),
+                                           ap_fp8x2_to_half2_bits((uint16_t)(e1 >> 16))};
+                    ap_mma_16816<__half>(st.acc[2 * j + h], a, pb0, pb1);
+                }
             }
-        }
-    } else {
+        } else {
 #pragma unroll
-        for (int j = 0; j < HEAD_DIM / 16; j++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4_trans(r, stage_v + lrow_off +
-                                        swizzle<S::chunks>(lrow, 2 * j + (mat >> 1)) * 16);
-            const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
-            ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
+            for (int j = 0; j < HEAD_DIM / 16; j++) {
+                uint32_t r[4];
+                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
+                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
+                ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
+            }
         }
     }
 }
@@ -349,7 +385,7 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
     for (int s = 0; s < S::stages - 1; s++) {
         tile_issue<S>(tile_slots<S>(load, a, lane), ring + s * S::stage_bytes, a, lane);
         ap_cp_async_commit();
-        cursor_next(load, a);
+        cursor_next<S::tile>(load, a);
     }
 
     WarpState<HEAD_DIM> st;
@@ -365,9 +401,9 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
         int free_stage = stage == 0 ? S::stages - 1 : stage - 1;
         tile_issue<S>(next, ring + free_stage * S::stage_bytes, a, lane);
         ap_cp_async_commit();
-        cursor_next(load, a);
-        if (comp.pos + kTile >= comp.end) state_finish<HEAD_DIM, KV, QT>(st, comp, a, lane);
-        cursor_next(comp, a);
+        cursor_next<S::tile>(load, a);
+        if (comp.pos + S::tile >= comp.end) state_finish<HEAD_DIM, KV, QT>(st, comp, a, lane);
+        cursor_next<S::tile>(comp, a);
         stage = stage + 1 == S::stages ? 0 : stage + 1;
     }
     ap_cp_async_wait<0>();
