@@ -40,11 +40,11 @@ typedef struct fil_attn_params {
 
 /* ---------------------------------------------------------------------------------------------
  * Decode (decode.cu): one warp streams the KV of one or more (sequence, KV head, token range)
- * segments, 16 tokens a step, for all query heads of the group at once. The host plans the
+ * segments, 16 tokens a step (32 for fp8 KV up to D128), for all query heads of the group at once. The host plans the
  * segments (split-KV); pairs cut over several warps leave partial states that a merge combines.
  * ------------------------------------------------------------------------------------------- */
 
-#define FIL_DECODE_TILE 16 /* KV tokens one warp reads per step; segments start on multiples */
+#define FIL_DECODE_TILE 16 /* the planner's unit: segments start on multiples of it */
 #define FIL_DECODE_WARPS 4 /* warps per CTA; each warp is an independent worker */
 #define FIL_MAX_GROUP 8    /* query heads per KV head the decode kernel serves */
 
