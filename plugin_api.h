@@ -121,6 +121,14 @@ typedef enum ap_dtype {
 #define AP_DTYPE_COUNT 7
 #define AP_DTYPE_BIT(d) (1u << (unsigned)(d))
 
+/* The canonical name of a dtype ("bf16", "fp8_e4m3", ...), for messages; "unknown" when out of
+ * range. Inline so plugins name dtypes in their reasons without a core symbol. */
+static inline const char *ap_dtype_str(ap_dtype dtype) {
+    static const char *const names[AP_DTYPE_COUNT] = {"none",     "f32",      "bf16", "f16",
+                                                      "fp8_e4m3", "fp8_e5m2", "nvfp4"};
+    return (unsigned)dtype < AP_DTYPE_COUNT ? names[dtype] : "unknown";
+}
+
 /* DLPack 0.6 (Debian 12) predates float8 codes. These are DLPack 1.1's numbers, so tensors built
  * by newer producers (PyTorch, JAX) read the same. */
 #ifndef AP_DL_FLOAT8_E4M3FN

@@ -42,11 +42,12 @@ ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *
         kv->page_size != model->page_size || kv->num_kv_heads != model->num_kv_heads ||
         kv->head_dim_qk != model->head_dim_qk || kv->head_dim_v != model->head_dim_v) {
         ap_msgbuf_add(msg,
-                      "cpu_ref: layer %d KV cache (layout %d, dtype %d, page %d, %d heads, dims "
-                      "%d/%d) does not match the model (dtype %d, page %d, %d heads, dims %d/%d)",
-                      layer->layer_id, (int)kv->layout, (int)kv->dtype, kv->page_size,
-                      kv->num_kv_heads, kv->head_dim_qk, kv->head_dim_v, (int)model->kv_dtype,
-                      model->page_size, model->num_kv_heads, model->head_dim_qk, model->head_dim_v);
+                      "cpu_ref: layer %d KV cache (layout %d, dtype %s, page %d, %d heads, dims "
+                      "%d/%d) does not match the model (dtype %s, page %d, %d heads, dims %d/%d)",
+                      layer->layer_id, (int)kv->layout, ap_dtype_str(kv->dtype), kv->page_size,
+                      kv->num_kv_heads, kv->head_dim_qk, kv->head_dim_v,
+                      ap_dtype_str(model->kv_dtype), model->page_size, model->num_kv_heads,
+                      model->head_dim_qk, model->head_dim_v);
         return AP_ERR_SHAPE_MISMATCH;
     }
     if (kv->num_pages < 0 || (kv->num_pages > 0 && (kv->k_pages == NULL || kv->v_pages == NULL))) {

@@ -12,9 +12,9 @@ static void cpu_validate_kv_dtype(ap_dtype kv_dtype, ap_msgbuf *reasons, int *re
         ap_msgbuf_add(reasons, "cpu_ref: the nvfp4 KV cache is not implemented");
     else
         ap_msgbuf_add(reasons,
-                      "cpu_ref: KV cache dtype %d is not one of bf16, f16, fp8_e4m3, "
+                      "cpu_ref: KV cache dtype %s is not one of bf16, f16, fp8_e4m3, "
                       "fp8_e5m2",
-                      (int)kv_dtype);
+                      ap_dtype_str(kv_dtype));
 }
 
 static void cpu_validate_shape(const ap_model *model, ap_msgbuf *reasons, int *refused) {
@@ -77,8 +77,8 @@ ap_status cpu_validate(const ap_model *model, const ap_options *options, const a
     cpu_validate_shape(model, reasons, &refused);
     if (!cpu_dtype_in(model->dtype, CPU_Q_DTYPES)) {
         refused = 1;
-        ap_msgbuf_add(reasons, "cpu_ref: query dtype %d is not one of f32, bf16, f16",
-                      (int)model->dtype);
+        ap_msgbuf_add(reasons, "cpu_ref: query dtype %s is not one of f32, bf16, f16",
+                      ap_dtype_str(model->dtype));
     }
     cpu_validate_kv_dtype(model->kv_dtype, reasons, &refused);
     cpu_validate_options(options, reasons, &refused);

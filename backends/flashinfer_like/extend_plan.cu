@@ -14,12 +14,12 @@ extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype,
         st = AP_ERR_UNSUPPORTED;
     }
     if (q_dtype != AP_DTYPE_BF16 && q_dtype != AP_DTYPE_F16) {
-        ap_msgbuf_add(reasons, "extend: query dtype %d is not bf16 or fp16", (int)q_dtype);
+        ap_msgbuf_add(reasons, "extend: query dtype %s is not bf16 or fp16", ap_dtype_str(q_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (kv_dtype != q_dtype && kv_dtype != AP_DTYPE_FP8_E4M3) {
-        ap_msgbuf_add(reasons, "extend: KV dtype %d is neither the query dtype nor fp8_e4m3",
-                      (int)kv_dtype);
+        ap_msgbuf_add(reasons, "extend: KV dtype %s is neither the query dtype nor fp8_e4m3",
+                      ap_dtype_str(kv_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (num_kv_heads <= 0 || num_qo_heads <= 0 || num_qo_heads % num_kv_heads != 0 ||

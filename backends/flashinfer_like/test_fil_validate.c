@@ -87,7 +87,7 @@ static void test_validate(void) {
     m = good_model(), m.num_qo_heads = 30;
     expect_verdict("30 over 8 heads", &m, NULL, &d, "must divide");
     m = good_model(), m.dtype = AP_DTYPE_F32, m.kv_dtype = AP_DTYPE_FP8_E4M3;
-    expect_verdict("f32 queries", &m, NULL, &d, "query dtype 1 is not bf16 or f16");
+    expect_verdict("f32 queries", &m, NULL, &d, "query dtype f32 is not bf16 or f16");
     m = good_model(), m.kv_dtype = AP_DTYPE_NVFP4;
     expect_verdict("nvfp4 cache", &m, NULL, &d, "nvfp4 is not implemented");
     m = good_model(), m.kv_dtype = AP_DTYPE_FP8_E5M2;

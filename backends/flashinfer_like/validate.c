@@ -54,22 +54,23 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
 static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {
     if (m->dtype != AP_DTYPE_BF16 && m->dtype != AP_DTYPE_F16) {
         *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": query dtype %d is not bf16 or f16", (int)m->dtype);
+        ap_msgbuf_add(reasons, FIL_NAME ": query dtype %s is not bf16 or f16",
+                      ap_dtype_str(m->dtype));
     }
     if (m->kv_dtype == AP_DTYPE_FP8_E4M3) return;
     if (m->kv_dtype == AP_DTYPE_BF16 || m->kv_dtype == AP_DTYPE_F16) {
         if (m->kv_dtype != m->dtype) {
             *refused = 1;
             ap_msgbuf_add(reasons,
-                          FIL_NAME ": a 16-bit KV cache must have the query dtype (%d), "
-                                   "not %d",
-                          (int)m->dtype, (int)m->kv_dtype);
+                          FIL_NAME ": a 16-bit KV cache must have the query dtype (%s), "
+                                   "not %s",
+                          ap_dtype_str(m->dtype), ap_dtype_str(m->kv_dtype));
         }
         return;
     }
     *refused = 1;
-    ap_msgbuf_add(reasons, FIL_NAME ": KV cache dtype %d is not bf16, f16 or fp8_e4m3%s",
-                  (int)m->kv_dtype,
+    ap_msgbuf_add(reasons, FIL_NAME ": KV cache dtype %s is not bf16, f16 or fp8_e4m3%s",
+                  ap_dtype_str(m->kv_dtype),
                   m->kv_dtype == AP_DTYPE_NVFP4 ? " (nvfp4 is not implemented)" : "");
 }
 

@@ -25,14 +25,9 @@ const char *ap_status_name(ap_status status) {
     return "AP_ERR_UNKNOWN";
 }
 
-/* Indexed by ap_dtype: the canonical names that configs and the inspection tool print. */
-static const char *const ap_dtype_names[AP_DTYPE_COUNT] = {
-    "none", "f32", "bf16", "f16", "fp8_e4m3", "fp8_e5m2", "nvfp4",
-};
-
+/* The canonical names that configs and the inspection tool print (one table, in plugin_api.h). */
 const char *ap_dtype_name(ap_dtype dtype) {
-    if ((unsigned)dtype >= AP_DTYPE_COUNT) return "unknown";
-    return ap_dtype_names[dtype];
+    return ap_dtype_str(dtype);
 }
 
 /* Spellings people write in configs besides the canonical names. */
@@ -50,7 +45,7 @@ ap_status ap_dtype_parse(const char *name, ap_dtype *out) {
         return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_dtype_parse: NULL %s",
                             name == NULL ? "name" : "out");
     for (int i = 0; i < AP_DTYPE_COUNT; i++) {
-        if (strcasecmp(name, ap_dtype_names[i]) == 0) {
+        if (strcasecmp(name, ap_dtype_str((ap_dtype)i)) == 0) {
             *out = (ap_dtype)i;
             return AP_OK;
         }
