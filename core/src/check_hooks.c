@@ -120,6 +120,8 @@ static ap_status ap_check_pack_tensors(const ap_instance *instance, const ap_pac
     int64_t t = a->k_nope->shape[0];
     ap_status status = ap_check_tensor(instance, msg, "args.k_nope", a->k_nope, 3,
                                        (int64_t[]){t, h, nope}, act, AP_STRIDED);
+    /* A free head count is k_nope's: v must have as many heads. */
+    if (h == AP_ANY) h = a->k_nope->shape[1];
     if (status == AP_OK && a->k_pe == NULL)
         status = ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.k_pe is NULL (required)");
     if (status == AP_OK)
@@ -134,7 +136,7 @@ static ap_status ap_check_pack_tensors(const ap_instance *instance, const ap_pac
     /* With the dims free (a non-MLA model), they come from the inputs just checked. */
     int64_t k_width = (nope == AP_ANY ? a->k_nope->shape[2] : nope) +
                       (rope == AP_ANY ? a->k_pe->shape[a->k_pe->ndim - 1] : rope);
-    int64_t heads = a->k_nope->shape[1], v_width = a->v->shape[2];
+    int64_t heads = h, v_width = a->v->shape[2];
     status = ap_check_required(instance, msg, "args.k_out", a->k_out, 3,
                                (int64_t[]){t, heads, k_width}, AP_DL_FP8_OUT, AP_DENSE);
     if (status == AP_OK)

@@ -434,6 +434,32 @@ static void test_pack_args(void **state) {
     ap_instance_close(inst);
 }
 
+/* On an MHA model the pack's dims are free, so the inputs must agree with each other: a v with
+ * fewer heads than k_nope would be read past its end by a backend taking k_nope's heads. */
+static void test_pack_args_mha(void **state) {
+    check_state *s = *state;
+    ap_model embed = tc_model_mha("embedder");
+    embed.dtype = AP_DTYPE_BF16;
+    embed.head_dim_qk = embed.head_dim_v = 128;
+    embed.embedding = 1;
+    ap_device cpu = tc_cpu("");
+    ap_instance *inst = NULL;
+    TC_ASSERT_OK(ap_instance_open(s->registry, "fx_narrow", &embed, NULL, &cpu, &inst));
+    pack_tensors c;
+    pack_init(&c, 5);
+    TC_ASSERT_OK(ap_instance_pack_prefix_chunk_kv(inst, &c.args, NULL));
+    assert_int_equal(((unsigned char *)c.k_out.t.data)[0], 0x5a);
+    c.v.shape[1] = 3;
+    TC_ASSERT_FAILS(ap_instance_pack_prefix_chunk_kv(inst, &c.args, NULL), AP_ERR_SHAPE_MISMATCH,
+                    "args.v has shape [5][3][10], expected [5][4][*]");
+    c.v.shape[1] = 4;
+    c.k_pe.shape[0] = 4;
+    TC_ASSERT_FAILS(ap_instance_pack_prefix_chunk_kv(inst, &c.args, NULL), AP_ERR_SHAPE_MISMATCH,
+                    "args.k_pe has shape [4][1][8], expected [5][1][*]");
+    pack_free(&c);
+    ap_instance_close(inst);
+}
+
 int main(void) {
     /* Each test gets a fresh registry and instance: a plan must not leak between tests. */
     const struct CMUnitTest tests[] = {
@@ -451,6 +477,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_gpu_instance_wants_cuda_tensors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_kv_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pack_args, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pack_args_mha, setup, teardown),
     };
     return cmocka_run_group_tests_name("core.check", tests, NULL, NULL);
 }
