@@ -27,11 +27,12 @@ static ap_status cpu_plan_check_tokens(const ap_batch *batch, ap_msgbuf *msg) {
         return AP_ERR_SHAPE_MISMATCH;
     }
     for (int32_t i = 0; i < batch->num_seqs; i++) {
-        int32_t q_len = qo[i + 1] - qo[i];
-        if (q_len < 0) {
+        /* compared before subtracting: a difference that wraps would pass as q_len >= 0 */
+        if (qo[i + 1] < qo[i]) {
             ap_msgbuf_add(msg, "cpu_ref: qo_indptr decreases at sequence %d", i);
             return AP_ERR_SHAPE_MISMATCH;
         }
+        int32_t q_len = qo[i + 1] - qo[i];
         if (batch->mode == AP_MODE_DECODE && q_len != 1) {
             ap_msgbuf_add(msg, "cpu_ref: decode batch sequence %d has %d new tokens, not 1", i,
                           q_len);
@@ -63,6 +64,10 @@ static ap_status cpu_plan_check_pages(const ap_batch *batch, int32_t page_size, 
         return AP_ERR_SHAPE_MISMATCH;
     }
     for (int32_t i = 0; i < batch->num_seqs; i++) {
+        if (indptr[i + 1] < indptr[i]) {
+            ap_msgbuf_add(msg, "cpu_ref: kv_page_indptr decreases at sequence %d", i);
+            return AP_ERR_SHAPE_MISMATCH;
+        }
         int32_t pages = indptr[i + 1] - indptr[i];
         int32_t seq_len = batch->seq_lens_host[i];
         int32_t last = batch->kv_last_page_len_host[i];

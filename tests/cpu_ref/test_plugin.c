@@ -300,6 +300,50 @@ static void test_bad_input(void **state) {
     expect_refusal(break_args_size, AP_ERR_INVALID_ARGUMENT, "args struct_size");
 }
 
+/* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: qo_indptr (and
+ * kv_page_indptr) 0, 5, INT32_MIN, -1, 10 end at 10, but sequence 1 would start at token
+ * INT32_MIN and claim 2^31 - 5 tokens. init_metadata must refuse them, not plan writes there. */
+static void test_indptr_wrap(void **state) {
+    (void)state;
+    ap_model m = good_model();
+    m.page_size = 1;
+    m.dtype = AP_DTYPE_F32;
+    m.kv_dtype = AP_DTYPE_BF16;
+    fx_msg msg;
+    fx_msg_init(&msg);
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10};
+    int32_t seq_lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
+    ap_batch extend = {.struct_size = sizeof extend,
+                       .mode = AP_MODE_EXTEND,
+                       .num_seqs = 4,
+                       .num_tokens = 10,
+                       .qo_indptr_host = wrap,
+                       .seq_lens_host = seq_lens};
+    assert_int_equal(plugin.vt->init_metadata(backend, &extend, NULL, &msg.buf),
+                     AP_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg.text, "qo_indptr"));
+    /* decode: one token each, but kv_page_indptr 0, 1, INT32_MIN, -1, 1 over one page */
+    int32_t qo[5] = {0, 1, 2, 3, 4}, pages[5] = {0, 1, INT32_MIN, -1, 1}, indices[1] = {0};
+    int32_t last[4] = {1, 1, 1, 1}, decode_lens[4] = {1, INT32_MAX, INT32_MAX, 2};
+    ap_batch decode = {.struct_size = sizeof decode,
+                       .mode = AP_MODE_DECODE,
+                       .num_seqs = 4,
+                       .num_tokens = 4,
+                       .num_pages_total = 1,
+                       .qo_indptr_host = qo,
+                       .kv_page_indptr_host = pages,
+                       .kv_page_indices_host = indices,
+                       .kv_last_page_len_host = last,
+                       .seq_lens_host = decode_lens};
+    fx_msg_init(&msg);
+    assert_int_equal(plugin.vt->init_metadata(backend, &decode, NULL, &msg.buf),
+                     AP_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg.text, "kv_page_indptr"));
+    plugin.vt->destroy(backend);
+}
+
 static void test_call_order(void **state) {
     (void)state;
     sc_case c = small_case();
@@ -332,6 +376,7 @@ int main(void) {
         cmocka_unit_test(test_negotiation), cmocka_unit_test(test_descriptor_and_caps),
         cmocka_unit_test(test_validate),    cmocka_unit_test(test_kv_spec_and_hooks),
         cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_call_order),
+        cmocka_unit_test(test_indptr_wrap),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_plugin_close(&plugin);
