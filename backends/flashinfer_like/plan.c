@@ -91,6 +91,14 @@ static ap_status fil_batch_check_arrays(const ap_backend *b, const ap_batch *bat
 static ap_status fil_batch_check_seqs(const ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
     const int32_t ps = b->model.page_size;
     for (int32_t i = 0; i < batch->num_seqs; i++) {
+        /* compared before subtracting: a difference that wraps would pass as >= 0, and the
+         * slots and page reads below would follow it outside the arrays */
+        if (batch->qo_indptr_host[i + 1] < batch->qo_indptr_host[i] ||
+            batch->kv_page_indptr_host[i + 1] < batch->kv_page_indptr_host[i]) {
+            ap_msgbuf_add(msg, FIL_NAME ": qo_indptr or kv_page_indptr decreases at sequence %d",
+                          i);
+            return AP_ERR_SHAPE_MISMATCH;
+        }
         int32_t q_len = batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
         int32_t seq_len = batch->seq_lens_host[i];
         int32_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];

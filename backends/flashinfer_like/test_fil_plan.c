@@ -1,4 +1,5 @@
 /* test_fil_plan.c: the split-KV decode plan and the append slots, built on the host (no GPU). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -186,6 +187,50 @@ static void check_refusal(void) {
     free(b.plan_host), free(b.plan_dev);
 }
 
+/* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: 0, 5, INT32_MIN, -1,
+ * 10 ends at 10 yet puts sequence 1 at token (and page) INT32_MIN with 2^31 - 5 of them. The plan
+ * must refuse them before it writes a slot or reads a page index. */
+static void check_wrap(ap_forward_mode mode) {
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_kv_heads = 1,
+                         .page_size = 1,
+                         .max_batch = 4,
+                         .max_tokens = 10};
+    b.max_workers = b.target_workers = 8;
+    b.plan_bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_host = malloc(b.plan_bytes);
+    b.plan_dev = malloc(b.plan_bytes);
+    int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10}, pages[10] = {0};
+    int32_t last[4] = {1, 1, 1, 1}, lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
+    /* decode: one token each, the wrap in kv_page_indptr alone (0, 1, INT32_MIN, -1, 1) */
+    int32_t qo_decode[5] = {0, 1, 2, 3, 4}, pages_decode[5] = {0, 1, INT32_MIN, -1, 1};
+    int32_t lens_decode[4] = {1, INT32_MAX, INT32_MAX, 2};
+    const int decode = mode == AP_MODE_DECODE;
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = mode,
+                      .num_seqs = 4,
+                      .num_tokens = decode ? 4 : 10,
+                      .num_pages_total = decode ? 1 : 10,
+                      .qo_indptr = decode ? qo_decode : wrap,
+                      .kv_page_indptr = decode ? pages_decode : wrap,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = decode ? lens_decode : lens,
+                      .qo_indptr_host = decode ? qo_decode : wrap,
+                      .kv_page_indptr_host = decode ? pages_decode : wrap,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = decode ? lens_decode : lens};
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_ERR_SHAPE_MISMATCH && strstr(text, "indptr") != NULL,
+           "%s: wrapped indptr refused, got %d '%s'", decode ? "decode" : "extend", (int)st, text);
+    free(b.plan_host), free(b.plan_dev);
+}
+
 int main(void) {
     int32_t b64[64], b8[8], b1[1] = {8192}, mixed[6] = {1, 7, 333, 1031, 5000, 16};
     for (int i = 0; i < 64; i++) b64[i] = 4096;
@@ -199,6 +244,8 @@ int main(void) {
     check_plan("mixed, few warps", 6, mixed, 4, 7, 7, 1);
     check_plan("mixed, one warp", 6, mixed, 2, 1, 1, 1);
     check_refusal();
+    check_wrap(AP_MODE_DECODE);
+    check_wrap(AP_MODE_EXTEND);
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
