@@ -108,8 +108,18 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
     if (device_type == kDLCUDA && t->device.device_id != instance->device.ordinal)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s is on CUDA device %d, expected %d",
                              name, (int)t->device.device_id, (int)instance->device.ordinal);
-    int64_t elements = 1;
-    for (int i = 0; i < t->ndim; i++) elements *= t->shape[i];
+    /* The product of the non-zero dims bounds every count below (elements, strides): it must fit,
+     * or a free dim could wrap the element count to 0 and pass a tensor without data. */
+    int64_t extent = 1;
+    int empty = 0;
+    for (int i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == 0)
+            empty = 1;
+        else if (__builtin_mul_overflow(extent, t->shape[i], &extent))
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                                 "%s has shape %s: more elements than int64 holds", name, got);
+    }
+    int64_t elements = empty ? 0 : extent;
     if (elements > 0 && t->data == NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has shape %s but no data", name,
                              got);

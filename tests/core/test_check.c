@@ -348,6 +348,15 @@ static void test_append_kv_args(void **state) {
     c.cos_sin.shape[1] = 4;
     c.cos_sin.shape[0] = -1; /* a free dim must still be a size */
     APPEND_FAILS(s, &c, AP_ERR_INVALID_ARGUMENT, "args.cos_sin has shape [-1][4] (negative dim 0)");
+    /* A free dim so large that the element count overflows is not an empty tensor. */
+    void *table = c.cos_sin.t.data;
+    c.cos_sin.t.data = NULL;
+    c.cos_sin.shape[0] = INT64_C(1) << 62;
+    APPEND_FAILS(s, &c, AP_ERR_INVALID_ARGUMENT,
+                 "args.cos_sin has shape [4611686018427387904][4]: more elements than int64 holds");
+    c.cos_sin.shape[0] = 0; /* truly empty: no data needed, and no position fits */
+    APPEND_FAILS(s, &c, AP_ERR_SHAPE_MISMATCH, "args.positions[0] is 0, outside cos_sin's 0 rows");
+    c.cos_sin.t.data = table;
     c.cos_sin.shape[0] = 32;
     c.positions.t.dtype = (DLDataType){kDLInt, 64, 1};
     APPEND_FAILS(s, &c, AP_ERR_SHAPE_MISMATCH, "args.positions has dtype int");
