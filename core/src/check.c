@@ -153,11 +153,28 @@ static ap_status ap_check_batch_seqs(const ap_instance *instance, const ap_batch
     return AP_OK;
 }
 
+/* Which page arrays the batch gives (see ap_batch_pages). */
+static ap_batch_pages ap_batch_page_arrays(const ap_instance *instance, const ap_batch *b) {
+    const int32_t *device[] = {b->kv_page_indptr, b->kv_page_indices, b->kv_last_page_len};
+    const int32_t *host[] = {b->kv_page_indptr_host, b->kv_page_indices_host,
+                             b->kv_last_page_len_host};
+    int mirrors = instance->plugin->desc->caps->needs_host_mirrors;
+    size_t given = 0, needed = 0;
+    for (size_t i = 0; i < 3; i++) {
+        given += (device[i] != NULL) + (host[i] != NULL);
+        needed += (device[i] != NULL) + (mirrors && host[i] != NULL);
+    }
+    if (given == 0) return AP_BATCH_PAGES_NONE;
+    return needed == (mirrors ? 6u : 3u) ? AP_BATCH_PAGES_ALL : AP_BATCH_PAGES_SOME;
+}
+
 ap_status ap_check_batch(const ap_instance *instance, const ap_batch *b, int32_t *max_page,
-                         ap_msgbuf *msg) {
+                         ap_batch_pages *pages, ap_msgbuf *msg) {
     *max_page = -1;
+    *pages = AP_BATCH_PAGES_NONE;
     ap_status status = ap_check_batch_header(instance, b, msg);
     if (status != AP_OK) return status;
+    *pages = ap_batch_page_arrays(instance, b);
     /* Without host mirrors the device arrays cannot be read here; the backend plans blind. */
     if (b->qo_indptr_host == NULL) return AP_OK;
     status = ap_check_indptr(msg, "qo_indptr_host", b->qo_indptr_host, b->num_seqs, b->num_tokens,
@@ -245,7 +262,14 @@ ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, co
     if (a->save_kv != 0 && a->save_kv != 1)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.save_kv is %d (0 or 1)",
                              (int)a->save_kv);
-    ap_status status = ap_check_layer(instance, layer, ap_skips_kv(instance) && !a->save_kv, msg);
+    if (a->save_kv && instance->batch_pages != AP_BATCH_PAGES_ALL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.save_kv is 1 but the planned batch has no page arrays (or not "
+                             "all of them) to write k/v through");
+    /* No cache only with no page arrays: a batch with pages has the backend read the cache. */
+    int kv_optional =
+        ap_skips_kv(instance) && !a->save_kv && instance->batch_pages == AP_BATCH_PAGES_NONE;
+    ap_status status = ap_check_layer(instance, layer, kv_optional, msg);
     if (status != AP_OK) return status;
     if (m->kind == AP_ATTN_MHA) {
         if (a->q_rope != NULL)

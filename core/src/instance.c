@@ -124,7 +124,8 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
     instance->batch_planned = 0;
     ap_msgbuf msg = ap_instance_msg(instance);
     int32_t max_page = -1;
-    ap_status status = ap_check_batch(instance, batch, &max_page, &msg);
+    ap_batch_pages pages = AP_BATCH_PAGES_NONE;
+    ap_status status = ap_check_batch(instance, batch, &max_page, &pages, &msg);
     if (status != AP_OK) return ap_instance_fail(instance, "init_metadata", status);
     msg = ap_instance_msg(instance);
     status = instance->plugin->desc->vtable->init_metadata(instance->backend, batch, stream, &msg);
@@ -134,6 +135,7 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
     instance->batch_num_seqs = batch->num_seqs;
     instance->batch_num_tokens = batch->num_tokens;
     instance->batch_max_page = max_page;
+    instance->batch_pages = pages;
     return AP_OK;
 }
 

@@ -71,6 +71,14 @@ ap_plugin *ap_registry_lookup_locked(const ap_registry *registry, const char *na
 
 /* ---- instances (instance.c) ----------------------------------------------------------------- */
 
+/* Which page arrays a planned batch gave: only an embedding batch on a skip-KV backend may give
+ * none, and then it has no cache to read or write. */
+typedef enum ap_batch_pages {
+    AP_BATCH_PAGES_NONE, /* every page array (device and host) NULL */
+    AP_BATCH_PAGES_SOME, /* some, not all the backend reads */
+    AP_BATCH_PAGES_ALL   /* the device arrays, and the host mirrors when the backend reads them */
+} ap_batch_pages;
+
 struct ap_instance {
     ap_registry *registry;
     ap_plugin *plugin;
@@ -88,6 +96,7 @@ struct ap_instance {
     int32_t batch_num_seqs;
     int32_t batch_num_tokens;
     int32_t batch_max_page; /* largest page index in the host mirrors; -1 unknown */
+    ap_batch_pages batch_pages;
 };
 
 /* ---- selection (select.c) ------------------------------------------------------------------- */
@@ -110,7 +119,7 @@ extern const ap_options ap_options_default;
  * Each returns AP_OK, or a status with one line naming the argument, the expected and the
  * actual value in `msg`. They read host memory only: host mirrors, and tensors on kDLCPU. */
 ap_status ap_check_batch(const ap_instance *instance, const ap_batch *batch, int32_t *max_page,
-                         ap_msgbuf *msg);
+                         ap_batch_pages *pages, ap_msgbuf *msg);
 ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, const ap_layer *layer,
                            const ap_forward_args *args, ap_msgbuf *msg);
 ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,

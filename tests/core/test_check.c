@@ -294,6 +294,39 @@ static void test_gpu_instance_wants_cuda_tensors(void **state) {
     ap_instance_close(gpu);
 }
 
+/* Embedding on a skip-KV backend: no cache and no page arrays go together. A batch without page
+ * arrays gives save_kv nothing to write through, and a batch with them has the backend read the
+ * cache, so layer.kv is then required. */
+static void test_embedding_skip_kv_pages(void **state) {
+    check_state *s = *state;
+    ap_model embed = tc_model_mha("embedder");
+    embed.embedding = 1;
+    ap_device cpu = tc_cpu("");
+    ap_instance *inst = NULL;
+    TC_ASSERT_OK(ap_instance_open(s->registry, "fx_wide", &embed, NULL, &cpu, &inst));
+    ap_batch *b = &s->batch.b;
+    b->kv_page_indptr = b->kv_page_indices = b->kv_last_page_len = NULL;
+    b->kv_page_indptr_host = b->kv_page_indices_host = b->kv_last_page_len_host = NULL;
+    b->num_pages_total = 0;
+    TC_ASSERT_OK(ap_instance_init_metadata(inst, b, NULL));
+    s->fwd.args.save_kv = 0;
+    s->layer.layer.kv = NULL;
+    TC_ASSERT_OK(ap_instance_forward_extend(inst, &s->layer.layer, &s->fwd.args, NULL));
+    s->layer.layer.kv = &s->layer.kv;
+    s->fwd.args.save_kv = 1;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(inst, &s->layer.layer, &s->fwd.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT,
+                    "args.save_kv is 1 but the planned batch has no page arrays");
+    tc_batch_extend(&s->batch);
+    TC_ASSERT_OK(ap_instance_init_metadata(inst, b, NULL));
+    TC_ASSERT_OK(ap_instance_forward_extend(inst, &s->layer.layer, &s->fwd.args, NULL));
+    s->fwd.args.save_kv = 0;
+    s->layer.layer.kv = NULL;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(inst, &s->layer.layer, &s->fwd.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "layer.kv is NULL");
+    ap_instance_close(inst);
+}
+
 typedef struct append_tensors {
     tc_tensor q, q_out, k, v, positions, out_loc, cos_sin;
     ap_append_kv_args args;
@@ -484,6 +517,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_forward_tensors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_forward_layout_and_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gpu_instance_wants_cuda_tensors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_embedding_skip_kv_pages, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_kv_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pack_args, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pack_args_mha, setup, teardown),
