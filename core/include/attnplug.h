@@ -120,7 +120,8 @@ typedef struct ap_verdict {
 void ap_model_apply_options(const ap_model *model, const ap_options *options, ap_model *out);
 
 /* Check one backend: device kind and arch, static caps, then the plugin's validate(). Strings in
- * `out` live until the next call to ap_registry_check on this thread. */
+ * `out` live until the next call to ap_registry_check on this thread, which ap_instance_open and
+ * ap_config_open also make: copy them first to keep them. */
 ap_status ap_registry_check(ap_registry *registry, const char *name, const ap_model *model,
                             const ap_options *options, const ap_device *device, ap_verdict *out);
 
