@@ -109,6 +109,12 @@ static ap_status fil_batch_check_seqs(const ap_backend *b, const ap_batch *batch
                           batch->mode == AP_MODE_DECODE ? " (decode needs exactly 1 new)" : "");
             return AP_ERR_SHAPE_MISMATCH;
         }
+        /* the decode kernel's int32 token cursor steps up to 2 tiles past a position */
+        if (batch->mode == AP_MODE_DECODE && seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
+            ap_msgbuf_add(msg, FIL_NAME ": sequence %d: decode serves at most %d tokens, not %d", i,
+                          INT32_MAX - 2 * FIL_DECODE_TILE, seq_len);
+            return AP_ERR_UNSUPPORTED;
+        }
         int ok = pages >= 0 && (pages == 0 ? seq_len == 0
                                            : last >= 1 && last <= ps &&
                                                  (int64_t)(pages - 1) * ps + last == seq_len);

@@ -231,6 +231,53 @@ static void check_wrap(ap_forward_mode mode) {
     free(b.plan_host), free(b.plan_dev);
 }
 
+/* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
+ * (pos + 32 steps past INT32_MAX): refused, while one just below the limit plans. Page 0 is named
+ * over and over, which the batch rules allow. */
+static void check_decode_len_limit(void) {
+    const int32_t ps = 128, pages_needed = (int32_t)(((int64_t)INT32_MAX + ps - 1) / ps);
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_kv_heads = 1,
+                         .page_size = ps,
+                         .max_batch = 1,
+                         .max_tokens = 1};
+    b.max_workers = b.target_workers = 8;
+    b.split_kv = 1;
+    b.plan_bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_host = malloc(b.plan_bytes);
+    b.plan_dev = malloc(b.plan_bytes);
+    int32_t *pages = calloc((size_t)pages_needed, sizeof *pages);
+    const int32_t lens[2] = {INT32_MAX - 2 * FIL_DECODE_TILE + 1, INT32_MAX - 2 * FIL_DECODE_TILE};
+    for (int i = 0; i < 2; i++) {
+        int32_t qo[2] = {0, 1}, last[1] = {(lens[i] - 1) % ps + 1};
+        int32_t indptr[2] = {0, (lens[i] - last[0]) / ps + 1}, seq_lens[1] = {lens[i]};
+        ap_batch batch = {.struct_size = sizeof batch,
+                          .mode = AP_MODE_DECODE,
+                          .num_seqs = 1,
+                          .num_tokens = 1,
+                          .num_pages_total = indptr[1],
+                          .qo_indptr = qo,
+                          .kv_page_indptr = indptr,
+                          .kv_page_indices = pages,
+                          .kv_last_page_len = last,
+                          .seq_lens = seq_lens,
+                          .qo_indptr_host = qo,
+                          .kv_page_indptr_host = indptr,
+                          .kv_page_indices_host = pages,
+                          .kv_last_page_len_host = last,
+                          .seq_lens_host = seq_lens};
+        char text[512] = "";
+        ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+        ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+        ap_status want = i == 0 ? AP_ERR_UNSUPPORTED : AP_OK;
+        EXPECT(st == want, "decode seq_len %d: status %d, want %d '%s'", lens[i], (int)st,
+               (int)want, text);
+    }
+    free(pages), free(b.plan_host), free(b.plan_dev);
+}
+
 int main(void) {
     int32_t b64[64], b8[8], b1[1] = {8192}, mixed[6] = {1, 7, 333, 1031, 5000, 16};
     for (int i = 0; i < 64; i++) b64[i] = 4096;
@@ -246,6 +293,7 @@ int main(void) {
     check_refusal();
     check_wrap(AP_MODE_DECODE);
     check_wrap(AP_MODE_EXTEND);
+    check_decode_len_limit();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
