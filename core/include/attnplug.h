@@ -22,7 +22,10 @@ extern "C" {
  * Errors and logging
  * ------------------------------------------------------------------------------------------- */
 
-/* The last error message of this thread ("" when none). Valid until the next attnplug call. */
+/* The message of this thread's last failing call ("" when none yet). Like errno, it is meaningful
+ * only right after a call returned a status other than AP_OK: the per-layer calls
+ * (ap_instance_forward_*, hooks) do not clear it when they succeed, to keep the hot path free of
+ * work. Valid until the next attnplug call on this thread. */
 const char *ap_last_error(void);
 
 /* A short fixed name for a status, e.g. "AP_ERR_UNSUPPORTED". */
