@@ -100,7 +100,8 @@ static ap_status fil_args_check(const ap_backend *b, const ap_forward_args *args
 
 /* ---- the layer ------------------------------------------------------------------------------ */
 
-static ap_status fil_layer_check(const ap_backend *b, const ap_layer *layer, ap_msgbuf *msg) {
+/* The layer's cache: the model's NHD cache, aligned pages, usable fp8 scales. */
+static ap_status fil_cache_check(const ap_backend *b, const ap_layer *layer, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     if (layer == NULL || layer->struct_size < sizeof(ap_layer) || layer->kv == NULL ||
         layer->kv->struct_size < sizeof(ap_kv_cache)) {
@@ -125,16 +126,23 @@ static ap_status fil_layer_check(const ap_backend *b, const ap_layer *layer, ap_
                       layer->layer_id);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    if (b->plan.max_page_index >= kv->num_pages) {
-        ap_msgbuf_add(msg, FIL_NAME ": the batch names page %d but layer %d's cache has %d pages",
-                      b->plan.max_page_index, layer->layer_id, kv->num_pages);
-        return AP_ERR_SHAPE_MISMATCH;
-    }
     if (m->kv_dtype == AP_DTYPE_FP8_E4M3 && !(isfinite(layer->k_scale) && layer->k_scale > 0.f &&
                                               isfinite(layer->v_scale) && layer->v_scale > 0.f)) {
         ap_msgbuf_add(msg, FIL_NAME ": layer %d's fp8 scales k %g, v %g must be finite and > 0",
                       layer->layer_id, (double)layer->k_scale, (double)layer->v_scale);
         return AP_ERR_INVALID_ARGUMENT;
+    }
+    return AP_OK;
+}
+
+static ap_status fil_layer_check(const ap_backend *b, const ap_layer *layer, ap_msgbuf *msg) {
+    ap_status st = fil_cache_check(b, layer, msg);
+    if (st != AP_OK) return st;
+    const ap_kv_cache *kv = layer->kv;
+    if (b->plan.max_page_index >= kv->num_pages) {
+        ap_msgbuf_add(msg, FIL_NAME ": the batch names page %d but layer %d's cache has %d pages",
+                      b->plan.max_page_index, layer->layer_id, kv->num_pages);
+        return AP_ERR_SHAPE_MISMATCH;
     }
     if (layer->logit_softcap != 0.f || layer->window_left >= 0) {
         ap_msgbuf_add(msg, FIL_NAME ": layer %d asks for %s, which this backend does not serve",
@@ -229,4 +237,92 @@ ap_status fil_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forw
     if (st != AP_OK || b->plan.num_tokens == 0) return st;
     fil_attn_params params = fil_params_of(b, layer, args);
     return fil_extend_run(&params, &b->plan.extend, stream, msg);
+}
+
+/* ---- append_kv/1 ---------------------------------------------------------------------------- */
+
+/* A 1-D int32 device array of `count` elements on our GPU; its stride in elements. */
+static ap_status fil_index_check(const DLTensor *t, const char *what, int64_t count,
+                                 int32_t ordinal, int64_t *stride, ap_msgbuf *msg) {
+    if (t == NULL || t->data == NULL || t->ndim != 1 || t->shape[0] != count ||
+        t->dtype.code != kDLInt || t->dtype.bits != 32 || t->dtype.lanes != 1 ||
+        ((uintptr_t)t->data + t->byte_offset) % 4 != 0) {
+        ap_msgbuf_add(msg, FIL_NAME ": %s must be an aligned int32 array of %lld elements", what,
+                      (long long)count);
+        return AP_ERR_SHAPE_MISMATCH;
+    }
+    if (t->device.device_type != kDLCUDA || t->device.device_id != ordinal) {
+        ap_msgbuf_add(msg, FIL_NAME ": tensor %s is not on CUDA device %d", what, ordinal);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    *stride = t->strides != NULL ? t->strides[0] : 1;
+    return AP_OK;
+}
+
+/* The core checked shapes, dtypes and density; here what the kernel adds: our device, 16-byte
+ * aligned rows, the cache's pages. */
+static ap_status fil_append_kv_check(const ap_backend *b, const ap_layer *layer,
+                                     const ap_append_kv_args *a, fil_append_rope_params *p,
+                                     ap_msgbuf *msg) {
+    const ap_model *m = &b->model;
+    const int32_t dev = b->device_ordinal;
+    if (a == NULL || a->struct_size < sizeof(ap_append_kv_args) || a->k == NULL ||
+        a->k->ndim != 3 || a->cos_sin == NULL || a->cos_sin->ndim != 2 ||
+        (a->q == NULL) != (a->q_out == NULL)) {
+        ap_msgbuf_add(msg, FIL_NAME ": append_kv needs ap_append_kv_args with struct_size, k, "
+                                    "cos_sin, and q with q_out or neither");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    const int64_t n = a->k->shape[0], d = m->head_dim_qk;
+    const int64_t q_shape[3] = {n, m->num_qo_heads, d}, kv_shape[3] = {n, m->num_kv_heads, d};
+    const int64_t cs_shape[2] = {a->cos_sin->shape[0], a->rotary_dim};
+    int64_t strides[3];
+    ap_status st = fil_cache_check(b, layer, msg);
+    if (st == AP_OK) st = fil_tensor_check(a->k, "k", 3, kv_shape, m->dtype, dev, 1, strides, msg);
+    if (st == AP_OK) st = fil_tensor_check(a->v, "v", 3, kv_shape, m->dtype, dev, 1, strides, msg);
+    if (st == AP_OK && a->q != NULL)
+        st = fil_tensor_check(a->q, "q", 3, q_shape, m->dtype, dev, 1, strides, msg);
+    if (st == AP_OK && a->q != NULL)
+        st = fil_tensor_check(a->q_out, "q_out", 3, q_shape, m->dtype, dev, 1, strides, msg);
+    if (st == AP_OK)
+        st = fil_tensor_check(a->cos_sin, "cos_sin", 2, cs_shape, AP_DTYPE_F32, dev, 1, strides,
+                              msg);
+    if (st == AP_OK)
+        st = fil_index_check(a->positions, "positions", n, dev, &p->positions_stride, msg);
+    if (st == AP_OK) st = fil_index_check(a->out_loc, "out_loc", n, dev, &p->out_loc_stride, msg);
+    return st;
+}
+
+#define FIL_DATA(t) ((char *)(t)->data + (t)->byte_offset)
+
+ap_status fil_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,
+                        void *stream, ap_msgbuf *msg) {
+    fil_append_rope_params p = {0};
+    ap_status st = fil_append_kv_check(b, layer, args, &p, msg);
+    if (st == AP_OK) st = fil_rt_set_device(b->device_ordinal, msg);
+    if (st != AP_OK) return st;
+    const ap_kv_cache *kv = layer->kv;
+    int64_t rows = args->cos_sin->shape[0];
+    p.q = args->q != NULL ? FIL_DATA(args->q) : NULL;
+    p.q_out = args->q != NULL ? FIL_DATA(args->q_out) : NULL;
+    p.k = FIL_DATA(args->k);
+    p.v = FIL_DATA(args->v);
+    p.in_dtype = b->model.dtype;
+    p.k_pages = kv->k_pages;
+    p.v_pages = kv->v_pages;
+    p.kv_dtype = kv->dtype;
+    p.positions = (const int32_t *)FIL_DATA(args->positions);
+    p.out_loc = (const int32_t *)FIL_DATA(args->out_loc);
+    p.cos_sin = (const float *)FIL_DATA(args->cos_sin);
+    p.max_position = rows > INT32_MAX ? INT32_MAX : (int32_t)rows; /* positions are int32 */
+    p.rotary_dim = args->rotary_dim;
+    p.is_neox = args->is_neox;
+    p.num_qo_heads = b->model.num_qo_heads;
+    p.num_kv_heads = kv->num_kv_heads;
+    p.head_dim = kv->head_dim_qk;
+    p.num_slots = kv->num_pages > 0 ? (int64_t)kv->num_pages * kv->page_size : 0;
+    p.num_tokens = args->k->shape[0];
+    p.k_scale = layer->k_scale;
+    p.v_scale = layer->v_scale;
+    return fil_append_rope_run(&p, stream, msg);
 }

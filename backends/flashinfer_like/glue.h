@@ -57,6 +57,9 @@ ap_status fil_forward_decode(ap_backend *backend, const ap_layer *layer,
                              const ap_forward_args *args, void *stream, ap_msgbuf *msg);
 ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
                              const ap_forward_args *args, void *stream, ap_msgbuf *msg);
+/* The append_kv/1 hook: checks what the kernel relies on, then one fused launch. */
+ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_append_kv_args *args,
+                        void *stream, ap_msgbuf *msg);
 
 /* validate.c */
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,

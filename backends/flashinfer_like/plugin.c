@@ -191,11 +191,20 @@ static ap_status fil_vt_forward_decode(ap_backend *b, const ap_layer *layer,
     return fil_forward_decode(b, layer, args, stream, msg);
 }
 
-/* No hooks yet: append_kv/1 (fused RoPE) and cuda_graph/1 are absent, so hosts take their
- * unfused paths. */
+static ap_status fil_hook_append_kv(ap_backend *b, const ap_layer *layer,
+                                    const ap_append_kv_args *args, void *stream, ap_msgbuf *msg) {
+    if (b == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": append_kv without an instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    return fil_append_kv(b, layer, args, stream, msg);
+}
+
+/* append_kv/1 (fused RoPE + quantize + paged append, append_rope.cu); cuda_graph/1 is absent,
+ * so hosts that want graphs take their unfused paths. */
 static void *fil_get_hook(ap_backend *b, const char *name) {
     (void)b;
-    (void)name;
+    if (name != NULL && strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)fil_hook_append_kv;
     return NULL;
 }
 

@@ -1,0 +1,220 @@
+// append_rope.cu: the append_kv/1 hook's kernel: RoPE on q and k, k and v quantized into the cache.
+#include <cuda_runtime.h>
+
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/paged_kv.cuh"
+#include "fil.h"
+
+#define FIL_WHO "flashinfer_like append_kv"
+
+namespace {
+
+constexpr int kVec = 8; // elements per lane: one 16-byte load of a 16-bit row
+constexpr int kThreads = 256;
+
+struct RopeArgs {
+    const uint8_t *q; // may alias q_out
+    uint8_t *q_out;
+    const uint8_t *k;
+    const uint8_t *v;
+    uint8_t *k_pages;
+    uint8_t *v_pages;
+    const int32_t *positions;
+    const int32_t *out_loc;
+    int64_t positions_stride;
+    int64_t out_loc_stride;
+    const float *cos_sin;
+    int64_t num_slots;
+    int32_t max_position;
+    int32_t rotary_dim;
+    int32_t is_neox;
+    int32_t num_qo_heads; // 0: no q
+    int32_t num_kv_heads;
+    int32_t head_dim;
+    int32_t lanes_per_row; // head_dim / kVec, a divisor of 32
+    int64_t num_rows;      // num_tokens * (num_qo_heads + 2 * num_kv_heads)
+    float k_scale;
+    float v_scale;
+};
+
+// One element of a rotated pair, in float32 with every product and sum rounded on its own
+// (__fmul_rn etc. are never contracted into a fused multiply-add), as cpu_ref's rope.c does:
+//   x_a' = x_a * c - x_b * s,   x_b' = x_b * c + x_a * s
+__device__ __forceinline__ float fil_rope_elem(const float *row, int d, int rotary_dim, int neox,
+                                               const float *cs) {
+    const int half = rotary_dim / 2;
+    const bool first = neox ? d < half : (d & 1) == 0;
+    const int i = neox ? (first ? d : d - half) : d >> 1;
+    const int partner = neox ? (first ? d + half : d - half) : d ^ 1;
+    const float c = __ldg(cs + i);
+    const float s = __ldg(cs + half + i);
+    const float x = row[d], y = row[partner];
+    return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
+                 : __fadd_rn(__fmul_rn(x, c), __fmul_rn(y, s));
+}
+
+// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
+template <typename KV> struct fil_store8 {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
+            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
+                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
+        }
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+// fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
+// ap_float_to_fp8_e4m3(x / scale).
+template <> struct fil_store8<ap_fp8_e4m3> {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
+        uint32_t w[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                         << (8 * (i & 3));
+        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+    }
+};
+
+template <typename KV> constexpr int fil_kv_bytes() {
+    return sizeof(KV);
+}
+
+// A token's rows are its q heads, then its k heads, then its v heads; lanes_per_row lanes of one
+// warp move one row, 8 elements each. The row is staged in shared memory as float so that each
+// lane finds its pair partners there whatever the rotary dim and pairing; every lane has read
+// its input before any lane writes, so q_out may alias q. A token whose position or slot is out
+// of range is left alone (the core checks host arrays; device arrays cannot be checked without
+// a sync, and a bad index must never write outside the cache).
+template <typename IN, typename KV>
+__global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArgs a) {
+    extern __shared__ float staged[]; // [kThreads * kVec]
+    const int lpr = a.lanes_per_row;
+    const int lane = threadIdx.x % lpr;
+    const int64_t row = (int64_t)blockIdx.x * (kThreads / lpr) + threadIdx.x / lpr;
+    float *my_row = staged + (threadIdx.x - lane) * kVec; // this row's head_dim floats
+    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
+    const bool live = row < a.num_rows;
+    const int64_t token = live ? row / rows_per_token : 0;
+    const int r = live ? (int)(row - token * rows_per_token) : 0;
+    const int kind = r < a.num_qo_heads ? 0 : (r < a.num_qo_heads + a.num_kv_heads ? 1 : 2);
+    const int head =
+        kind == 0 ? r : (kind == 1 ? r - a.num_qo_heads : r - a.num_qo_heads - a.num_kv_heads);
+    const int heads = kind == 0 ? a.num_qo_heads : a.num_kv_heads;
+    const uint8_t *src = kind == 0 ? a.q : (kind == 1 ? a.k : a.v);
+    const int64_t src_elem = (token * heads + head) * (int64_t)a.head_dim + lane * kVec;
+    uint4 raw = make_uint4(0u, 0u, 0u, 0u);
+    int32_t pos = 0, slot = 0;
+    if (live) {
+        raw = *reinterpret_cast<const uint4 *>(src + src_elem * (int64_t)sizeof(IN));
+        pos = __ldg(a.positions + token * a.positions_stride);
+        slot = __ldg(a.out_loc + token * a.out_loc_stride);
+    }
+    const bool valid =
+        live && pos >= 0 && pos < a.max_position && slot >= 0 && (int64_t)slot < a.num_slots;
+    float x[kVec];
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = ap_unpack2<IN>(words[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
+    const int d0 = lane * kVec;
+    const bool rotates = kind != 2 && d0 < a.rotary_dim;
+    if (rotates) {
+        *reinterpret_cast<float4 *>(my_row + d0) = make_float4(x[0], x[1], x[2], x[3]);
+        *reinterpret_cast<float4 *>(my_row + d0 + 4) = make_float4(x[4], x[5], x[6], x[7]);
+    }
+    __syncwarp();
+    if (!valid) return;
+    if (rotates) {
+        const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
+#pragma unroll
+        for (int j = 0; j < kVec; j++)
+            if (d0 + j < a.rotary_dim)
+                x[j] = fil_rope_elem(my_row, d0 + j, a.rotary_dim, a.is_neox, cs);
+    }
+    if (kind == 0) {
+        fil_store8<IN>::run(a.q_out + src_elem * (int64_t)sizeof(IN), x, 1.0f);
+        return;
+    }
+    const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
+    uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
+    fil_store8<KV>::run(pages + dst_elem * fil_kv_bytes<KV>(), x,
+                        kind == 1 ? a.k_scale : a.v_scale);
+}
+
+template <typename IN>
+ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, dim3 grid, size_t smem,
+                                 cudaStream_t s, ap_msgbuf *msg) {
+    switch (kv_dtype) {
+        case AP_DTYPE_BF16:
+            fil_append_rope_kernel<IN, __nv_bfloat16><<<grid, kThreads, smem, s>>>(a);
+            break;
+        case AP_DTYPE_F16:
+            fil_append_rope_kernel<IN, __half><<<grid, kThreads, smem, s>>>(a);
+            break;
+        default: fil_append_rope_kernel<IN, ap_fp8_e4m3><<<grid, kThreads, smem, s>>>(a); break;
+    }
+    return ap_cuda_launch_status(FIL_WHO, "fil_append_rope_kernel", msg);
+}
+
+} // namespace
+
+extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *stream,
+                                         ap_msgbuf *msg) {
+    const bool in_ok = p->in_dtype == AP_DTYPE_BF16 || p->in_dtype == AP_DTYPE_F16;
+    const bool kv_ok = p->kv_dtype == AP_DTYPE_BF16 || p->kv_dtype == AP_DTYPE_F16 ||
+                       p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    const int lpr = p->head_dim / kVec;
+    if (!in_ok || !kv_ok || p->head_dim % kVec != 0 || lpr < 1 || 32 % lpr != 0 ||
+        p->rotary_dim < 2 || p->rotary_dim % 2 != 0 || p->rotary_dim > p->head_dim) {
+        ap_msgbuf_add(msg,
+                      FIL_WHO ": no kernel for input dtype %d, cache dtype %d, head_dim %d, "
+                              "rotary_dim %d",
+                      (int)p->in_dtype, (int)p->kv_dtype, p->head_dim, p->rotary_dim);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->num_tokens == 0) return AP_OK;
+    RopeArgs a;
+    a.q = static_cast<const uint8_t *>(p->q);
+    a.q_out = static_cast<uint8_t *>(p->q_out);
+    a.k = static_cast<const uint8_t *>(p->k);
+    a.v = static_cast<const uint8_t *>(p->v);
+    a.k_pages = static_cast<uint8_t *>(p->k_pages);
+    a.v_pages = static_cast<uint8_t *>(p->v_pages);
+    a.positions = p->positions;
+    a.out_loc = p->out_loc;
+    a.positions_stride = p->positions_stride;
+    a.out_loc_stride = p->out_loc_stride;
+    a.cos_sin = p->cos_sin;
+    a.num_slots = p->num_slots;
+    a.max_position = p->max_position;
+    a.rotary_dim = p->rotary_dim;
+    a.is_neox = p->is_neox;
+    a.num_qo_heads = p->q != NULL ? p->num_qo_heads : 0;
+    a.num_kv_heads = p->num_kv_heads;
+    a.head_dim = p->head_dim;
+    a.lanes_per_row = lpr;
+    a.num_rows = p->num_tokens * (int64_t)(a.num_qo_heads + 2 * a.num_kv_heads);
+    a.k_scale = p->k_scale;
+    a.v_scale = p->v_scale;
+    const int64_t rows_per_cta = kThreads / lpr;
+    const int64_t blocks = (a.num_rows + rows_per_cta - 1) / rows_per_cta;
+    if (blocks > 0x7fffffff) {
+        ap_msgbuf_add(msg, FIL_WHO ": %lld tokens are more than one launch covers",
+                      (long long)p->num_tokens);
+        return AP_ERR_UNSUPPORTED;
+    }
+    const dim3 grid((unsigned)blocks);
+    const size_t smem = (size_t)kThreads * kVec * sizeof(float);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->in_dtype == AP_DTYPE_BF16)
+        return fil_append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, grid, smem, s, msg);
+    return fil_append_rope_launch<__half>(a, p->kv_dtype, grid, smem, s, msg);
+}

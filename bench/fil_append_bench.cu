@@ -1,0 +1,258 @@
+// fil_append_bench.cu: flashinfer_like's append_kv/1 hook alone: CUDA-event timing and GB/s.
+//
+// Opens the plugin file directly (no core), calls the hook on random q, k, v (never zeros) with
+// shuffled cache slots, rotating among enough input sets that a call does not find its inputs in
+// L2, and prints the median time per call and the bytes moved once per second against a
+// device-to-device copy measured in the same process. Correctness is the GPU harness's job
+// (tests/gpu, the append_rope_* cases against cpu_ref); here only the hook's status is checked.
+// Usage: fil_append_bench PLUGIN.so [--runs N]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "plugin_api.h"
+
+#define CHECK_CUDA(call) \
+    do { \
+        cudaError_t err_ = (call); \
+        if (err_ != cudaSuccess) { \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
+                    cudaGetErrorString(err_)); \
+            exit(1); \
+        } \
+    } while (0)
+
+struct Case {
+    const char *name;
+    int tokens, hq, hk, dim, rotary, neox, page;
+    ap_dtype kv_dtype;
+};
+
+static const Case kCases[] = {
+    {"decode_t64_bf16", 64, 32, 8, 128, 128, 1, 16, AP_DTYPE_BF16},
+    {"decode_t64_fp8", 64, 32, 8, 128, 128, 1, 16, AP_DTYPE_FP8_E4M3},
+    {"decode_t64_fp8_gptj64", 64, 32, 8, 128, 64, 0, 16, AP_DTYPE_FP8_E4M3},
+    {"prefill_t16384_bf16", 16384, 32, 8, 128, 128, 1, 16, AP_DTYPE_BF16},
+    {"prefill_t16384_fp8", 16384, 32, 8, 128, 128, 1, 16, AP_DTYPE_FP8_E4M3},
+    {"prefill_t16384_fp8_gptj64", 16384, 32, 8, 128, 64, 0, 16, AP_DTYPE_FP8_E4M3},
+};
+
+__global__ static void fill_kernel(__nv_bfloat16 *data, size_t count, unsigned long long seed) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x) {
+        unsigned long long z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        data[i] = __float2bfloat16_rn(4.0f * (float)(z >> 40) * (1.0f / 16777216.0f) - 2.0f);
+    }
+}
+
+static DLTensor tensor(void *data, DLDataTypeCode code, int bits, int ndim, int64_t *shape) {
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCUDA;
+    t.ndim = ndim;
+    t.shape = shape;
+    t.dtype.code = (uint8_t)code;
+    t.dtype.bits = (uint8_t)bits;
+    t.dtype.lanes = 1;
+    return t;
+}
+
+template <typename F> static float median_ms(int runs, F &&call) {
+    for (int i = 0; i < 3; i++) call(i);
+    std::vector<cudaEvent_t> ev(2 * runs);
+    for (auto &e : ev) CHECK_CUDA(cudaEventCreate(&e));
+    for (int i = 0; i < runs; i++) {
+        CHECK_CUDA(cudaEventRecord(ev[2 * i]));
+        call(i);
+        CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<float> ms(runs);
+    for (int i = 0; i < runs; i++)
+        CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::sort(ms.begin(), ms.end());
+    return ms[runs / 2];
+}
+
+static int run_case(const ap_descriptor *desc, const Case &c, const ap_device &dev, int runs,
+                    double copy_gbs) {
+    const ap_vtable *vt = desc->vtable;
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
+    ap_model model;
+    memset(&model, 0, sizeof model);
+    model.struct_size = sizeof model;
+    model.kind = AP_ATTN_MHA;
+    model.num_qo_heads = c.hq;
+    model.num_kv_heads = c.hk;
+    model.head_dim_qk = model.head_dim_v = c.dim;
+    model.dtype = AP_DTYPE_BF16;
+    model.kv_dtype = c.kv_dtype;
+    model.page_size = c.page;
+    model.num_layers = 1;
+    model.causal = 1;
+    model.max_batch = c.tokens;
+    model.max_tokens = c.tokens;
+    model.max_kv_len = 8192;
+    ap_options options;
+    memset(&options, 0, sizeof options);
+    options.struct_size = sizeof options;
+    options.prefix_cache = options.chunked_prefill = options.cuda_graphs = AP_OPTION_UNSET;
+    ap_backend *be = NULL;
+    if (vt->create(&model, &options, &dev, &be, &msg) != AP_OK) {
+        printf("%-28s create refused: %s\n", c.name, text);
+        return 1;
+    }
+    ap_hook_append_kv_v1 hook = (ap_hook_append_kv_v1)vt->get_hook(be, AP_HOOK_APPEND_KV_V1);
+    if (hook == NULL) {
+        printf("%-28s no append_kv/1 hook\n", c.name);
+        vt->destroy(be);
+        return 1;
+    }
+    const size_t kv_elem = c.kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
+    const size_t q_bytes = (size_t)c.tokens * c.hq * c.dim * 2;
+    const size_t k_bytes = (size_t)c.tokens * c.hk * c.dim * 2;
+    // bytes moved once: q read + written, k and v read, k and v cache rows written, the int32
+    // positions and slots, one cos/sin row per token
+    const double bytes = 2.0 * q_bytes + 2.0 * k_bytes + 2.0 * c.tokens * c.hk * c.dim * kv_elem +
+                         8.0 * c.tokens + 4.0 * c.tokens * c.rotary;
+    const int sets = std::max(1, (int)(256e6 / bytes)); // > 5x the 50 MB L2 across the sets
+    const int max_position = 8192;
+    const int64_t slots = (int64_t)c.tokens * sets;
+    const int pages = (int)((slots + c.page - 1) / c.page);
+    __nv_bfloat16 *qkv;
+    void *kc, *vc;
+    int32_t *ints;
+    float *cos_sin;
+    const size_t per_set = (q_bytes + 2 * k_bytes) / 2; // elements
+    CHECK_CUDA(cudaMalloc(&qkv, per_set * 2 * sets));
+    CHECK_CUDA(cudaMalloc(&kc, (size_t)pages * c.page * c.hk * c.dim * kv_elem));
+    CHECK_CUDA(cudaMalloc(&vc, (size_t)pages * c.page * c.hk * c.dim * kv_elem));
+    CHECK_CUDA(cudaMalloc(&ints, (size_t)2 * slots * sizeof(int32_t)));
+    CHECK_CUDA(cudaMalloc(&cos_sin, (size_t)max_position * c.rotary * sizeof(float)));
+    fill_kernel<<<1024, 256>>>(qkv, per_set * sets, 1234 + c.tokens);
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<int32_t> host(2 * slots);
+    std::vector<int32_t> perm(slots);
+    for (int64_t i = 0; i < slots; i++) perm[i] = (int32_t)i;
+    srand(7);
+    for (int64_t i = slots - 1; i > 0; i--) std::swap(perm[i], perm[rand() % (i + 1)]);
+    for (int64_t i = 0; i < slots; i++) {
+        host[i] = (int32_t)(rand() % max_position); // positions
+        host[slots + i] = perm[i];                  // out_loc
+    }
+    std::vector<float> table((size_t)max_position * c.rotary);
+    for (int p = 0; p < max_position; p++)
+        for (int i = 0; i < c.rotary / 2; i++) {
+            double angle = p * pow(10000.0, -2.0 * i / c.rotary);
+            table[(size_t)p * c.rotary + i] = (float)cos(angle);
+            table[(size_t)p * c.rotary + c.rotary / 2 + i] = (float)sin(angle);
+        }
+    CHECK_CUDA(cudaMemcpy(ints, host.data(), host.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemcpy(cos_sin, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    ap_kv_cache kv;
+    memset(&kv, 0, sizeof kv);
+    kv.struct_size = sizeof kv;
+    kv.layout = AP_KV_LAYOUT_NHD;
+    kv.dtype = c.kv_dtype;
+    kv.page_size = c.page;
+    kv.num_pages = pages;
+    kv.num_kv_heads = c.hk;
+    kv.head_dim_qk = kv.head_dim_v = c.dim;
+    kv.k_pages = kc;
+    kv.v_pages = vc;
+    ap_layer layer;
+    memset(&layer, 0, sizeof layer);
+    layer.struct_size = sizeof layer;
+    layer.sm_scale = 0.088f;
+    layer.k_scale = 0.0625f;
+    layer.v_scale = 0.03125f;
+    layer.window_left = -1;
+    layer.kv = &kv;
+    int64_t q_shape[3] = {c.tokens, c.hq, c.dim}, k_shape[3] = {c.tokens, c.hk, c.dim};
+    int64_t t_shape[1] = {c.tokens}, cs_shape[2] = {max_position, c.rotary};
+    int failed = 0;
+    auto call = [&](int i) {
+        __nv_bfloat16 *base = qkv + per_set * (size_t)(i % sets);
+        DLTensor q = tensor(base, kDLBfloat, 16, 3, q_shape); // rotated in place
+        DLTensor k = tensor(base + q_bytes / 2, kDLBfloat, 16, 3, k_shape);
+        DLTensor v = tensor(base + q_bytes / 2 + k_bytes / 2, kDLBfloat, 16, 3, k_shape);
+        DLTensor pos = tensor(ints + (size_t)c.tokens * (i % sets), kDLInt, 32, 1, t_shape);
+        DLTensor loc = tensor(ints + slots + (size_t)c.tokens * (i % sets), kDLInt, 32, 1, t_shape);
+        DLTensor cs = tensor(cos_sin, kDLFloat, 32, 2, cs_shape);
+        ap_append_kv_args args = {sizeof args, &q, &q, &k, &v, &pos, &loc, &cs, c.rotary, c.neox};
+        if (hook(be, &layer, &args, NULL, &msg) != AP_OK) failed = 1;
+    };
+    const float ms = median_ms(runs, call);
+    if (failed) printf("%-28s hook failed: %s\n", c.name, text);
+    const double gbs = bytes / ms * 1e-6;
+    printf("%-28s %s %9.2f us %8.1f KB %7.0f GB/s (%.0f%% of copy) %10.0f tok/s\n", c.name,
+           failed ? "FAIL" : "ok  ", ms * 1e3, bytes / 1024, gbs, 100 * gbs / copy_gbs,
+           c.tokens / ms * 1e3);
+    vt->destroy(be);
+    cudaFree(qkv), cudaFree(kc), cudaFree(vc), cudaFree(ints), cudaFree(cos_sin);
+    return failed;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: fil_append_bench PLUGIN.so [--runs N]\n");
+        return 2;
+    }
+    int runs = 200;
+    for (int i = 2; i + 1 < argc; i += 2)
+        if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
+    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        return 1;
+    }
+    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(lib, AP_PLUGIN_ENTRY);
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
+    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
+    ap_negotiate_reply reply = {sizeof reply, 0, 0, NULL};
+    if (negotiate == NULL || negotiate(&offer, &reply, &msg) != AP_OK) {
+        fprintf(stderr, "negotiation failed: %s\n", text);
+        return 1;
+    }
+    cudaDeviceProp prop;
+    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+    ap_device dev;
+    memset(&dev, 0, sizeof dev);
+    dev.struct_size = sizeof dev;
+    dev.ordinal = 0;
+    dev.cc_major = prop.major, dev.cc_minor = prop.minor;
+    dev.sm_count = prop.multiProcessorCount;
+    dev.total_memory = (int64_t)prop.totalGlobalMem;
+    snprintf(dev.name, sizeof dev.name, "%.120s", prop.name);
+    // the ceiling: a 1 GiB device-to-device copy, bytes read + written
+    const size_t copy_bytes = (size_t)1 << 30;
+    void *a, *b;
+    CHECK_CUDA(cudaMalloc(&a, copy_bytes));
+    CHECK_CUDA(cudaMalloc(&b, copy_bytes));
+    CHECK_CUDA(cudaMemset(a, 1, copy_bytes));
+    const float copy_ms = median_ms(
+        20, [&](int) { CHECK_CUDA(cudaMemcpyAsync(b, a, copy_bytes, cudaMemcpyDeviceToDevice)); });
+    const double copy_gbs = 2.0 * copy_bytes / copy_ms * 1e-6;
+    cudaFree(a), cudaFree(b);
+    printf("%s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
+           prop.multiProcessorCount, copy_gbs);
+    int failures = 0;
+    for (const Case &c : kCases) failures += run_case(reply.descriptor, c, dev, runs, copy_gbs);
+    printf("%d case(s) failed\n", failures);
+    return failures != 0;
+}
