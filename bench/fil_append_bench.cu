@@ -17,17 +17,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "bench/fil_bench_util.h"
 #include "plugin_api.h"
-
-#define CHECK_CUDA(call) \
-    do { \
-        cudaError_t err_ = (call); \
-        if (err_ != cudaSuccess) { \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-                    cudaGetErrorString(err_)); \
-            exit(1); \
-        } \
-    } while (0)
 
 struct Case {
     const char *name;
@@ -215,30 +206,11 @@ int main(int argc, char **argv) {
     int runs = 200;
     for (int i = 2; i + 1 < argc; i += 2)
         if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        fprintf(stderr, "dlopen: %s\n", dlerror());
-        return 1;
-    }
-    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(lib, AP_PLUGIN_ENTRY);
-    char text[512] = "";
-    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
-    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
-    ap_negotiate_reply reply = {sizeof reply, 0, 0, NULL};
-    if (negotiate == NULL || negotiate(&offer, &reply, &msg) != AP_OK) {
-        fprintf(stderr, "negotiation failed: %s\n", text);
-        return 1;
-    }
+    const ap_descriptor *desc = fil_bench_open_plugin(argv[1]);
+    if (desc == NULL) return 1;
     cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     ap_device dev;
-    memset(&dev, 0, sizeof dev);
-    dev.struct_size = sizeof dev;
-    dev.ordinal = 0;
-    dev.cc_major = prop.major, dev.cc_minor = prop.minor;
-    dev.sm_count = prop.multiProcessorCount;
-    dev.total_memory = (int64_t)prop.totalGlobalMem;
-    snprintf(dev.name, sizeof dev.name, "%.120s", prop.name);
+    fil_bench_device(&dev, &prop);
     // the ceiling: a 1 GiB device-to-device copy, bytes read + written
     const size_t copy_bytes = (size_t)1 << 30;
     void *a, *b;
@@ -252,7 +224,7 @@ int main(int argc, char **argv) {
     printf("%s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
            prop.multiProcessorCount, copy_gbs);
     int failures = 0;
-    for (const Case &c : kCases) failures += run_case(reply.descriptor, c, dev, runs, copy_gbs);
+    for (const Case &c : kCases) failures += run_case(desc, c, dev, runs, copy_gbs);
     printf("%d case(s) failed\n", failures);
     return failures != 0;
 }

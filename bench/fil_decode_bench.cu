@@ -20,17 +20,8 @@
 #include <vector>
 
 #include "backends/common/host_numeric.h"
+#include "bench/fil_bench_util.h"
 #include "plugin_api.h"
-
-#define CHECK_CUDA(call) \
-    do { \
-        cudaError_t err_ = (call); \
-        if (err_ != cudaSuccess) { \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-                    cudaGetErrorString(err_)); \
-            exit(1); \
-        } \
-    } while (0)
 
 struct Case {
     const char *name;
@@ -384,37 +375,17 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--only") == 0) only = argv[i + 1];
         if (strcmp(argv[i], "--runs") == 0) runs = atoi(argv[i + 1]);
     }
-    void *lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (lib == NULL) {
-        fprintf(stderr, "dlopen: %s\n", dlerror());
-        return 1;
-    }
-    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(lib, AP_PLUGIN_ENTRY);
-    char text[512] = "";
-    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
-    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
-    ap_negotiate_reply reply = {sizeof reply, 0, 0, NULL};
-    if (negotiate == NULL || negotiate(&offer, &reply, &msg) != AP_OK) {
-        fprintf(stderr, "negotiation failed: %s\n", text);
-        return 1;
-    }
+    const ap_descriptor *desc = fil_bench_open_plugin(argv[1]);
+    if (desc == NULL) return 1;
     cudaDeviceProp prop;
-    CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
     ap_device dev;
-    memset(&dev, 0, sizeof dev);
-    dev.struct_size = sizeof dev;
-    dev.ordinal = 0;
-    dev.cc_major = prop.major, dev.cc_minor = prop.minor;
-    dev.sm_count = prop.multiProcessorCount;
-    dev.total_memory = (int64_t)prop.totalGlobalMem;
-    snprintf(dev.name, sizeof dev.name, "%.120s", prop.name);
-    printf("%s, %d SMs; plugin %s %s, archs:", prop.name, prop.multiProcessorCount,
-           reply.descriptor->name, reply.descriptor->version);
-    for (size_t i = 0; i < reply.descriptor->caps->num_archs; i++)
-        printf(" %d/%d", reply.descriptor->caps->archs[i].sm,
-               (int)reply.descriptor->caps->archs[i].kind);
+    fil_bench_device(&dev, &prop);
+    printf("%s, %d SMs; plugin %s %s, archs:", prop.name, prop.multiProcessorCount, desc->name,
+           desc->version);
+    for (size_t i = 0; i < desc->caps->num_archs; i++)
+        printf(" %d/%d", desc->caps->archs[i].sm, (int)desc->caps->archs[i].kind);
     printf("\n");
-    Plugin plugin = {reply.descriptor};
+    Plugin plugin = {desc};
     int failures = 0;
     for (const Case &c : kCases)
         if ((filter == NULL || strstr(c.name, filter) != NULL) &&

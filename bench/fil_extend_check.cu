@@ -19,17 +19,8 @@
 #include <vector>
 
 #include "backends/flashinfer_like/extend.h"
+#include "bench/fil_bench_util.h"
 #include "tests/gpu/gpu_rand.h"
-
-#define CHECK_CUDA(call) \
-    do { \
-        cudaError_t err_ = (call); \
-        if (err_ != cudaSuccess) { \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, \
-                    cudaGetErrorString(err_)); \
-            exit(2); \
-        } \
-    } while (0)
 
 namespace {
 
