@@ -3,8 +3,11 @@
 // Opens the plugin file directly (no core), calls the hook on random q, k, v (never zeros) with
 // shuffled cache slots, rotating among enough input sets that a call does not find its inputs in
 // L2, and prints the median time per call and the bytes moved once per second against a
-// device-to-device copy measured in the same process. Correctness is the GPU harness's job
-// (tests/gpu, the append_rope_* cases against cpu_ref); here only the hook's status is checked.
+// device-to-device copy measured in the same process. Beside the hook, it times the launcher of
+// two builds of append_rope.cu linked in (fil_append_rope_run_staged: FIL_APPEND_ROPE_STAGED_ONLY,
+// the previous kernel; fil_append_rope_run_rows: the plugin's choice), twice each, and checks
+// that the two write the same bytes with q rotated in place and three tokens out of range.
+// Correctness against cpu_ref is the GPU harness's job (tests/gpu, the append_rope_* cases).
 // Usage: fil_append_bench PLUGIN.so [--runs N]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -17,8 +20,15 @@
 #include <algorithm>
 #include <vector>
 
+#include "backends/flashinfer_like/fil.h"
 #include "bench/fil_bench_util.h"
 #include "plugin_api.h"
+
+extern "C" ap_status fil_append_rope_run_staged(const fil_append_rope_params *p, void *stream,
+                                                ap_msgbuf *msg);
+extern "C" ap_status fil_append_rope_run_rows(const fil_append_rope_params *p, void *stream,
+                                              ap_msgbuf *msg);
+typedef ap_status (*fil_launcher)(const fil_append_rope_params *, void *, ap_msgbuf *);
 
 struct Case {
     const char *name;
@@ -76,6 +86,80 @@ template <typename F> static float median_ms(int runs, F &&call) {
     for (auto &e : ev) cudaEventDestroy(e);
     std::sort(ms.begin(), ms.end());
     return ms[runs / 2];
+}
+
+// Runs the staged and the rows launchers on two copies of input set 0 (q rotated in place) into
+// two caches poisoned alike, with tokens 1, 2 and 3 out of range (position past the table, slot
+// -1, position -5), and counts the bytes that differ: q, k, v and both caches must agree, and
+// token 1's q row must be left as it was. Returns the count (0: same).
+template <typename P>
+static size_t check_same(const fil_append_rope_params &prm, P &&point, const __nv_bfloat16 *qkv,
+                         size_t per_set, const std::vector<int32_t> &host, int64_t slots,
+                         int max_position) {
+    const int64_t tokens = prm.num_tokens;
+    const size_t kv_elem = prm.kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
+    const size_t cache_bytes = (size_t)prm.num_slots * prm.num_kv_heads * prm.head_dim * kv_elem;
+    std::vector<int32_t> ints(2 * tokens);
+    for (int64_t t = 0; t < tokens; t++) {
+        ints[t] = host[t];
+        ints[tokens + t] = host[slots + t];
+    }
+    if (tokens > 3) {
+        ints[1] = max_position;
+        ints[tokens + 2] = -1;
+        ints[3] = -5;
+    }
+    int32_t *dints;
+    CHECK_CUDA(cudaMalloc(&dints, ints.size() * 4));
+    CHECK_CUDA(cudaMemcpy(dints, ints.data(), ints.size() * 4, cudaMemcpyHostToDevice));
+    std::vector<uint8_t> out[2][3];
+    size_t failures = 0;
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
+    const fil_launcher launchers[2] = {fil_append_rope_run_staged, fil_append_rope_run_rows};
+    for (int v = 0; v < 2; v++) {
+        __nv_bfloat16 *in;
+        void *kc, *vc;
+        CHECK_CUDA(cudaMalloc(&in, per_set * 2));
+        CHECK_CUDA(cudaMalloc(&kc, cache_bytes));
+        CHECK_CUDA(cudaMalloc(&vc, cache_bytes));
+        CHECK_CUDA(cudaMemcpy(in, qkv, per_set * 2, cudaMemcpyDeviceToDevice));
+        CHECK_CUDA(cudaMemset(kc, 0x5a, cache_bytes));
+        CHECK_CUDA(cudaMemset(vc, 0x5a, cache_bytes));
+        fil_append_rope_params pp = prm;
+        point(pp, in, dints, dints + tokens);
+        pp.k_pages = kc;
+        pp.v_pages = vc;
+        if (launchers[v](&pp, NULL, &msg) != AP_OK) {
+            printf("launcher %d: %s\n", v, text);
+            failures++;
+        }
+        CHECK_CUDA(cudaDeviceSynchronize());
+        CHECK_CUDA(cudaGetLastError());
+        out[v][0].resize(per_set * 2);
+        out[v][1].resize(cache_bytes);
+        out[v][2].resize(cache_bytes);
+        CHECK_CUDA(cudaMemcpy(out[v][0].data(), in, per_set * 2, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(out[v][1].data(), kc, cache_bytes, cudaMemcpyDeviceToHost));
+        CHECK_CUDA(cudaMemcpy(out[v][2].data(), vc, cache_bytes, cudaMemcpyDeviceToHost));
+        cudaFree(in), cudaFree(kc), cudaFree(vc);
+    }
+    cudaFree(dints);
+    size_t differ = failures, written = 0;
+    for (int b = 0; b < 3; b++)
+        for (size_t i = 0; i < out[0][b].size(); i++) {
+            differ += out[0][b][i] != out[1][b][i];
+            written += b > 0 && out[1][b][i] != 0x5a;
+        }
+    const size_t row = (size_t)prm.num_qo_heads * prm.head_dim * 2; // token 1's q, untouched?
+    std::vector<uint8_t> orig(row);
+    if (tokens > 3) {
+        CHECK_CUDA(
+            cudaMemcpy(orig.data(), (const uint8_t *)qkv + row, row, cudaMemcpyDeviceToHost));
+        differ += memcmp(orig.data(), out[1][0].data() + row, row) != 0;
+    }
+    printf("  check staged vs rows: %zu bytes differ, %zu cache bytes written\n", differ, written);
+    return differ;
 }
 
 static int run_case(const ap_descriptor *desc, const Case &c, const ap_device &dev, int runs,
@@ -187,12 +271,53 @@ static int run_case(const ap_descriptor *desc, const Case &c, const ap_device &d
         ap_append_kv_args args = {sizeof args, &q, &q, &k, &v, &pos, &loc, &cs, c.rotary, c.neox};
         if (hook(be, &layer, &args, NULL, &msg) != AP_OK) failed = 1;
     };
+    fil_append_rope_params prm;
+    memset(&prm, 0, sizeof prm);
+    prm.in_dtype = AP_DTYPE_BF16;
+    prm.k_pages = kc;
+    prm.v_pages = vc;
+    prm.kv_dtype = c.kv_dtype;
+    prm.positions_stride = prm.out_loc_stride = 1;
+    prm.cos_sin = cos_sin;
+    prm.max_position = max_position;
+    prm.rotary_dim = c.rotary;
+    prm.is_neox = c.neox;
+    prm.num_qo_heads = c.hq;
+    prm.num_kv_heads = c.hk;
+    prm.head_dim = c.dim;
+    prm.num_slots = (int64_t)pages * c.page;
+    prm.num_tokens = c.tokens;
+    prm.k_scale = layer.k_scale;
+    prm.v_scale = layer.v_scale;
+    auto point = [&](fil_append_rope_params &pp, __nv_bfloat16 *base, const int32_t *pos,
+                     const int32_t *loc) {
+        pp.q = pp.q_out = base;
+        pp.k = base + q_bytes / 2;
+        pp.v = base + q_bytes / 2 + k_bytes / 2;
+        pp.positions = pos;
+        pp.out_loc = loc;
+    };
+    const int mismatch = check_same(prm, point, qkv, per_set, host, slots, max_position);
+    if (mismatch) failed = 1;
+    float direct[2][2];
+    const fil_launcher launchers[2] = {fil_append_rope_run_staged, fil_append_rope_run_rows};
+    for (int rep = 0; rep < 2; rep++)
+        for (int v = 0; v < 2; v++)
+            direct[v][rep] = median_ms(runs, [&](int i) {
+                fil_append_rope_params pp = prm;
+                point(pp, qkv + per_set * (size_t)(i % sets), ints + (size_t)c.tokens * (i % sets),
+                      ints + slots + (size_t)c.tokens * (i % sets));
+                if (launchers[v](&pp, NULL, &msg) != AP_OK) failed = 1;
+            });
     const float ms = median_ms(runs, call);
     if (failed) printf("%-28s hook failed: %s\n", c.name, text);
     const double gbs = bytes / ms * 1e-6;
-    printf("%-28s %s %9.2f us %8.1f KB %7.0f GB/s (%.0f%% of copy) %10.0f tok/s\n", c.name,
-           failed ? "FAIL" : "ok  ", ms * 1e3, bytes / 1024, gbs, 100 * gbs / copy_gbs,
-           c.tokens / ms * 1e3);
+    printf("%-26s %s hook %8.2f us %6.0f GB/s (%2.0f%%) | staged %8.2f/%8.2f us %6.0f GB/s | rows "
+           "%8.2f/%8.2f us %6.0f GB/s (%2.0f%%) | %8.1f KB\n",
+           c.name, failed ? "FAIL" : "ok  ", ms * 1e3, gbs, 100 * gbs / copy_gbs,
+           direct[0][0] * 1e3, direct[0][1] * 1e3, bytes / direct[0][0] * 1e-6, direct[1][0] * 1e3,
+           direct[1][1] * 1e3, bytes / direct[1][0] * 1e-6,
+           100 * bytes / direct[1][0] * 1e-6 / copy_gbs, bytes / 1024);
     vt->destroy(be);
     cudaFree(qkv), cudaFree(kc), cudaFree(vc), cudaFree(ints), cudaFree(cos_sin);
     return failed;

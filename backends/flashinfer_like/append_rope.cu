@@ -33,6 +33,7 @@ struct RopeArgs {
     int32_t num_kv_heads;
     int32_t head_dim;
     int32_t lanes_per_row; // head_dim / kVec, a divisor of 32
+    int32_t lanes_shift;   // log2(lanes_per_row)
     int64_t num_rows;      // num_tokens * (num_qo_heads + 2 * num_kv_heads)
     float k_scale;
     float v_scale;
@@ -149,19 +150,148 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
                         kind == 1 ? a.k_scale : a.v_scale);
 }
 
-template <typename IN>
-ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, dim3 grid, size_t smem,
-                                 cudaStream_t s, ap_msgbuf *msg) {
-    switch (kv_dtype) {
-        case AP_DTYPE_BF16:
-            fil_append_rope_kernel<IN, __nv_bfloat16><<<grid, kThreads, smem, s>>>(a);
-            break;
-        case AP_DTYPE_F16:
-            fil_append_rope_kernel<IN, __half><<<grid, kThreads, smem, s>>>(a);
-            break;
-        default: fil_append_rope_kernel<IN, ap_fp8_e4m3><<<grid, kThreads, smem, s>>>(a); break;
+// The rows kernel: one CTA per (token, chunk of up to kRowsPerThread * kThreads / lanes_per_row
+// of its rows), so the token is blockIdx.x and the row a shift away, with no division. Each
+// thread moves up to kRowsPerThread rows' 8-element pieces at the same offset d0: their 16-byte
+// loads go out together, before the token's position and slot are even known, and the lane's
+// cos/sin (the same for every row of the token) come once, as float4 loads. Pair partners stay
+// in registers: interleaved pairs lie in one lane; neox partners (rotary_dim / 2 a multiple of 8)
+// lie rotary_dim / 16 lanes away in the same row and come by shuffle. Every lane reads and
+// writes only its own 16 bytes, reading before writing, so q_out may alias q.
+constexpr int kRowsPerThread = 4;
+
+template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &raw, float *x) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = ap_unpack2<IN>(words[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
     }
-    return ap_cuda_launch_status(FIL_WHO, "fil_append_rope_kernel", msg);
+}
+
+template <typename IN, typename KV, bool kNeox>
+__global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const RopeArgs a) {
+    const int lane = threadIdx.x & (a.lanes_per_row - 1);
+    const int d0 = lane * kVec;
+    const int rows_per_pass = kThreads >> a.lanes_shift;
+    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
+    const int64_t token = blockIdx.x;
+    const int first_row =
+        (int)blockIdx.y * kRowsPerThread * rows_per_pass + (int)(threadIdx.x >> a.lanes_shift);
+    const int32_t pos = __ldg(a.positions + token * a.positions_stride);
+    const int32_t slot = __ldg(a.out_loc + token * a.out_loc_stride);
+    uint4 raw[kRowsPerThread];
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; j++) {
+        const int r = first_row + j * rows_per_pass;
+        raw[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (r < rows_per_token) {
+            const uint8_t *src =
+                r < a.num_qo_heads
+                    ? a.q + (token * a.num_qo_heads + r) * a.head_dim * (int64_t)sizeof(IN)
+                : r < a.num_qo_heads + a.num_kv_heads
+                    ? a.k + (token * a.num_kv_heads + (r - a.num_qo_heads)) * a.head_dim *
+                                (int64_t)sizeof(IN)
+                    : a.v + (token * a.num_kv_heads + (r - a.num_qo_heads - a.num_kv_heads)) *
+                                a.head_dim * (int64_t)sizeof(IN);
+            raw[j] = __ldcs(reinterpret_cast<const uint4 *>(src + d0 * (int)sizeof(IN)));
+        }
+    }
+    // the same for the whole CTA, so the early return never splits a shuffle
+    if (pos < 0 || pos >= a.max_position || slot < 0 || (int64_t)slot >= a.num_slots) return;
+    const int half = a.rotary_dim / 2;
+    const bool rotates = d0 < a.rotary_dim;
+    const bool first = kNeox ? d0 < half : true;
+    float c[kVec], s[kVec];
+    if (rotates) {
+        const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
+        if (kNeox) {
+            const int ci = first ? d0 : d0 - half;
+            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
+            const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
+            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
+            const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
+            c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
+            c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+            s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
+            s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+        } else {
+            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
+            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
+            c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
+            s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
+        }
+    }
+    const int half_lanes = half / kVec;
+    const int partner_lane =
+        !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; j++) {
+        const int r = first_row + j * rows_per_pass;
+        uint4 other = raw[j];
+        if (kNeox) { // every lane of the warp takes part, whatever its row
+            other.x = __shfl_sync(0xffffffffu, raw[j].x, partner_lane, a.lanes_per_row);
+            other.y = __shfl_sync(0xffffffffu, raw[j].y, partner_lane, a.lanes_per_row);
+            other.z = __shfl_sync(0xffffffffu, raw[j].z, partner_lane, a.lanes_per_row);
+            other.w = __shfl_sync(0xffffffffu, raw[j].w, partner_lane, a.lanes_per_row);
+        }
+        if (r >= rows_per_token) continue;
+        const int kind = r < a.num_qo_heads ? 0 : (r < a.num_qo_heads + a.num_kv_heads ? 1 : 2);
+        float x[kVec];
+        fil_unpack8<IN>(raw[j], x);
+        if (kind != 2 && rotates) {
+            float y[kVec];
+            if (kNeox) {
+                fil_unpack8<IN>(other, y);
+            } else {
+#pragma unroll
+                for (int i = 0; i < kVec; i++) y[i] = x[i ^ 1];
+            }
+            // x_a' = x_a * c - x_b * s, x_b' = x_b * c + x_a * s, each step rounded
+#pragma unroll
+            for (int i = 0; i < kVec; i++) {
+                const bool is_a = kNeox ? first : (i & 1) == 0;
+                x[i] = is_a ? __fsub_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]))
+                            : __fadd_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]));
+            }
+        }
+        if (kind == 0) {
+            const int64_t elem = (token * a.num_qo_heads + r) * a.head_dim + d0;
+            fil_store8<IN>::run(a.q_out + elem * (int64_t)sizeof(IN), x, 1.0f);
+            continue;
+        }
+        const int head = kind == 1 ? r - a.num_qo_heads : r - a.num_qo_heads - a.num_kv_heads;
+        const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
+        uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
+        fil_store8<KV>::run(pages + dst_elem * fil_kv_bytes<KV>(), x,
+                            kind == 1 ? a.k_scale : a.v_scale);
+    }
+}
+
+// The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
+// loads are aligned; the staged kernel takes the rest. FIL_APPEND_ROPE_STAGED_ONLY (the bench's
+// side-by-side build, never the plugin's) sends every call to the staged kernel.
+template <typename IN, typename KV>
+void fil_append_rope_pick(const RopeArgs &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
+    if (!rows)
+        fil_append_rope_kernel<IN, KV><<<grid, kThreads, smem, s>>>(a);
+    else if (a.is_neox)
+        fil_append_rope_rows_kernel<IN, KV, true><<<grid, kThreads, 0, s>>>(a);
+    else
+        fil_append_rope_rows_kernel<IN, KV, false><<<grid, kThreads, 0, s>>>(a);
+}
+
+template <typename IN>
+ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, bool rows, dim3 grid,
+                                 size_t smem, cudaStream_t s, ap_msgbuf *msg) {
+    switch (kv_dtype) {
+        case AP_DTYPE_BF16: fil_append_rope_pick<IN, __nv_bfloat16>(a, rows, grid, smem, s); break;
+        case AP_DTYPE_F16: fil_append_rope_pick<IN, __half>(a, rows, grid, smem, s); break;
+        default: fil_append_rope_pick<IN, ap_fp8_e4m3>(a, rows, grid, smem, s); break;
+    }
+    return ap_cuda_launch_status(
+        FIL_WHO, rows ? "fil_append_rope_rows_kernel" : "fil_append_rope_kernel", msg);
 }
 
 } // namespace
@@ -204,17 +334,28 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
     a.num_rows = p->num_tokens * (int64_t)(a.num_qo_heads + 2 * a.num_kv_heads);
     a.k_scale = p->k_scale;
     a.v_scale = p->v_scale;
-    const int64_t rows_per_cta = kThreads / lpr;
-    const int64_t blocks = (a.num_rows + rows_per_cta - 1) / rows_per_cta;
+    a.lanes_shift = __builtin_ctz((unsigned)lpr);
+    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
+    const int rows_per_cta = kRowsPerThread * (kThreads / lpr);
+    const int chunks = (rows_per_token + rows_per_cta - 1) / rows_per_cta;
+    bool rows = (p->is_neox ? p->rotary_dim % (2 * kVec) == 0 : p->rotary_dim % kVec == 0) &&
+                reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
+                p->num_tokens <= 0x7fffffff;
+#ifdef FIL_APPEND_ROPE_STAGED_ONLY
+    rows = false;
+#endif
+    const int64_t staged_rows_per_cta = kThreads / lpr;
+    const int64_t blocks =
+        rows ? p->num_tokens : (a.num_rows + staged_rows_per_cta - 1) / staged_rows_per_cta;
     if (blocks > 0x7fffffff) {
         ap_msgbuf_add(msg, FIL_WHO ": %lld tokens are more than one launch covers",
                       (long long)p->num_tokens);
         return AP_ERR_UNSUPPORTED;
     }
-    const dim3 grid((unsigned)blocks);
-    const size_t smem = (size_t)kThreads * kVec * sizeof(float);
+    const dim3 grid((unsigned)blocks, rows ? (unsigned)chunks : 1u);
+    const size_t smem = rows ? 0 : (size_t)kThreads * kVec * sizeof(float);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->in_dtype == AP_DTYPE_BF16)
-        return fil_append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, grid, smem, s, msg);
-    return fil_append_rope_launch<__half>(a, p->kv_dtype, grid, smem, s, msg);
+        return fil_append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, rows, grid, smem, s, msg);
+    return fil_append_rope_launch<__half>(a, p->kv_dtype, rows, grid, smem, s, msg);
 }
