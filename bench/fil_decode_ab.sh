@@ -13,13 +13,11 @@ OUT=${OUT:-/tmp/fil_decode_ab_out}
 W=/tmp/fil-ab
 KEY=b64_l4096,b64_l4096_fp8,b1_l8192,b1_l8192_fp8,b8_l32768,b8_l32768_fp8
 SMALL_FP8=b3_l77_fp8_g3,b2_l999_fp8_d64_split,b16_l3001_d64_fp8_g7
-mkdir -p "$OUT" /tmp/deps "$W/a" "$W/b"
+mkdir -p "$OUT" "$W/a" "$W/b"
 t0=$(date +%s)
 stamp() { echo "--- $1 at +$(($(date +%s) - t0))s"; }
-for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
-export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
-export PKG_CONFIG_SYSROOT_DIR=/tmp/deps LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu
-export CPATH=/tmp/deps/usr/include
+source .ci/gpu-deps.sh
+gpu_deps_use || echo "no .deps/*.deb: carry .deps (see .ci/gpu-run); using system packages"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 tar -xf "$SRC_TAR" -C "$W/a" && tar -xf "$SRC_TAR" -C "$W/b" || exit 1
 cp "$VARIANT" "$W/b/backends/flashinfer_like/decode.cu" || exit 1

@@ -4,13 +4,11 @@
 set -o pipefail
 OUT=${OUT:-/tmp/fil_decode_out}
 B=/tmp/fil-build
-mkdir -p "$OUT" /tmp/deps
+mkdir -p "$OUT"
 t0=$(date +%s)
 stamp() { echo "--- $1 at +$(($(date +%s) - t0))s"; }
-for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
-export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
-export PKG_CONFIG_SYSROOT_DIR=/tmp/deps LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu
-export CPATH=/tmp/deps/usr/include
+source .ci/gpu-deps.sh
+gpu_deps_use || echo "no .deps/*.deb: carry .deps (see .ci/gpu-run); using system packages"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv
 stamp build
 (meson setup $B -Dcuda=enabled && ninja -C $B -j 16 backends/flashinfer_like/ap_flashinfer_like.so \

@@ -16,9 +16,6 @@ echo "racecheck rc $?"; tail -n 2 "$OUT/racecheck.log"
 "$BIN" bench 2>&1 | tee "$OUT/bench.log"
 PYTHONUNBUFFERED=1 timeout 120 python3 bench/fil_extend_torch.py 2>&1 | tee "$OUT/torch.log"
 if [ "${FIL_EXTEND_HARNESS:-0}" = 1 ]; then
-    mkdir -p /tmp/deps && for f in .deps/*.deb; do dpkg -x "$f" /tmp/deps; done
-    export PKG_CONFIG_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu/pkgconfig:/tmp/deps/usr/share/pkgconfig
-    export PKG_CONFIG_SYSROOT_DIR=/tmp/deps LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu
     OUT=/tmp/harness timeout 150 bash .ci/gpu-run --tests-only --quick >"$OUT/harness.log" 2>&1
     echo "harness rc $?"; cp /tmp/harness/tests.log "$OUT/harness-tests.log" 2>/dev/null
     tail -n 12 /tmp/harness/summary.txt 2>/dev/null
