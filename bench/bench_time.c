@@ -43,23 +43,10 @@ static ap_status bench_open(const bench_ctx *ctx, bench_state *st, bench_result 
                                           .prefix_cache = AP_OPTION_UNSET,
                                           .chunked_prefill = AP_OPTION_UNSET,
                                           .cuda_graphs = AP_OPTION_UNSET};
-    st->model = (ap_model){
-        .struct_size = sizeof(ap_model),
-        .name = "bench",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = c->num_qo_heads,
-        .num_kv_heads = c->num_kv_heads,
-        .head_dim_qk = c->head_dim,
-        .head_dim_v = c->head_dim,
-        .dtype = c->q_dtype,
-        .kv_dtype = c->kv_dtype,
-        .page_size = c->page_size,
-        .num_layers = BENCH_MAX_SETS,
-        .causal = 1,
-        .max_batch = c->batch,
-        .max_tokens = (int32_t)bench_new_tokens(c),
-        .max_kv_len = c->prefix + c->q_len,
-    };
+    gpu_layout_model(&st->layout, c->q_dtype, c->kv_dtype, c->num_qo_heads, c->num_kv_heads,
+                     c->head_dim, &st->model);
+    st->model.name = "bench";
+    st->model.num_layers = BENCH_MAX_SETS;
     ap_status status = ap_instance_open(ctx->registry, ctx->backend, &st->model, &no_options,
                                         &ctx->device, &st->instance);
     if (status != AP_OK) {
@@ -121,18 +108,9 @@ static ap_status bench_forward(const bench_ctx *ctx, const bench_state *st, int 
     const bench_set *set = &st->sets[s];
     int fp8 = c->kv_dtype == AP_DTYPE_FP8_E4M3;
     int64_t tokens = bench_new_tokens(c);
-    ap_kv_cache kv = {
-        .struct_size = sizeof kv,
-        .layout = AP_KV_LAYOUT_NHD,
-        .dtype = c->kv_dtype,
-        .page_size = c->page_size,
-        .num_pages = st->layout.num_pages_pool,
-        .num_kv_heads = c->num_kv_heads,
-        .head_dim_qk = c->head_dim,
-        .head_dim_v = c->head_dim,
-        .k_pages = set->k_pages,
-        .v_pages = set->v_pages,
-    };
+    ap_kv_cache kv;
+    gpu_layout_kv_cache(&st->layout, c->kv_dtype, c->num_kv_heads, c->head_dim, set->k_pages,
+                        set->v_pages, &kv);
     ap_layer layer = {
         .struct_size = sizeof layer,
         .layer_id = s,

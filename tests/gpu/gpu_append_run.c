@@ -68,18 +68,10 @@ static ap_status gpu_append_call(const gpu_run *run, const gpu_append *a, ap_ins
     const gpu_case *c = run->c;
     int64_t tokens = run->layout.num_tokens;
     const int32_t *ints = target ? run->ints.target : run->ints.host;
-    ap_kv_cache kv = {
-        .struct_size = sizeof kv,
-        .layout = AP_KV_LAYOUT_NHD,
-        .dtype = c->kv_dtype,
-        .page_size = c->page_size,
-        .num_pages = run->layout.num_pages_pool,
-        .num_kv_heads = c->num_kv_heads,
-        .head_dim_qk = c->head_dim,
-        .head_dim_v = c->head_dim,
-        .k_pages = target ? run->k_cache.target : run->k_ref,
-        .v_pages = target ? run->v_cache.target : run->v_ref,
-    };
+    ap_kv_cache kv;
+    gpu_layout_kv_cache(&run->layout, c->kv_dtype, c->num_kv_heads, c->head_dim,
+                        target ? run->k_cache.target : run->k_ref,
+                        target ? run->v_cache.target : run->v_ref, &kv);
     ap_layer layer = {.struct_size = sizeof layer,
                       .sm_scale = 1.0f / sqrtf((float)c->head_dim),
                       .k_scale = run->k_scale,

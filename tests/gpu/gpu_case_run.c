@@ -21,18 +21,9 @@ static ap_status gpu_forward(const gpu_run *run, ap_instance *instance, const gp
     const gpu_case *c = run->c;
     gpu_tensor q, k, v, out, lse;
     ap_batch batch;
-    ap_kv_cache kv = {
-        .struct_size = sizeof kv,
-        .layout = AP_KV_LAYOUT_NHD,
-        .dtype = c->kv_dtype,
-        .page_size = c->page_size,
-        .num_pages = run->layout.num_pages_pool,
-        .num_kv_heads = c->num_kv_heads,
-        .head_dim_qk = c->head_dim,
-        .head_dim_v = c->head_dim,
-        .k_pages = side->k_cache,
-        .v_pages = side->v_cache,
-    };
+    ap_kv_cache kv;
+    gpu_layout_kv_cache(&run->layout, c->kv_dtype, c->num_kv_heads, c->head_dim, side->k_cache,
+                        side->v_cache, &kv);
     ap_layer layer = {
         .struct_size = sizeof layer,
         .sm_scale = 1.0f / sqrtf((float)c->head_dim),

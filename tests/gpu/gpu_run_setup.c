@@ -15,26 +15,6 @@ double gpu_now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static void gpu_run_model(const gpu_case *c, const gpu_layout *layout, ap_model *model) {
-    *model = (ap_model){
-        .struct_size = sizeof(ap_model),
-        .name = "gpu-test",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = c->num_qo_heads,
-        .num_kv_heads = c->num_kv_heads,
-        .head_dim_qk = c->head_dim,
-        .head_dim_v = c->head_dim,
-        .dtype = c->q_dtype,
-        .kv_dtype = c->kv_dtype,
-        .page_size = c->page_size,
-        .num_layers = 1,
-        .causal = c->causal,
-        .max_batch = layout->num_seqs,
-        .max_tokens = layout->num_tokens,
-        .max_kv_len = layout->max_seq_len,
-    };
-}
-
 static const ap_options gpu_no_options = {
     .struct_size = sizeof(ap_options),
     .prefix_cache = AP_OPTION_UNSET,
@@ -244,7 +224,10 @@ gpu_outcome gpu_run_setup(const gpu_ctx *ctx, const gpu_case *c, uint64_t *rng, 
     }
     run->slot_elems = (size_t)c->num_kv_heads * (size_t)c->head_dim;
     run->num_slots = (int64_t)run->layout.num_pages_pool * c->page_size;
-    gpu_run_model(c, &run->layout, &run->model);
+    gpu_layout_model(&run->layout, c->q_dtype, c->kv_dtype, c->num_qo_heads, c->num_kv_heads,
+                     c->head_dim, &run->model);
+    run->model.name = "gpu-test";
+    run->model.causal = c->causal;
     if ((outcome = gpu_run_open(ctx, run)) != GPU_PASS) goto out;
     outcome = GPU_FAIL;
     if (gpu_run_alloc(run, ctx->on_device) != AP_OK) {

@@ -161,3 +161,40 @@ void gpu_layout_batch(const gpu_layout *layout, ap_forward_mode mode, const int3
         .positions_host = host + layout->off_positions,
     };
 }
+
+void gpu_layout_model(const gpu_layout *layout, ap_dtype q_dtype, ap_dtype kv_dtype,
+                      int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim, ap_model *out) {
+    *out = (ap_model){
+        .struct_size = sizeof(ap_model),
+        .name = "gpu",
+        .kind = AP_ATTN_MHA,
+        .num_qo_heads = num_qo_heads,
+        .num_kv_heads = num_kv_heads,
+        .head_dim_qk = head_dim,
+        .head_dim_v = head_dim,
+        .dtype = q_dtype,
+        .kv_dtype = kv_dtype,
+        .page_size = layout->page_size,
+        .num_layers = 1,
+        .causal = 1,
+        .max_batch = layout->num_seqs,
+        .max_tokens = layout->num_tokens,
+        .max_kv_len = layout->max_seq_len,
+    };
+}
+
+void gpu_layout_kv_cache(const gpu_layout *layout, ap_dtype kv_dtype, int32_t num_kv_heads,
+                         int32_t head_dim, void *k_pages, void *v_pages, ap_kv_cache *out) {
+    *out = (ap_kv_cache){
+        .struct_size = sizeof(ap_kv_cache),
+        .layout = AP_KV_LAYOUT_NHD,
+        .dtype = kv_dtype,
+        .page_size = layout->page_size,
+        .num_pages = layout->num_pages_pool,
+        .num_kv_heads = num_kv_heads,
+        .head_dim_qk = head_dim,
+        .head_dim_v = head_dim,
+        .k_pages = k_pages,
+        .v_pages = v_pages,
+    };
+}

@@ -45,4 +45,13 @@ int64_t gpu_layout_slot(const gpu_layout *layout, int32_t seq, int32_t pos);
 void gpu_layout_batch(const gpu_layout *layout, ap_forward_mode mode, const int32_t *device_ints,
                       ap_batch *out);
 
+/* An MHA model sized by the layout (its sequences, tokens, longest sequence and page size) with
+ * one head dim for qk and v; causal, one layer, named "gpu". Callers change what differs. */
+void gpu_layout_model(const gpu_layout *layout, ap_dtype q_dtype, ap_dtype kv_dtype,
+                      int32_t num_qo_heads, int32_t num_kv_heads, int32_t head_dim, ap_model *out);
+
+/* The dense NHD cache over the layout's whole page pool, qk and v of one head dim. */
+void gpu_layout_kv_cache(const gpu_layout *layout, ap_dtype kv_dtype, int32_t num_kv_heads,
+                         int32_t head_dim, void *k_pages, void *v_pages, ap_kv_cache *out);
+
 #endif /* AP_GPU_PAGED_LAYOUT_H */
