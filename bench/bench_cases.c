@@ -29,15 +29,6 @@ int64_t bench_new_tokens(const bench_case *c) {
     return (int64_t)c->batch * c->q_len;
 }
 
-static const char *bench_dtype_name(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_BF16: return "bf16";
-        case AP_DTYPE_F16: return "fp16";
-        case AP_DTYPE_FP8_E4M3: return "fp8_e4m3";
-        default: return "?";
-    }
-}
-
 void bench_cases_write_json(FILE *to) {
     fprintf(to, "[\n");
     for (size_t i = 0; i < bench_num_cases; i++) {
@@ -47,11 +38,10 @@ void bench_cases_write_json(FILE *to) {
                 "\"page_size\": %d, \"head_dim\": %d, \"num_qo_heads\": %d, \"num_kv_heads\": %d, "
                 "\"batch\": %d, \"prefix\": %d, \"q_len\": %d, \"kv_elems\": %lld, "
                 "\"flops\": %.6e, \"new_tokens\": %lld}%s\n",
-                c->name, c->mode == AP_MODE_DECODE ? "decode" : "extend",
-                bench_dtype_name(c->q_dtype), bench_dtype_name(c->kv_dtype), c->page_size,
-                c->head_dim, c->num_qo_heads, c->num_kv_heads, c->batch, c->prefix, c->q_len,
-                (long long)bench_kv_elems(c), bench_flops(c), (long long)bench_new_tokens(c),
-                i + 1 < bench_num_cases ? "," : "");
+                c->name, c->mode == AP_MODE_DECODE ? "decode" : "extend", ap_dtype_str(c->q_dtype),
+                ap_dtype_str(c->kv_dtype), c->page_size, c->head_dim, c->num_qo_heads,
+                c->num_kv_heads, c->batch, c->prefix, c->q_len, (long long)bench_kv_elems(c),
+                bench_flops(c), (long long)bench_new_tokens(c), i + 1 < bench_num_cases ? "," : "");
     }
     fprintf(to, "]\n");
 }
