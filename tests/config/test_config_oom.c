@@ -202,26 +202,8 @@ static ap_status test_open_attempt(void *context) {
 /* The walk skips trtllm_mha (not loaded) and opens cpu_ref, the path every host takes. */
 static void test_open_out_of_memory(void **state) {
     (void)state;
-    const char *dir = getenv("AP_TEST_CPU_REF_DIR");
-    if (dir == NULL || *dir == '\0') fail_msg("AP_TEST_CPU_REF_DIR is not set");
-    ap_registry_options options = {sizeof options, &dir, 1, AP_REGISTRY_NO_DEFAULT_PATHS};
-    test_open_context open = {.model = {.struct_size = sizeof(ap_model),
-                                        .name = "meta-llama/Llama-3-8B",
-                                        .kind = AP_ATTN_MHA,
-                                        .num_qo_heads = 4,
-                                        .num_kv_heads = 2,
-                                        .head_dim_qk = 64,
-                                        .head_dim_v = 64,
-                                        .dtype = AP_DTYPE_BF16,
-                                        .kv_dtype = AP_DTYPE_BF16,
-                                        .page_size = 16,
-                                        .num_layers = 2,
-                                        .causal = 1,
-                                        .max_batch = 4,
-                                        .max_tokens = 64,
-                                        .max_kv_len = 256}};
-    assert_int_equal(ap_registry_create(&options, &open.registry), AP_OK);
-    assert_int_equal(ap_registry_scan(open.registry), AP_OK);
+    test_open_context open = {.registry = test_registry_make(),
+                              .model = test_model("meta-llama/Llama-3-8B")};
     assert_non_null(ap_registry_find(open.registry, "cpu_ref"));
     ap_device_cpu(&open.device, "test");
     const char *text = "version: 1\n"

@@ -10,21 +10,6 @@
 static ap_registry *registry;
 static ap_device cpu;
 
-static const char *test_env(const char *name) {
-    const char *value = getenv(name);
-    if (value == NULL || *value == '\0') fail_msg("%s is not set: run through meson test", name);
-    return value;
-}
-
-static ap_registry *test_registry_make(void) {
-    const char *dirs[] = {test_env("AP_TEST_CPU_REF_DIR")};
-    ap_registry_options options = {sizeof options, dirs, 1, AP_REGISTRY_NO_DEFAULT_PATHS};
-    ap_registry *made = NULL;
-    assert_int_equal(ap_registry_create(&options, &made), AP_OK);
-    assert_int_equal(ap_registry_scan(made), AP_OK);
-    return made;
-}
-
 static void test_load_fixture(ap_registry *target, const char *file) {
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/%s", test_env("AP_TEST_FIXTURE_DIR"), file);
@@ -43,25 +28,6 @@ static int group_setup(void **state) {
 static int group_teardown(void **state) {
     (void)state;
     return ap_registry_destroy(registry) == AP_OK ? 0 : -1;
-}
-
-/* A small GQA model every backend here accepts: bf16, page 16. */
-static ap_model test_model(const char *name) {
-    return (ap_model){.struct_size = sizeof(ap_model),
-                      .name = name,
-                      .kind = AP_ATTN_MHA,
-                      .num_qo_heads = 4,
-                      .num_kv_heads = 2,
-                      .head_dim_qk = 64,
-                      .head_dim_v = 64,
-                      .dtype = AP_DTYPE_BF16,
-                      .kv_dtype = AP_DTYPE_BF16,
-                      .page_size = 16,
-                      .num_layers = 2,
-                      .causal = 1,
-                      .max_batch = 4,
-                      .max_tokens = 64,
-                      .max_kv_len = 256};
 }
 
 /* Open `model_name` through `text`; the caller checks the status and frees what came back. */
