@@ -81,8 +81,15 @@ template <> struct fil_store8<ap_fp8_e4m3> {
     }
 };
 
-template <typename KV> constexpr int fil_kv_bytes() {
-    return sizeof(KV);
+// 8 16-bit values of one 16-byte load, as floats.
+template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &raw, float *x) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = ap_unpack2<IN>(words[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
 }
 
 // A token's rows are its q heads, then its k heads, then its v heads; lanes_per_row lanes of one
@@ -118,13 +125,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
     const bool valid =
         live && pos >= 0 && pos < a.max_position && slot >= 0 && (int64_t)slot < a.num_slots;
     float x[kVec];
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = ap_unpack2<IN>(words[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
+    fil_unpack8<IN>(raw, x);
     const int d0 = lane * kVec;
     const bool rotates = kind != 2 && d0 < a.rotary_dim;
     if (rotates) {
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
     }
     const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
     uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-    fil_store8<KV>::run(pages + dst_elem * fil_kv_bytes<KV>(), x,
+    fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
                         kind == 1 ? a.k_scale : a.v_scale);
 }
 
@@ -159,16 +160,6 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
 // lie rotary_dim / 16 lanes away in the same row and come by shuffle. Every lane reads and
 // writes only its own 16 bytes, reading before writing, so q_out may alias q.
 constexpr int kRowsPerThread = 4;
-
-template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &raw, float *x) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = ap_unpack2<IN>(words[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
-}
 
 template <typename IN, typename KV, bool kNeox>
 __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const RopeArgs a) {
@@ -264,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const Ro
         const int head = kind == 1 ? r - a.num_qo_heads : r - a.num_qo_heads - a.num_kv_heads;
         const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
         uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-        fil_store8<KV>::run(pages + dst_elem * fil_kv_bytes<KV>(), x,
+        fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
                             kind == 1 ? a.k_scale : a.v_scale);
     }
 }
