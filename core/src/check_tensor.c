@@ -25,9 +25,10 @@ int ap_skips_kv(const ap_instance *instance) {
            (instance->plugin->desc->caps->features & AP_FEATURE_EMBEDDING_SKIP_KV);
 }
 
-/* "[4][8][128]"; with `free_dims`, AP_ANY prints as "[*]" (an expected shape). */
-static void ap_format_shape(const int64_t *dims, int ndim, int free_dims, char *out,
-                            size_t capacity) {
+/* "[4][8][128]"; with `free_dims`, AP_ANY prints as "[*]" (an expected shape). Returns `out`.
+ * Called only on a failure: the checks run per layer, and passing ones format nothing. */
+static const char *ap_format_shape(const int64_t *dims, int ndim, int free_dims, char *out,
+                                   size_t capacity) {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < ndim && used < capacity; i++) {
@@ -37,6 +38,7 @@ static void ap_format_shape(const int64_t *dims, int ndim, int free_dims, char *
         if (n > 0) used += (size_t)n;
     }
     if (ndim == 0) snprintf(out, capacity, "(scalar)");
+    return out;
 }
 
 static const char *ap_dl_code_name(uint8_t code, uint8_t bits) {
@@ -77,21 +79,20 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
                           const DLTensor *t, int ndim, const int64_t *dims, DLDataType dtype,
                           ap_layout layout) {
     char want[64], got[64];
-    ap_format_shape(dims, ndim, 1, want, sizeof want);
     if (t->ndim < 0 || t->ndim > 8 || (t->ndim > 0 && t->shape == NULL))
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has ndim %d with shape %p", name,
                              (int)t->ndim, (void *)t->shape);
-    ap_format_shape(t->shape, t->ndim, 0, got, sizeof got);
     for (int i = 0; i < t->ndim; i++) {
         if (t->shape[i] < 0)
             return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has shape %s (negative dim %d)",
-                                 name, got, i);
+                                 name, ap_format_shape(t->shape, t->ndim, 0, got, sizeof got), i);
     }
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = dims[i] == AP_ANY || t->shape[i] == dims[i];
     if (!same)
-        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH, "%s has shape %s, expected %s", name, got,
-                             want);
+        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH, "%s has shape %s, expected %s", name,
+                             ap_format_shape(t->shape, t->ndim, 0, got, sizeof got),
+                             ap_format_shape(dims, ndim, 1, want, sizeof want));
     if (!ap_dtype_ok(t->dtype, dtype))
         return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH,
                              "%s has dtype %s (code %d, %d bits, %d lanes), "
@@ -117,12 +118,13 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
             empty = 1;
         else if (__builtin_mul_overflow(extent, t->shape[i], &extent))
             return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
-                                 "%s has shape %s: more elements than int64 holds", name, got);
+                                 "%s has shape %s: more elements than int64 holds", name,
+                                 ap_format_shape(t->shape, t->ndim, 0, got, sizeof got));
     }
     int64_t elements = empty ? 0 : extent;
     if (elements > 0 && t->data == NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has shape %s but no data", name,
-                             got);
+                             ap_format_shape(t->shape, t->ndim, 0, got, sizeof got));
     if (t->strides == NULL) return AP_OK;
     int64_t compact = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
