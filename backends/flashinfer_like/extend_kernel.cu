@@ -13,6 +13,7 @@
 #include "../common/cp_async.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
+#include "../common/softmax_state.cuh"
 #include "extend.h"
 #include "extend_internal.h"
 
@@ -411,7 +412,7 @@ __device__ __forceinline__ void store_output(const extend_args &a, const extend_
             if (a.lse != nullptr && (lane & 3) == 0 && row < c.rows_used && token < c.q_len) {
                 const int head = c.kvh * a.group + row % a.group;
                 a.lse[(int64_t)(c.qo_begin + token) * a.num_qo_heads + head] =
-                    sum > 0.f ? (m[mt][h] + log2f(sum)) * 0.69314718056f : -INFINITY;
+                    sum > 0.f ? ap_lse2_to_ln(m[mt][h] + log2f(sum)) : -INFINITY;
             }
         }
     }
