@@ -322,16 +322,14 @@ static void ap_log_refusal(const char *name, const char *stage, ap_status status
 
 ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
                            const ap_options *options, const ap_device *device, ap_msgbuf *reasons,
-                           int *arch_index, ap_plugin **plugin_out) {
+                           int *arch_index) {
     *arch_index = -1;
-    *plugin_out = NULL;
     ap_plugin *plugin = ap_registry_find_plugin(registry, name);
     if (plugin == NULL) {
         ap_msgbuf_add(reasons, "no plugin provides backend '%s'", name);
         ap_log(AP_LOG_SELECT, "%s: not found", name);
         return AP_ERR_NOT_FOUND;
     }
-    *plugin_out = plugin;
     const ap_caps *caps = plugin->desc->caps;
     ap_status status = ap_stage_device(name, caps, device, reasons, arch_index);
     if (status != AP_OK) {
@@ -385,9 +383,8 @@ ap_status ap_registry_check(ap_registry *registry, const char *name, const ap_mo
         ap_msgbuf_add(&reasons, "%s", ap_last_error());
         return status;
     }
-    ap_plugin *plugin = NULL;
-    status = ap_backend_check(registry, name, &applied, options, device, &reasons, &out->arch_index,
-                              &plugin);
+    status =
+        ap_backend_check(registry, name, &applied, options, device, &reasons, &out->arch_index);
     out->status = status;
     if (status == AP_OK) {
         ap_error_clear();
@@ -464,9 +461,8 @@ static ap_status ap_selection_try(ap_selection *sel, ap_registry *registry, cons
     char text[AP_REASONS_CAPACITY];
     ap_msgbuf reasons = ap_msgbuf_over(text, sizeof text);
     ap_verdict *v = &sel->verdicts[sel->count];
-    ap_plugin *plugin = NULL;
-    v->status = ap_backend_check(registry, name, applied, options, device, &reasons, &v->arch_index,
-                                 &plugin);
+    v->status =
+        ap_backend_check(registry, name, applied, options, device, &reasons, &v->arch_index);
     v->backend = strdup(name);
     v->reasons = strdup(text);
     if (v->backend == NULL || v->reasons == NULL) {
