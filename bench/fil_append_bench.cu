@@ -70,22 +70,7 @@ static DLTensor tensor(void *data, DLDataTypeCode code, int bits, int ndim, int6
 }
 
 template <typename F> static float median_ms(int runs, F &&call) {
-    for (int i = 0; i < 3; i++) call(i);
-    std::vector<cudaEvent_t> ev(2 * runs);
-    for (auto &e : ev) CHECK_CUDA(cudaEventCreate(&e));
-    for (int i = 0; i < runs; i++) {
-        CHECK_CUDA(cudaEventRecord(ev[2 * i]));
-        call(i);
-        CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
-    }
-    CHECK_CUDA(cudaDeviceSynchronize());
-    CHECK_CUDA(cudaGetLastError());
-    std::vector<float> ms(runs);
-    for (int i = 0; i < runs; i++)
-        CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-    for (auto &e : ev) cudaEventDestroy(e);
-    std::sort(ms.begin(), ms.end());
-    return ms[runs / 2];
+    return fil_bench_time_calls(3, runs, call)[runs / 2];
 }
 
 // Runs the staged and the rows launchers on two copies of input set 0 (q rotated in place) into

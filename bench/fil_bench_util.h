@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "plugin_api.h"
 
 /* A bench program stops at the first failing CUDA call: its numbers would mean nothing. */
@@ -51,6 +54,29 @@ static inline void fil_bench_device(ap_device *dev, cudaDeviceProp *prop) {
     dev->sm_count = prop->multiProcessorCount;
     dev->total_memory = (int64_t)prop->totalGlobalMem;
     snprintf(dev->name, sizeof dev->name, "%.120s", prop->name);
+}
+
+/* Make `warmup` untimed calls, then `runs` calls with one event pair each (they queue back to
+ * back, so the events time the GPU's work, not the host's); `call(i)` makes call i. The times
+ * come back sorted: [runs / 2] is the median. */
+template <typename F>
+static std::vector<float> fil_bench_time_calls(int warmup, int runs, F &&call) {
+    for (int i = 0; i < warmup; i++) call(i);
+    std::vector<cudaEvent_t> ev(2 * runs);
+    for (auto &e : ev) CHECK_CUDA(cudaEventCreate(&e));
+    for (int i = 0; i < runs; i++) {
+        CHECK_CUDA(cudaEventRecord(ev[2 * i]));
+        call(i);
+        CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<float> ms(runs);
+    for (int i = 0; i < runs; i++)
+        CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+    for (auto &e : ev) cudaEventDestroy(e);
+    std::sort(ms.begin(), ms.end());
+    return ms;
 }
 
 #endif /* AP_FIL_BENCH_UTIL_H */

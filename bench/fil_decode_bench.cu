@@ -321,28 +321,19 @@ static int run_case(const Plugin &plugin, const Case &c, const ap_device &dev, i
     const bool ok = unwritten == 0 && rel < 1e-2 && lse_err < 1e-2;
 
     // timing: warm up, then one event pair per call, rotating the layers
-    for (int i = 0; i < 5; i++) vt->forward_decode(be, &layer[i % layers], &args, NULL, &msg);
-    std::vector<cudaEvent_t> ev(2 * runs);
-    for (auto &e : ev) CHECK_CUDA(cudaEventCreate(&e));
-    for (int i = 0; i < runs; i++) {
-        CHECK_CUDA(cudaEventRecord(ev[2 * i]));
-        if (vt->forward_decode(be, &layer[i % layers], &args, NULL, &msg) != AP_OK) {
-            printf("%-22s forward_decode failed: %s\n", c.name, text);
-            return 1;
-        }
-        CHECK_CUDA(cudaEventRecord(ev[2 * i + 1]));
+    int failed_calls = 0;
+    const std::vector<float> ms = fil_bench_time_calls(5, runs, [&](int i) {
+        if (vt->forward_decode(be, &layer[i % layers], &args, NULL, &msg) != AP_OK) failed_calls++;
+    });
+    if (failed_calls > 0) {
+        printf("%-22s forward_decode failed: %s\n", c.name, text);
+        return 1;
     }
-    CHECK_CUDA(cudaDeviceSynchronize());
-    std::vector<float> ms(runs);
-    for (int i = 0; i < runs; i++)
-        CHECK_CUDA(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
-    std::sort(ms.begin(), ms.end());
     const double med = ms[runs / 2];
     printf("%-22s %s rel_l2 %.2e lse_err %.1e unwritten %zu | %8.4f ms (min %.4f) %7.1f GB/s "
            "%9.0f tok/s\n",
            c.name, ok ? "PASS" : "FAIL", rel, lse_err, unwritten, med, (double)ms[0],
            kv_read / med * 1e-6, c.batch / med * 1e3);
-    for (auto &e : ev) cudaEventDestroy(e);
     vt->destroy(be);
     for (int l = 0; l < layers; l++) cudaFree(kc[l]), cudaFree(vc[l]);
     cudaFree(d_q), cudaFree(d_out), cudaFree(d_lse), cudaFree(d_ints);
