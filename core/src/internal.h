@@ -101,16 +101,6 @@ struct ap_instance {
 
 /* ---- selection (select.c) ------------------------------------------------------------------- */
 
-/* AP_OK when the model is well formed (struct_size, kind, heads, dims, dtypes, page size), else
- * AP_ERR_INVALID_ARGUMENT with the last error set. */
-ap_status ap_model_check(const ap_model *model);
-
-/* The verdict on one backend for a checked model: every reason goes into `reasons`, the picked
- * entry of caps.archs into *arch_index (-1 when none). The last error is the caller's to set. */
-ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
-                           const ap_options *options, const ap_device *device, ap_msgbuf *reasons,
-                           int *arch_index);
-
 /* Options every field unset: what a backend sees when the host passes none. */
 extern const ap_options ap_options_default;
 

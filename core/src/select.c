@@ -86,7 +86,9 @@ static void ap_lines_join(const char *lines, char *out, size_t capacity) {
     out[used] = '\0';
 }
 
-ap_status ap_model_check(const ap_model *model) {
+/* AP_OK when the model is well formed (struct_size, kind, heads, dims, dtypes, page size), else
+ * AP_ERR_INVALID_ARGUMENT with the last error set. */
+static ap_status ap_model_check(const ap_model *model) {
     if (model == NULL) return ap_error_set(AP_ERR_INVALID_ARGUMENT, "model is NULL");
     if (model->struct_size < AP_MODEL_MIN_SIZE)
         return ap_error_set(AP_ERR_INVALID_ARGUMENT,
@@ -320,9 +322,11 @@ static void ap_log_refusal(const char *name, const char *stage, ap_status status
     ap_log(AP_LOG_SELECT, "%s: refused by %s (%s): %s", name, stage, ap_status_name(status), line);
 }
 
-ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
-                           const ap_options *options, const ap_device *device, ap_msgbuf *reasons,
-                           int *arch_index) {
+/* The verdict on one backend for a checked model: every reason goes into `reasons`, the picked
+ * entry of caps.archs into *arch_index (-1 when none). The last error is the caller's to set. */
+static ap_status ap_backend_check(ap_registry *registry, const char *name, const ap_model *model,
+                                  const ap_options *options, const ap_device *device,
+                                  ap_msgbuf *reasons, int *arch_index) {
     *arch_index = -1;
     ap_plugin *plugin = ap_registry_find_plugin(registry, name);
     if (plugin == NULL) {
