@@ -132,7 +132,6 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
     if (status != AP_OK) return ap_instance_fail(instance, "init_metadata", status);
     instance->batch_planned = 1;
     instance->batch_mode = batch->mode;
-    instance->batch_num_seqs = batch->num_seqs;
     instance->batch_num_tokens = batch->num_tokens;
     instance->batch_max_page = max_page;
     instance->batch_pages = pages;

@@ -93,7 +93,6 @@ struct ap_instance {
     /* What the last successful init_metadata planned, for the forward checks (check.c). */
     int32_t batch_planned; /* 0 until a batch was planned (or after a failed plan) */
     ap_forward_mode batch_mode;
-    int32_t batch_num_seqs;
     int32_t batch_num_tokens;
     int32_t batch_max_page; /* largest page index in the host mirrors; -1 unknown */
     ap_batch_pages batch_pages;
