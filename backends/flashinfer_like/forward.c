@@ -157,10 +157,14 @@ static ap_status fil_layer_check(const ap_backend *b, const ap_layer *layer, ap_
 static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
                                    const ap_forward_args *args, ap_forward_mode mode, void *stream,
                                    ap_msgbuf *msg) {
+    const char *entry = mode == AP_MODE_DECODE ? "decode" : "extend";
+    if (b == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": forward_%s without an instance", entry);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
     if (!b->plan.ready || b->plan.mode != mode) {
-        ap_msgbuf_add(msg, FIL_NAME ": forward_%s without init_metadata of a %s batch",
-                      mode == AP_MODE_DECODE ? "decode" : "extend",
-                      mode == AP_MODE_DECODE ? "decode" : "extend");
+        ap_msgbuf_add(msg, FIL_NAME ": forward_%s without init_metadata of a %s batch", entry,
+                      entry);
         return AP_ERR_INVALID_ARGUMENT;
     }
     int64_t strides[4][3];
@@ -297,6 +301,10 @@ static ap_status fil_append_kv_check(const ap_backend *b, const ap_layer *layer,
 
 ap_status fil_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg) {
+    if (b == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": append_kv without an instance");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
     fil_append_rope_params p = {0};
     ap_status st = fil_append_kv_check(b, layer, args, &p, msg);
     if (st == AP_OK) st = fil_rt_set_device(b->device_ordinal, msg);

@@ -52,7 +52,7 @@ struct ap_backend {
 size_t fil_plan_capacity(const ap_model *model, int32_t max_workers);
 ap_status fil_plan_batch(ap_backend *backend, const ap_batch *batch, void *stream, ap_msgbuf *msg);
 
-/* forward.c */
+/* forward.c: the vtable's forward entries and the append_kv/1 hook (NULL instance included) */
 ap_status fil_forward_decode(ap_backend *backend, const ap_layer *layer,
                              const ap_forward_args *args, void *stream, ap_msgbuf *msg);
 ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,

@@ -173,38 +173,11 @@ static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     return fil_plan_batch(b, batch, stream, msg);
 }
 
-static ap_status fil_vt_forward_extend(ap_backend *b, const ap_layer *layer,
-                                       const ap_forward_args *args, void *stream, ap_msgbuf *msg) {
-    if (b == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": forward_extend without an instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    return fil_forward_extend(b, layer, args, stream, msg);
-}
-
-static ap_status fil_vt_forward_decode(ap_backend *b, const ap_layer *layer,
-                                       const ap_forward_args *args, void *stream, ap_msgbuf *msg) {
-    if (b == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": forward_decode without an instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    return fil_forward_decode(b, layer, args, stream, msg);
-}
-
-static ap_status fil_hook_append_kv(ap_backend *b, const ap_layer *layer,
-                                    const ap_append_kv_args *args, void *stream, ap_msgbuf *msg) {
-    if (b == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": append_kv without an instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    return fil_append_kv(b, layer, args, stream, msg);
-}
-
 /* append_kv/1 (fused RoPE + quantize + paged append, append_rope.cu); cuda_graph/1 is absent,
  * so hosts that want graphs take their unfused paths. */
 static void *fil_get_hook(ap_backend *b, const char *name) {
     (void)b;
-    if (name != NULL && strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)fil_hook_append_kv;
+    if (name != NULL && strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)fil_append_kv;
     return NULL;
 }
 
@@ -215,8 +188,8 @@ static const ap_vtable fil_vtable = {
     .destroy = fil_destroy,
     .get_kv_spec = fil_get_kv_spec,
     .init_metadata = fil_init_metadata,
-    .forward_extend = fil_vt_forward_extend,
-    .forward_decode = fil_vt_forward_decode,
+    .forward_extend = fil_forward_extend,
+    .forward_decode = fil_forward_decode,
     .get_hook = fil_get_hook,
 };
 
