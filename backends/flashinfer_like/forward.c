@@ -6,6 +6,8 @@
 
 /* ---- tensors -------------------------------------------------------------------------------- */
 
+#define FIL_DATA(t) ((char *)(t)->data + (t)->byte_offset)
+
 static int fil_dl_dtype_is(DLDataType t, ap_dtype want) {
     if (t.lanes != 1) return 0;
     switch (want) {
@@ -175,8 +177,8 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     if (st != AP_OK || !args->save_kv) return st;
     const ap_kv_cache *kv = layer->kv;
     fil_append_params ap = {
-        .k = (const char *)args->k->data + args->k->byte_offset,
-        .v = (const char *)args->v->data + args->v->byte_offset,
+        .k = FIL_DATA(args->k),
+        .v = FIL_DATA(args->v),
         .k_stride_token = strides[2][0],
         .k_stride_head = strides[2][1],
         .v_stride_token = strides[3][0],
@@ -199,10 +201,9 @@ static fil_attn_params fil_params_of(const ap_backend *b, const ap_layer *layer,
                                      const ap_forward_args *args) {
     const ap_kv_cache *kv = layer->kv;
     return (fil_attn_params){
-        .q = (const char *)args->q->data + args->q->byte_offset,
-        .out = (char *)args->out->data + args->out->byte_offset,
-        .lse =
-            args->lse != NULL ? (float *)((char *)args->lse->data + args->lse->byte_offset) : NULL,
+        .q = FIL_DATA(args->q),
+        .out = FIL_DATA(args->out),
+        .lse = args->lse != NULL ? (float *)FIL_DATA(args->lse) : NULL,
         .q_dtype = b->model.dtype,
         .num_seqs = b->plan.num_seqs,
         .num_tokens = b->plan.num_tokens,
@@ -296,8 +297,6 @@ static ap_status fil_append_kv_check(const ap_backend *b, const ap_layer *layer,
     if (st == AP_OK) st = fil_index_check(a->out_loc, "out_loc", n, dev, &p->out_loc_stride, msg);
     return st;
 }
-
-#define FIL_DATA(t) ((char *)(t)->data + (t)->byte_offset)
 
 ap_status fil_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg) {
