@@ -116,9 +116,9 @@ static ap_status fil_cache_check(const ap_backend *b, const ap_layer *layer, ap_
         kv->page_size != m->page_size || kv->num_kv_heads != m->num_kv_heads ||
         kv->head_dim_qk != m->head_dim_qk || kv->head_dim_v != m->head_dim_v) {
         ap_msgbuf_add(msg,
-                      FIL_NAME ": layer %d's KV cache (dtype %d, page %d, %d heads, dims "
+                      FIL_NAME ": layer %d's KV cache (dtype %s, page %d, %d heads, dims "
                                "%d/%d) is not the model's NHD cache",
-                      layer->layer_id, (int)kv->dtype, kv->page_size, kv->num_kv_heads,
+                      layer->layer_id, ap_dtype_str(kv->dtype), kv->page_size, kv->num_kv_heads,
                       kv->head_dim_qk, kv->head_dim_v);
         return AP_ERR_SHAPE_MISMATCH;
     }
