@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "glue.h"
+#include "test_fil_expect.h"
 
 /* plan.c's runtime calls, replaced: the "device" buffer is host memory here. */
 ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg) {
@@ -25,18 +26,6 @@ ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
     (void)args, (void)stream, (void)plan, (void)msg;
     return AP_OK;
 }
-
-static int failures;
-
-#define EXPECT(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            failures++; \
-            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__); \
-            fprintf(stderr, "\n"); \
-        } \
-    } while (0)
 
 /* Plans a decode batch of `num_seqs` sequences of lens[i] tokens (page size 16, pages in
  * reverse order) and checks: every token of every (sequence, KV head) is in exactly one

@@ -4,18 +4,7 @@
 #include <string.h>
 
 #include "plugin_api.h"
-
-static int failures;
-
-#define EXPECT(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            failures++; \
-            fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__); \
-            fprintf(stderr, "\n"); \
-        } \
-    } while (0)
+#include "test_fil_expect.h"
 
 static const ap_vtable *vt;
 
