@@ -1,6 +1,5 @@
 /* plan.c: init_metadata: check a batch, plan split-KV decode and the KV append, copy it once. */
 #include <limits.h>
-#include <stdlib.h>
 
 #include "glue.h"
 
