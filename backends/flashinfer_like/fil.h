@@ -40,8 +40,9 @@ typedef struct fil_attn_params {
 
 /* ---------------------------------------------------------------------------------------------
  * Decode (decode.cu): one warp streams the KV of one or more (sequence, KV head, token range)
- * segments, 16 tokens a step (32 for fp8 KV up to D128), for all query heads of the group at once. The host plans the
- * segments (split-KV); pairs cut over several warps leave partial states that a merge combines.
+ * segments, 16 tokens a step (32 for fp8 KV up to D128), for all query heads of the group at
+ * once. The host plans the segments (split-KV); pairs cut over several warps leave partial states
+ * that a merge combines.
  * ------------------------------------------------------------------------------------------- */
 
 #define FIL_DECODE_TILE 16 /* the planner's unit: segments start on multiples of it */
