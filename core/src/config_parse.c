@@ -231,10 +231,9 @@ static ap_status ap_read_backend_name(const ap_config *config, const ap_ynode *n
                                       const char *what) {
     ap_status status = ap_read_string(config, node, what);
     if (status != AP_OK) return status;
-    for (const char *c = node->text; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_'))
-            return ap_node_error(config, node, "backend name '%s' may hold only a-z, 0-9 and '_'",
-                                 node->text);
+    if (!ap_backend_name_valid(node->text))
+        return ap_node_error(config, node, "backend name '%s' may hold only a-z, 0-9 and '_'",
+                             node->text);
     return AP_OK;
 }
 

@@ -30,6 +30,11 @@ typedef enum ap_log_category {
 int ap_log_enabled(ap_log_category category);
 void ap_log(ap_log_category category, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- names (names.c) ------------------------------------------------------------------------
+ * Whether `name` has the form every backend name takes, [a-z0-9_]+: plugins declare it, configs
+ * write it. */
+int ap_backend_name_valid(const char *name);
+
 /* ---- the registry (registry.c) -------------------------------------------------------------- */
 
 /* One loaded backend. Never freed or dlclose'd before the registry is destroyed. */

@@ -49,14 +49,6 @@ static ap_status ap_load_fail(ap_load_result *result, ap_status status, const ch
     return status;
 }
 
-static int ap_backend_name_valid(const char *name) {
-    if (name[0] == '\0') return 0;
-    for (const char *c = name; *c != '\0'; c++) {
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return 0;
-    }
-    return 1;
-}
-
 /* Negotiation is the first call into the plugin: nothing else is trusted before it agrees. */
 static ap_status ap_load_negotiate(const char *path, ap_plugin_negotiate_fn negotiate,
                                    ap_load_result *result) {

@@ -1,4 +1,4 @@
-/* names.c: printable names of statuses, dtypes and attention kinds, and parsing dtype names. */
+/* names.c: printable names of statuses, dtypes and attention kinds; parsing and checking names. */
 #include <string.h>
 #include <strings.h>
 
@@ -81,4 +81,12 @@ size_t ap_dtype_size_bits(ap_dtype dtype) {
         case AP_DTYPE_NONE: return 0;
     }
     return 0;
+}
+
+int ap_backend_name_valid(const char *name) {
+    if (name[0] == '\0') return 0;
+    for (const char *c = name; *c != '\0'; c++) {
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return 0;
+    }
+    return 1;
 }
