@@ -381,10 +381,7 @@ static ap_status ap_read_rule(ap_config *config, ap_config_rule_full *full, cons
     ap_config_rule *rule = &full->rule;
     rule->line = node->line;
     full->column = node->column;
-    rule->options = (ap_options){.struct_size = sizeof(ap_options),
-                                 .prefix_cache = AP_OPTION_UNSET,
-                                 .chunked_prefill = AP_OPTION_UNSET,
-                                 .cuda_graphs = AP_OPTION_UNSET};
+    rule->options = ap_options_default;
     const ap_ynode *match = ap_map_get(node, "match");
     if (match == NULL)
         return ap_node_error(config, node, "rule has no 'match' (a model-name glob)");
