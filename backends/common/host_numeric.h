@@ -117,16 +117,24 @@ AP_HOST_NUMERIC_FN float ap_f16_to_float(uint16_t code) {
     return ap_bits_float(sign | ((exp - 15u + 127u) << 23) | (mant << 13));
 }
 
-/* float -> fp8 e4m3fn (bias 7, 3 mantissa bits, no inf, NaN = 0x7f/0xff), saturating to +-448. */
-AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_e4m3(float x) {
+/* float -> fp8 with `mant_bits` mantissa bits and exponent bias `bias`, saturating: |x| past
+ * the largest finite magnitude code `max_code` and +-inf give +-max_code; NaN gives 0x7f. */
+AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_saturating(float x, int mant_bits, int bias,
+                                                      uint32_t max_code) {
     uint32_t bits = ap_float_bits(x);
     uint8_t sign = (uint8_t)((bits >> 24) & 0x80u);
     uint32_t abs_bits = bits & 0x7fffffffu;
     if (abs_bits > 0x7f800000u) return 0x7fu;
-    if (abs_bits == 0x7f800000u) return (uint8_t)(sign | 0x7eu);
-    uint32_t mag = ap_narrow_round_magnitude(abs_bits, 3, 7);
-    if (mag > 0x7eu) mag = 0x7eu; /* 0x7f would be NaN: saturate to 448 */
+    if (abs_bits == 0x7f800000u) return (uint8_t)(sign | max_code);
+    uint32_t mag = ap_narrow_round_magnitude(abs_bits, mant_bits, bias);
+    if (mag > max_code) mag = max_code;
     return (uint8_t)(sign | mag);
+}
+
+/* float -> fp8 e4m3fn (bias 7, 3 mantissa bits, no inf, NaN = 0x7f/0xff), saturating to +-448:
+ * 0x7f would be NaN, so the largest finite code is 0x7e. */
+AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_e4m3(float x) {
+    return ap_float_to_fp8_saturating(x, 3, 7, 0x7eu);
 }
 
 /* fp8 e4m3fn -> float, exact. */
@@ -142,16 +150,10 @@ AP_HOST_NUMERIC_FN float ap_fp8_e4m3_to_float(uint8_t code) {
     return ap_bits_float(sign | ((exp - 7u + 127u) << 23) | (mant << 20));
 }
 
-/* float -> fp8 e5m2 (bias 15, 2 mantissa bits, IEEE-like), saturating to +-57344. */
+/* float -> fp8 e5m2 (bias 15, 2 mantissa bits, IEEE-like), saturating to +-57344: 0x7c is inf,
+ * so the largest finite code is 0x7b. */
 AP_HOST_NUMERIC_FN uint8_t ap_float_to_fp8_e5m2(float x) {
-    uint32_t bits = ap_float_bits(x);
-    uint8_t sign = (uint8_t)((bits >> 24) & 0x80u);
-    uint32_t abs_bits = bits & 0x7fffffffu;
-    if (abs_bits > 0x7f800000u) return 0x7fu;
-    if (abs_bits == 0x7f800000u) return (uint8_t)(sign | 0x7bu);
-    uint32_t mag = ap_narrow_round_magnitude(abs_bits, 2, 15);
-    if (mag > 0x7bu) mag = 0x7bu; /* 0x7c is inf: saturate to 57344 */
-    return (uint8_t)(sign | mag);
+    return ap_float_to_fp8_saturating(x, 2, 15, 0x7bu);
 }
 
 /* fp8 e5m2 -> float, exact (0x7c = inf, 0x7d..0x7f = NaN, with sign). */
