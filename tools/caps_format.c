@@ -1,10 +1,8 @@
 /* caps_format.c: turns a backend's static capabilities into names and one-line lists. */
 #include "caps_format.h"
 
-#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
-#include <string.h>
 
 void ap_arch_target_name(ap_arch_target target, char *text, size_t size) {
     switch (target.kind) {
@@ -135,19 +133,4 @@ void ap_list_device_kinds(uint32_t kinds, char *text, size_t size) {
     if (kinds & AP_DEVICE_KIND_CPU) ap_list_add(&list, "cpu");
     if (kinds & AP_DEVICE_KIND_CUDA) ap_list_add(&list, "cuda");
     ap_list_end(&list, "none");
-}
-
-const char *ap_status_short(ap_status status) {
-    /* One buffer per status value, filled once: the names are fixed strings. */
-    static __thread char buffers[AP_ERR_INTERNAL + 1][32];
-    if (status == AP_OK) return "ok";
-    const char *name = ap_status_name(status);
-    if (status < 0 || status > AP_ERR_INTERNAL || name == NULL) return name ? name : "unknown";
-    const char *stem = strncmp(name, "AP_ERR_", 7) == 0 ? name + 7 : name;
-    char *out = buffers[status];
-    size_t i = 0;
-    for (; stem[i] != '\0' && i + 1 < sizeof(buffers[0]); i++)
-        out[i] = (char)tolower((unsigned char)stem[i]);
-    out[i] = '\0';
-    return out;
 }

@@ -28,7 +28,4 @@ void ap_list_phases(uint32_t phases, char *text, size_t size);      /* "extend, 
 void ap_list_features(uint64_t features, char *text, size_t size);  /* "lse, sinks" */
 void ap_list_device_kinds(uint32_t kinds, char *text, size_t size); /* "cpu, cuda" */
 
-/* The status name without its "AP_ERR_" prefix, lower-case: "no_device"; "ok" for AP_OK. */
-const char *ap_status_short(ap_status status);
-
 #endif /* AP_CAPS_FORMAT_H */
