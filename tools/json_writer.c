@@ -2,7 +2,6 @@
 #include "json_writer.h"
 
 #include <inttypes.h>
-#include <math.h>
 
 void ap_json_init(ap_json *json, FILE *stream) {
     json->stream = stream;
@@ -140,15 +139,6 @@ void ap_json_string(ap_json *json, const char *value) {
 void ap_json_int(ap_json *json, int64_t value) {
     ap_json_before_value(json);
     fprintf(json->stream, "%" PRId64, value);
-}
-
-void ap_json_double(ap_json *json, double value) {
-    if (!isfinite(value)) {
-        ap_json_null(json);
-        return;
-    }
-    ap_json_before_value(json);
-    fprintf(json->stream, "%.9g", value);
 }
 
 void ap_json_bool(ap_json *json, int value) {

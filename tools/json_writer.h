@@ -25,7 +25,6 @@ void ap_json_array_end(ap_json *json);
 void ap_json_key(ap_json *json, const char *key);
 void ap_json_string(ap_json *json, const char *value); /* NULL writes null */
 void ap_json_int(ap_json *json, int64_t value);
-void ap_json_double(ap_json *json, double value); /* NaN and infinities write null */
 void ap_json_bool(ap_json *json, int value);
 void ap_json_null(ap_json *json);
 
