@@ -27,17 +27,6 @@ float eng_rng_uniform(eng_rng *rng) {
     return (float)((int64_t)(eng_rng_next(rng) >> 40) - (1 << 23)) / (float)(1 << 23);
 }
 
-size_t eng_dtype_bytes(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_F32: return 4;
-        case AP_DTYPE_BF16:
-        case AP_DTYPE_F16: return 2;
-        case AP_DTYPE_FP8_E4M3:
-        case AP_DTYPE_FP8_E5M2: return 1;
-        default: return 0;
-    }
-}
-
 DLDataType eng_dl_dtype(ap_dtype dtype) {
     DLDataType dl = {kDLFloat, 32, 1};
     switch (dtype) {
@@ -59,7 +48,7 @@ size_t eng_tensor_count(const eng_tensor *tensor) {
 ap_status eng_tensor_make(eng_tensor *tensor, const eng_memory *memory, ap_dtype dtype, int ndim,
                           const int64_t *shape) {
     memset(tensor, 0, sizeof(*tensor));
-    size_t elem = eng_dtype_bytes(dtype);
+    size_t elem = ap_dtype_size_bits(dtype) / 8; /* 0 for none and packed nvfp4: refused */
     if (elem == 0 || ndim < 1 || ndim > 4) return AP_ERR_INVALID_ARGUMENT;
     for (int i = 0; i < ndim; i++) tensor->shape[i] = shape[i];
     tensor->dtype = dtype;
