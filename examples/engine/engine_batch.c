@@ -100,7 +100,7 @@ ap_status eng_batch_make(eng_batch *b, eng_sequences *seqs, ap_forward_mode mode
     ap_status status = AP_OK;
     for (int a = 0; a < 6 && status == AP_OK; a++) {
         if (b->counts[a] == 0) continue;
-        size_t bytes = (b->counts[a] ? b->counts[a] : 1) * sizeof(int32_t);
+        size_t bytes = b->counts[a] * sizeof(int32_t);
         b->host[a] = calloc(1, bytes);
         if (b->host[a] == NULL)
             status = AP_ERR_OUT_OF_MEMORY;
