@@ -26,7 +26,7 @@ static void cpu_validate_shape(const ap_model *model, ap_msgbuf *reasons, int *r
         ap_msgbuf_add(reasons, "cpu_ref: unknown attention kind %d", (int)model->kind);
     }
     if (model->num_qo_heads <= 0 || model->num_kv_heads <= 0 ||
-        model->num_qo_heads % (model->num_kv_heads > 0 ? model->num_kv_heads : 1) != 0) {
+        model->num_qo_heads % model->num_kv_heads != 0) {
         *refused = 1;
         ap_msgbuf_add(reasons,
                       "cpu_ref: %d query heads and %d KV heads: both must be > 0 and "
