@@ -35,7 +35,7 @@ extern "C" {
  * ------------------------------------------------------------------------------------------- */
 
 #define AP_ABI_VERSION_MAJOR 1 /* bumped on any incompatible change */
-#define AP_ABI_VERSION_MINOR 0 /* bumped when fields or entries are appended */
+#define AP_ABI_VERSION_MINOR 1 /* bumped when fields or entries are appended */
 
 #define AP_PLUGIN_ENTRY "ap_plugin_negotiate" /* the one symbol a plugin exports */
 
@@ -335,6 +335,23 @@ typedef struct ap_batch {
     const int32_t *kv_last_page_len_host;
     const int32_t *seq_lens_host;
     const int32_t *positions_host;
+
+    /* ABI 1.1: a ragged K/V source for forward_extend. A backend reads these fields only when
+     * AP_HAS_FIELD(batch, ap_batch, kv_causal) holds; an ABI 1.0 host's batch ends above.
+     * kv_indptr NULL: keys come from the paged cache (and the new tokens), as described above.
+     * kv_indptr set: the batch reads no cache. Sequence i's keys and values are rows
+     * kv_indptr[i] .. kv_indptr[i+1] of args->k and args->v (kv_len[i] of them), and
+     *   kv_causal = 1: query row j of a sequence with q_len rows sees keys 0 .. kv_len - q_len + j
+     *                  (causal aligned to the end; kv_indptr equal to qo_indptr is plain ragged
+     *                  prefill over the new tokens, or an embedding forward that skips the cache)
+     *   kv_causal = 0: every query row sees every key of its sequence (a packed prefix chunk of
+     *                  MLA chunked prefill, whose keys all precede the new tokens).
+     * MLA uses it in the MHA form: q [T][H][qk_nope + qk_rope], k [kv][H][qk_nope + qk_rope],
+     * v [kv][H][v_head_dim], out [T][H][v_head_dim]. save_kv must be 0; page arrays may be NULL. */
+    const int32_t *kv_indptr;      /* [num_seqs + 1], device (host pointer for cpu_ref), or NULL */
+    const int32_t *kv_indptr_host; /* host mirror, read by backends with needs_host_mirrors */
+    int32_t num_kv_tokens;         /* kv_indptr[num_seqs]; 0 when kv_indptr is NULL */
+    int32_t kv_causal;             /* 1: causal aligned to the end; 0: no mask */
 } ap_batch;
 
 /* One layer's parameters and its view of the KV cache. */
@@ -498,6 +515,27 @@ typedef struct ap_pack_kv_args {
 typedef ap_status (*ap_hook_pack_prefix_chunk_kv_v1)(ap_backend *backend,
                                                      const ap_pack_kv_args *args, void *stream,
                                                      ap_msgbuf *msg);
+
+/* "merge_state/1": the exact log-sum-exp merge of two partial attention results over disjoint
+ * key sets (chunked prefill: the pass over the new tokens and the pass over a prefix chunk):
+ *   m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m)
+ *   o = (w_a * o_a + w_b * o_b) / (w_a + w_b),  lse = m + log(w_a + w_b)
+ *   o_a, o_b, o  [tokens][heads][dim], one dtype (bf16, f16 or f32), dense
+ *   lse_a, lse_b [tokens][heads] float32, natural log, as forward_extend writes it; lse optional
+ * A row with lse = -inf on one side (no keys) takes the other side's values; -inf on both gives
+ * o = 0 and lse = -inf. o may alias o_a and lse may alias lse_a (in-place accumulation). */
+#define AP_HOOK_MERGE_STATE_V1 "merge_state/1"
+typedef struct ap_merge_state_args {
+    size_t struct_size;
+    const DLTensor *o_a;
+    const DLTensor *lse_a;
+    const DLTensor *o_b;
+    const DLTensor *lse_b;
+    DLTensor *o;
+    DLTensor *lse; /* optional: NULL */
+} ap_merge_state_args;
+typedef ap_status (*ap_hook_merge_state_v1)(ap_backend *backend, const ap_merge_state_args *args,
+                                            void *stream, ap_msgbuf *msg);
 
 /* "cuda_graph/1": prepare for CUDA-graph capture of batches up to max_batch sequences. After it,
  * init_metadata allocates nothing and reads no host mirror, and the forward_* calls that the

@@ -62,7 +62,7 @@ static void test_negotiation(void **state) {
     assert_int_equal(plugin.negotiate(&other, &reply, &msg.buf), AP_ERR_ABI_MISMATCH);
     assert_null(reply.descriptor);
     assert_non_null(strstr(msg.text, "2.0"));
-    assert_non_null(strstr(msg.text, "1.0"));
+    assert_non_null(strstr(msg.text, "1.1"));
     fx_msg_init(&msg);
     assert_int_equal(plugin.negotiate(NULL, &reply, &msg.buf), AP_ERR_INVALID_ARGUMENT);
     assert_true(msg.buf.length > 0);

@@ -12,7 +12,7 @@ trap 'rm -rf "$work"' EXIT
 # The listing: ABI, device, files and cpu_ref with its capabilities and its verdict here.
 run_status 0 "$work/all.txt" -- "$inspect"
 out=$work/all.txt
-expect_line "$out" '^attnplug core ABI 1\.0$' "core ABI version"
+expect_line "$out" '^attnplug core ABI 1\.1$' "core ABI version"
 expect_line "$out" '^Device: ' "device line"
 expect_line "$out" '^  loaded   /.*/ap_cpu_ref\.so -> cpu_ref$' "cpu_ref's file loaded"
 expect_line "$out" '^cpu_ref [0-9]+\.[0-9]+\.[0-9]+: ' "cpu_ref's header"
@@ -38,7 +38,7 @@ run_status 0 "$work/all.json" -- "$inspect" --json
 "$python" - "$work/all.json" <<'PY' || fail "ap-inspect --json content"
 import json, sys
 doc = json.load(open(sys.argv[1]))
-assert doc["core_abi"] == "1.0", doc["core_abi"]
+assert doc["core_abi"] == "1.1", doc["core_abi"]
 ref = [b for b in doc["backends"] if b["name"] == "cpu_ref"]
 assert len(ref) == 1, [b["name"] for b in doc["backends"]]
 ref = ref[0]

@@ -4,7 +4,7 @@
 #include "test_support.h"
 
 /* The expected messages below spell the versions out; revisit them when the ABI moves. */
-_Static_assert(AP_ABI_VERSION_MAJOR == 1 && AP_ABI_VERSION_MINOR == 0, "update expected versions");
+_Static_assert(AP_ABI_VERSION_MAJOR == 1 && AP_ABI_VERSION_MINOR == 1, "update expected versions");
 
 /* What must become of each file of the broken folder, in sorted file-name order. The causes are
  * substrings the message must hold besides the file's own path. */
@@ -25,11 +25,11 @@ static const expected_record broken_expected[] = {
     {"negotiate_fails.so",
      AP_ERR_ABI_MISMATCH,
      NULL,
-     {"refused the ABI negotiation", "core offers 1.0", "fixture refuses every core on purpose"}},
+     {"refused the ABI negotiation", "core offers 1.1", "fixture refuses every core on purpose"}},
     {"newer_minor.so",
      AP_ERR_ABI_MISMATCH,
      NULL,
-     {"serves ABI 1.1", "core offers 1.0", "minor version is newer"}},
+     {"serves ABI 1.2", "core offers 1.1", "minor version is newer"}},
     {"no_entry.so", AP_ERR_MISSING_SYMBOL, NULL, {"no entry point [ap_plugin_negotiate]"}},
     {"not_elf.so", AP_ERR_LOAD, NULL, {"invalid ELF header"}},
     {"null_decode.so", AP_ERR_MISSING_SYMBOL, NULL, {"required entry 'forward_decode' is NULL"}},
@@ -40,7 +40,7 @@ static const expected_record broken_expected[] = {
     {"wrong_major.so",
      AP_ERR_ABI_MISMATCH,
      NULL,
-     {"serves ABI 2.0", "core offers 1.0", "major versions differ"}},
+     {"serves ABI 2.1", "core offers 1.1", "major versions differ"}},
 };
 #define BROKEN_COUNT (sizeof broken_expected / sizeof broken_expected[0])
 

@@ -4,7 +4,7 @@
 #include "test_support.h"
 
 /* The expected messages below spell the versions out; revisit them when the ABI moves. */
-_Static_assert(AP_ABI_VERSION_MAJOR == 1 && AP_ABI_VERSION_MINOR == 0, "update expected versions");
+_Static_assert(AP_ABI_VERSION_MAJOR == 1 && AP_ABI_VERSION_MINOR == 1, "update expected versions");
 
 /* Run a scan of the broken folder and a missing one with stderr captured; return what it said. */
 static char *scan_capturing_stderr(const char *dir, const char *missing) {
@@ -42,7 +42,7 @@ static void test_load_category(void **state) {
     snprintf(line, sizeof line, "attnplug[load]: skipping folder [%s]: No such file or directory\n",
              missing);
     assert_contains(text, line);
-    snprintf(line, sizeof line, "attnplug[load]: loaded backend 'good' 0.0.1 (ABI 1.0) from [%s]\n",
+    snprintf(line, sizeof line, "attnplug[load]: loaded backend 'good' 0.0.1 (ABI 1.1) from [%s]\n",
              test_path(dir, "good.so"));
     assert_contains(text, line);
     snprintf(line, sizeof line,
