@@ -108,19 +108,17 @@ static void cpu_attn_save_kv(const cpu_attn *attn) {
             for (int32_t h = 0; h < kv->num_kv_heads; h++) {
                 for (int32_t d = 0; d < kv->head_dim_qk; d++)
                     row[d] = cpu_view_get(&attn->k, (int64_t[]){token, h, d});
-                cpu_kv_store_row(kv->dtype, cpu_kv_k_row(kv, slot, h), row, kv->head_dim_qk,
-                                 layer->k_scale);
+                cpu_kv_store_k(kv, slot, h, row, layer->k_scale);
                 for (int32_t d = 0; d < kv->head_dim_v; d++)
                     row[d] = cpu_view_get(&attn->v, (int64_t[]){token, h, d});
-                cpu_kv_store_row(kv->dtype, cpu_kv_v_row(kv, slot, h), row, kv->head_dim_v,
-                                 layer->v_scale);
+                cpu_kv_store_v(kv, slot, h, row, layer->v_scale);
             }
         }
     }
 }
 
-/* Keys and values of sequence i, KV head g, positions [0, kv_len), as stored (fp8 without its
- * scale): from the cache, or in skip-KV mode from the sequence's own rows of k and v. */
+/* Keys and values of sequence i, KV head g, positions [0, kv_len), as stored (fp8 and nvfp4
+ * without the layer's scale): from the cache, or in skip-KV mode from the sequence's own rows of k and v. */
 static void cpu_attn_gather(const cpu_attn *attn, int32_t i, int32_t g, int32_t kv_len) {
     const ap_model *m = attn->model;
     for (int32_t p = 0; p < kv_len; p++) {
@@ -134,15 +132,15 @@ static void cpu_attn_gather(const cpu_attn *attn, int32_t i, int32_t g, int32_t 
                 value[d] = cpu_view_get(&attn->v, (int64_t[]){token, g, d});
         } else {
             int64_t slot = cpu_kv_slot_of(attn->plan, attn->kv, i, p);
-            cpu_kv_load_row(attn->kv->dtype, cpu_kv_k_row(attn->kv, slot, g), key, m->head_dim_qk);
-            cpu_kv_load_row(attn->kv->dtype, cpu_kv_v_row(attn->kv, slot, g), value, m->head_dim_v);
+            cpu_kv_load_k(attn->kv, slot, g, key);
+            cpu_kv_load_v(attn->kv, slot, g, value);
         }
     }
 }
 
 /* One query row against the gathered keys/values of its KV head. For positions p < kv_len that
  * the mask keeps (causal: p <= q_pos; sliding window: p >= q_pos - window_left):
- *   s_p   = sm_scale * sum_d q_d * (K_pd * k_scale)        (fp8: K_pd * k_scale is the real key)
+ *   s_p   = sm_scale * sum_d q_d * (K_pd * k_scale)        (fp8, nvfp4: K_pd * k_scale is the key)
  *   s_p   = cap * tanh(s_p / cap)                           when logit_softcap cap > 0
  *   m     = max_p s_p,   w_p = exp(s_p - m),   l = sum_p w_p
  *   out_d = sum_p w_p * (V_pd * v_scale) / l

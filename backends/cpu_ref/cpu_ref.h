@@ -56,6 +56,7 @@ int32_t cpu_view_get_i32(const cpu_view *view, int64_t i);
 
 /* kv_store.c */
 size_t cpu_kv_elem_bytes(ap_dtype dtype);
+size_t cpu_kv_bytes(ap_dtype dtype, size_t count);
 float cpu_kv_effective_scale(ap_dtype dtype, float scale);
 ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *msg);
 ap_status cpu_kv_check_pages(const cpu_plan *plan, const ap_kv_cache *kv, ap_msgbuf *msg);
@@ -64,13 +65,20 @@ void *cpu_kv_k_row(const ap_kv_cache *kv, int64_t slot, int32_t head);
 void *cpu_kv_v_row(const ap_kv_cache *kv, int64_t slot, int32_t head);
 void cpu_kv_store_row(ap_dtype dtype, void *row, const float *values, int32_t dim, float scale);
 void cpu_kv_load_row(ap_dtype dtype, const void *row, float *values, int32_t dim);
+/* A (slot, head) row of K or V in any cache dtype, nvfp4's block scales included. */
+void cpu_kv_store_k(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
+                    float scale);
+void cpu_kv_store_v(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
+                    float scale);
+void cpu_kv_load_k(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values);
+void cpu_kv_load_v(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values);
 
 /* validate.c: the dtypes cpu_ref serves, also published in its caps */
 #define CPU_Q_DTYPES \
     (AP_DTYPE_BIT(AP_DTYPE_F32) | AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16))
 #define CPU_KV_DTYPES \
     (AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) | AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) | \
-     AP_DTYPE_BIT(AP_DTYPE_FP8_E5M2))
+     AP_DTYPE_BIT(AP_DTYPE_FP8_E5M2) | AP_DTYPE_BIT(AP_DTYPE_NVFP4))
 ap_status cpu_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "backends/common/host_numeric.h"
+#include "backends/common/nvfp4_host.h"
 #include "cpu_ref.h"
 
 size_t cpu_kv_elem_bytes(ap_dtype dtype) {
@@ -15,14 +16,20 @@ size_t cpu_kv_elem_bytes(ap_dtype dtype) {
     }
 }
 
-static int cpu_kv_is_fp8(ap_dtype dtype) {
-    return dtype == AP_DTYPE_FP8_E4M3 || dtype == AP_DTYPE_FP8_E5M2;
+/* fp8 and nvfp4: the layer's k_scale / v_scale take part in what is stored. */
+static int cpu_kv_is_scaled(ap_dtype dtype) {
+    return dtype == AP_DTYPE_FP8_E4M3 || dtype == AP_DTYPE_FP8_E5M2 || dtype == AP_DTYPE_NVFP4;
 }
 
-/* The scale the cache applies to an element: fp8 stores x / scale; bf16/f16 store x itself, and
- * their scale is ignored (plugin_api.h: "1 otherwise"). */
+/* The scale the cache applies to an element: fp8 stores x / scale, nvfp4 uses it as the global
+ * scale; bf16/f16 store x itself, and their scale is ignored (plugin_api.h: "1 otherwise"). */
 float cpu_kv_effective_scale(ap_dtype dtype, float scale) {
-    return cpu_kv_is_fp8(dtype) ? scale : 1.0f;
+    return cpu_kv_is_scaled(dtype) ? scale : 1.0f;
+}
+
+/* Bytes of `count` consecutive cache elements (count a multiple of 16 for nvfp4: 2 per byte). */
+size_t cpu_kv_bytes(ap_dtype dtype, size_t count) {
+    return dtype == AP_DTYPE_NVFP4 ? count / 2 : count * cpu_kv_elem_bytes(dtype);
 }
 
 /* Does the layer's cache match the model this instance was made for? Checked on every call:
@@ -55,10 +62,17 @@ ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *
                       layer->layer_id, kv->num_pages);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    if (cpu_kv_is_fp8(kv->dtype) && (!(layer->k_scale > 0.0f) || !(layer->v_scale > 0.0f) ||
-                                     isinf(layer->k_scale) || isinf(layer->v_scale))) {
-        ap_msgbuf_add(msg, "cpu_ref: layer %d fp8 scales must be finite and > 0 (k %g, v %g)",
-                      layer->layer_id, (double)layer->k_scale, (double)layer->v_scale);
+    if (kv->dtype == AP_DTYPE_NVFP4 && kv->num_pages > 0 &&
+        (kv->k_block_scales == NULL || kv->v_block_scales == NULL)) {
+        ap_msgbuf_add(msg, "cpu_ref: layer %d nvfp4 KV cache without its k/v block-scale buffers",
+                      layer->layer_id);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (cpu_kv_is_scaled(kv->dtype) && (!(layer->k_scale > 0.0f) || !(layer->v_scale > 0.0f) ||
+                                        isinf(layer->k_scale) || isinf(layer->v_scale))) {
+        ap_msgbuf_add(msg, "cpu_ref: layer %d %s scales must be finite and > 0 (k %g, v %g)",
+                      layer->layer_id, ap_dtype_str(kv->dtype), (double)layer->k_scale,
+                      (double)layer->v_scale);
         return AP_ERR_INVALID_ARGUMENT;
     }
     return AP_OK;
@@ -85,17 +99,30 @@ int64_t cpu_kv_slot_of(const cpu_plan *plan, const ap_kv_cache *kv, int32_t seq,
     return (int64_t)page * kv->page_size + pos % kv->page_size;
 }
 
-/* NHD: element (slot, head, d) of K sits at ((slot * num_kv_heads + head) * head_dim_qk + d). */
+/* NHD: element (slot, head, d) of K sits at ((slot * num_kv_heads + head) * head_dim_qk + d);
+ * an nvfp4 row's block scales at that index / 16 of the block-scale buffer. */
+static size_t cpu_kv_row_index(const ap_kv_cache *kv, int64_t slot, int32_t head, int32_t dim) {
+    return ((size_t)slot * (size_t)kv->num_kv_heads + (size_t)head) * (size_t)dim;
+}
+
 void *cpu_kv_k_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    size_t index =
-        ((size_t)slot * (size_t)kv->num_kv_heads + (size_t)head) * (size_t)kv->head_dim_qk;
-    return (char *)kv->k_pages + index * cpu_kv_elem_bytes(kv->dtype);
+    return (char *)kv->k_pages +
+           cpu_kv_bytes(kv->dtype, cpu_kv_row_index(kv, slot, head, kv->head_dim_qk));
 }
 
 void *cpu_kv_v_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    size_t index =
-        ((size_t)slot * (size_t)kv->num_kv_heads + (size_t)head) * (size_t)kv->head_dim_v;
-    return (char *)kv->v_pages + index * cpu_kv_elem_bytes(kv->dtype);
+    return (char *)kv->v_pages +
+           cpu_kv_bytes(kv->dtype, cpu_kv_row_index(kv, slot, head, kv->head_dim_v));
+}
+
+static uint8_t *cpu_kv_k_row_scales(const ap_kv_cache *kv, int64_t slot, int32_t head) {
+    return (uint8_t *)kv->k_block_scales +
+           cpu_kv_row_index(kv, slot, head, kv->head_dim_qk) / AP_NVFP4_BLOCK;
+}
+
+static uint8_t *cpu_kv_v_row_scales(const ap_kv_cache *kv, int64_t slot, int32_t head) {
+    return (uint8_t *)kv->v_block_scales +
+           cpu_kv_row_index(kv, slot, head, kv->head_dim_v) / AP_NVFP4_BLOCK;
 }
 
 /* Quantize one value into the cache's dtype: bf16/f16 by round-to-nearest-even conversion of x,
@@ -145,4 +172,56 @@ void cpu_kv_load_row(ap_dtype dtype, const void *row, float *values, int32_t dim
             default: values[d] = 0.0f; break;
         }
     }
+}
+
+/* nvfp4: each block of 16 values quantized with the global scale (nvfp4_host.h). */
+static void cpu_kv_store_nvfp4(uint8_t *row, uint8_t *scales, const float *values, int32_t dim,
+                               float global_scale) {
+    for (int32_t b = 0; b < dim / AP_NVFP4_BLOCK; b++)
+        scales[b] = ap_nvfp4_quantize_block(values + (size_t)b * AP_NVFP4_BLOCK, global_scale,
+                                            row + (size_t)b * (AP_NVFP4_BLOCK / 2));
+}
+
+/* nvfp4 read back as e2m1 * e4m3, exact, WITHOUT the global scale (as fp8 without its scale). */
+static void cpu_kv_load_nvfp4(const uint8_t *row, const uint8_t *scales, float *values,
+                              int32_t dim) {
+    for (int32_t d = 0; d < dim; d++)
+        values[d] = ap_nvfp4_unscaled(row + (size_t)(d / AP_NVFP4_BLOCK) * (AP_NVFP4_BLOCK / 2),
+                                      scales[d / AP_NVFP4_BLOCK], d % AP_NVFP4_BLOCK);
+}
+
+/* One (slot, head) row of K or V into the cache, quantized with the layer's scale. */
+void cpu_kv_store_k(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
+                    float scale) {
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_store_nvfp4(cpu_kv_k_row(kv, slot, head), cpu_kv_k_row_scales(kv, slot, head),
+                           values, kv->head_dim_qk, scale);
+    else
+        cpu_kv_store_row(kv->dtype, cpu_kv_k_row(kv, slot, head), values, kv->head_dim_qk, scale);
+}
+
+void cpu_kv_store_v(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
+                    float scale) {
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_store_nvfp4(cpu_kv_v_row(kv, slot, head), cpu_kv_v_row_scales(kv, slot, head),
+                           values, kv->head_dim_v, scale);
+    else
+        cpu_kv_store_row(kv->dtype, cpu_kv_v_row(kv, slot, head), values, kv->head_dim_v, scale);
+}
+
+/* One (slot, head) row of K or V as stored, without the layer's scale (cpu_kv_load_row). */
+void cpu_kv_load_k(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values) {
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_load_nvfp4(cpu_kv_k_row(kv, slot, head), cpu_kv_k_row_scales(kv, slot, head), values,
+                          kv->head_dim_qk);
+    else
+        cpu_kv_load_row(kv->dtype, cpu_kv_k_row(kv, slot, head), values, kv->head_dim_qk);
+}
+
+void cpu_kv_load_v(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values) {
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_load_nvfp4(cpu_kv_v_row(kv, slot, head), cpu_kv_v_row_scales(kv, slot, head), values,
+                          kv->head_dim_v);
+    else
+        cpu_kv_load_row(kv->dtype, cpu_kv_v_row(kv, slot, head), values, kv->head_dim_v);
 }

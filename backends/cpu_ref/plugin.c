@@ -33,7 +33,8 @@ static void cpu_destroy(ap_backend *backend) {
     free(backend);
 }
 
-/* One page holds page_size tokens x num_kv_heads heads x head_dim elements, for K and for V. */
+/* One page holds page_size tokens x num_kv_heads heads x head_dim elements, for K and for V;
+ * nvfp4 packs two per byte and adds one scale byte per 16 (one size for K and V: the wider). */
 static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf *msg) {
     if (backend == NULL || out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
         ap_msgbuf_add(msg, "cpu_ref: get_kv_spec needs an instance and an ap_kv_spec with "
@@ -41,11 +42,11 @@ static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf
         return AP_ERR_INVALID_ARGUMENT;
     }
     const ap_model *m = &backend->model;
-    size_t per_token_head =
-        (size_t)m->page_size * (size_t)m->num_kv_heads * cpu_kv_elem_bytes(m->kv_dtype);
-    out->k_bytes_per_page = per_token_head * (size_t)m->head_dim_qk;
-    out->v_bytes_per_page = per_token_head * (size_t)m->head_dim_v;
-    out->scale_bytes_per_page = 0;
+    size_t rows = (size_t)m->page_size * (size_t)m->num_kv_heads;
+    size_t widest = (size_t)(m->head_dim_qk > m->head_dim_v ? m->head_dim_qk : m->head_dim_v);
+    out->k_bytes_per_page = cpu_kv_bytes(m->kv_dtype, rows * (size_t)m->head_dim_qk);
+    out->v_bytes_per_page = cpu_kv_bytes(m->kv_dtype, rows * (size_t)m->head_dim_v);
+    out->scale_bytes_per_page = m->kv_dtype == AP_DTYPE_NVFP4 ? rows * widest / 16 : 0;
     out->alignment = 64;
     return AP_OK;
 }
@@ -125,7 +126,7 @@ static const ap_descriptor cpu_descriptor = {
     .struct_size = sizeof(ap_descriptor),
     .name = "cpu_ref",
     .version = CPU_REF_VERSION,
-    .description = "plain C reference attention (MHA/GQA, paged bf16/f16/fp8 KV), the oracle "
+    .description = "plain C reference attention (MHA/GQA, paged bf16/f16/fp8/nvfp4 KV), the oracle "
                    "of the GPU backends",
     .caps = &cpu_caps,
     .vtable = &cpu_vtable,

@@ -107,10 +107,10 @@ static void cpu_rope_token(const cpu_rope *rope, const ap_model *m, const ap_lay
         for (int32_t d = 0; d < m->head_dim_qk; d++)
             row[d] = cpu_view_get(&rope->k, (int64_t[]){t, h, d});
         cpu_rope_rotate(rope, row, pos, args->rotary_dim, args->is_neox);
-        cpu_kv_store_row(kv->dtype, cpu_kv_k_row(kv, slot, h), row, m->head_dim_qk, layer->k_scale);
+        cpu_kv_store_k(kv, slot, h, row, layer->k_scale);
         for (int32_t d = 0; d < m->head_dim_v; d++)
             row[d] = cpu_view_get(&rope->v, (int64_t[]){t, h, d});
-        cpu_kv_store_row(kv->dtype, cpu_kv_v_row(kv, slot, h), row, m->head_dim_v, layer->v_scale);
+        cpu_kv_store_v(kv, slot, h, row, layer->v_scale);
     }
 }
 

@@ -5,16 +5,23 @@ static int cpu_dtype_in(ap_dtype dtype, uint32_t mask) {
     return (unsigned)dtype < AP_DTYPE_COUNT && (mask & AP_DTYPE_BIT(dtype)) != 0;
 }
 
-static void cpu_validate_kv_dtype(ap_dtype kv_dtype, ap_msgbuf *reasons, int *refused) {
-    if (cpu_dtype_in(kv_dtype, CPU_KV_DTYPES)) return;
-    *refused = 1;
-    if (kv_dtype == AP_DTYPE_NVFP4)
-        ap_msgbuf_add(reasons, "cpu_ref: the nvfp4 KV cache is not implemented");
-    else
+static void cpu_validate_kv_dtype(const ap_model *model, ap_msgbuf *reasons, int *refused) {
+    ap_dtype kv_dtype = model->kv_dtype;
+    if (!cpu_dtype_in(kv_dtype, CPU_KV_DTYPES)) {
+        *refused = 1;
         ap_msgbuf_add(reasons,
                       "cpu_ref: KV cache dtype %s is not one of bf16, f16, fp8_e4m3, "
-                      "fp8_e5m2",
+                      "fp8_e5m2, nvfp4",
                       ap_dtype_str(kv_dtype));
+    } else if (kv_dtype == AP_DTYPE_NVFP4 &&
+               (model->head_dim_qk % 16 != 0 || model->head_dim_v % 16 != 0)) {
+        /* a row is whole 16-value blocks, each with its scale byte */
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      "cpu_ref: an nvfp4 KV cache needs head dims that are multiples of 16 "
+                      "(qk %d, v %d)",
+                      model->head_dim_qk, model->head_dim_v);
+    }
 }
 
 static void cpu_validate_shape(const ap_model *model, ap_msgbuf *reasons, int *refused) {
@@ -80,7 +87,7 @@ ap_status cpu_validate(const ap_model *model, const ap_options *options, const a
         ap_msgbuf_add(reasons, "cpu_ref: query dtype %s is not one of f32, bf16, f16",
                       ap_dtype_str(model->dtype));
     }
-    cpu_validate_kv_dtype(model->kv_dtype, reasons, &refused);
+    cpu_validate_kv_dtype(model, reasons, &refused);
     cpu_validate_options(options, reasons, &refused);
     return refused ? AP_ERR_REFUSED : AP_OK;
 }

@@ -83,7 +83,8 @@ static void test_descriptor_and_caps(void **state) {
                                          AP_DTYPE_BIT(AP_DTYPE_F16));
     assert_int_equal(caps->kv_dtypes, AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) |
                                           AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) |
-                                          AP_DTYPE_BIT(AP_DTYPE_FP8_E5M2));
+                                          AP_DTYPE_BIT(AP_DTYPE_FP8_E5M2) |
+                                          AP_DTYPE_BIT(AP_DTYPE_NVFP4));
     assert_int_equal(caps->num_page_sizes, 0);
     assert_int_equal(caps->num_head_dims, 0);
     assert_int_equal(caps->phases, AP_PHASE_EXTEND | AP_PHASE_DECODE);
@@ -107,6 +108,7 @@ static void test_validate(void **state) {
     /* every reason at once, one line each */
     m.kind = AP_ATTN_MLA;
     m.kv_dtype = AP_DTYPE_NVFP4;
+    m.head_dim_v = 72; /* nvfp4 rows are whole blocks of 16 */
     m.dtype = AP_DTYPE_FP8_E4M3;
     m.num_kv_heads = 3;
     m.page_size = 0;
@@ -114,7 +116,7 @@ static void test_validate(void **state) {
     assert_int_equal(plugin.vt->validate(&m, NULL, NULL, &msg.buf), AP_ERR_REFUSED);
     assert_int_equal(count_lines(msg.text), 5);
     assert_non_null(strstr(msg.text, "MLA"));
-    assert_non_null(strstr(msg.text, "nvfp4"));
+    assert_non_null(strstr(msg.text, "nvfp4 KV cache needs head dims that are multiples of 16"));
     assert_non_null(strstr(msg.text, "query dtype"));
     assert_non_null(strstr(msg.text, "heads"));
     assert_non_null(strstr(msg.text, "page size"));
@@ -161,6 +163,18 @@ static void test_kv_spec_and_hooks(void **state) {
         assert_null(plugin.vt->get_hook(backend, NULL));
         plugin.vt->destroy(backend);
     }
+    /* nvfp4: two values per byte, one scale byte per 16 values (sized for the wider of K, V) */
+    ap_model m = good_model();
+    m.kv_dtype = AP_DTYPE_NVFP4;
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->validate(&m, NULL, NULL, &msg.buf), AP_OK);
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    ap_kv_spec spec = {.struct_size = sizeof spec};
+    assert_int_equal(plugin.vt->get_kv_spec(backend, &spec, &msg.buf), AP_OK);
+    assert_int_equal(spec.k_bytes_per_page, 16 * 2 * 128 / 2);
+    assert_int_equal(spec.v_bytes_per_page, 16 * 2 * 64 / 2);
+    assert_int_equal(spec.scale_bytes_per_page, 16 * 2 * 128 / 16);
+    plugin.vt->destroy(backend);
 }
 
 /* A small valid scenario to break one thing of. */
