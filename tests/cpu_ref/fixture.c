@@ -111,6 +111,7 @@ const char *fx_dtype_name(ap_dtype dtype) {
         case AP_DTYPE_F16: return "f16";
         case AP_DTYPE_FP8_E4M3: return "e4m3";
         case AP_DTYPE_FP8_E5M2: return "e5m2";
+        case AP_DTYPE_NVFP4: return "nvfp4";
         default: return "i32";
     }
 }

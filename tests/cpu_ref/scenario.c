@@ -11,6 +11,8 @@
 
 #include <cmocka.h>
 
+#include "nvfp4_ref.h"
+
 static int sc_is_fp8(ap_dtype dtype) {
     return dtype == AP_DTYPE_FP8_E4M3 || dtype == AP_DTYPE_FP8_E5M2;
 }
@@ -75,18 +77,23 @@ static void sc_pages(sc_scenario *s) {
         order[other] = keep;
     }
     s->page_indices = order;
-    size_t elem = fx_dtype_bytes(c->kv_dtype);
     size_t slots = (size_t)s->num_pages * (size_t)c->page_size * (size_t)c->num_kv_heads;
-    s->k_bytes = slots * (size_t)c->head_dim_qk * elem;
-    s->v_bytes = slots * (size_t)c->head_dim_v * elem;
-    s->k_pages = malloc(s->k_bytes);
-    s->v_pages = malloc(s->v_bytes);
-    s->k_expect = malloc(s->k_bytes);
-    s->v_expect = malloc(s->v_bytes);
-    memset(s->k_pages, 0xA5, s->k_bytes);
-    memset(s->v_pages, 0xA5, s->v_bytes);
-    memset(s->k_expect, 0xA5, s->k_bytes);
-    memset(s->v_expect, 0xA5, s->v_bytes);
+    size_t k_elems = slots * (size_t)c->head_dim_qk, v_elems = slots * (size_t)c->head_dim_v;
+    int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
+    s->k_bytes = nvfp4 ? k_elems / 2 : k_elems * fx_dtype_bytes(c->kv_dtype);
+    s->v_bytes = nvfp4 ? v_elems / 2 : v_elems * fx_dtype_bytes(c->kv_dtype);
+    s->k_scale_bytes = nvfp4 ? k_elems / 16 : 0;
+    s->v_scale_bytes = nvfp4 ? v_elems / 16 : 0;
+    unsigned char **buffers[8] = {&s->k_pages,         &s->v_pages,        &s->k_expect,
+                                  &s->v_expect,        &s->k_scales,       &s->v_scales,
+                                  &s->k_scales_expect, &s->v_scales_expect};
+    size_t sizes[8] = {s->k_bytes,       s->v_bytes,       s->k_bytes,       s->v_bytes,
+                       s->k_scale_bytes, s->v_scale_bytes, s->k_scale_bytes, s->v_scale_bytes};
+    for (int b = 0; b < 8; b++) {
+        if (sizes[b] == 0) continue;
+        *buffers[b] = malloc(sizes[b]);
+        memset(*buffers[b], 0xA5, sizes[b]);
+    }
 }
 
 /* Byte offset of (position pos of sequence i, head g, dim d) in a cache of head dim `dim`:
@@ -129,6 +136,45 @@ static void sc_element(sc_scenario *s, int i, int pos, int g, int d, int is_v) {
     size_t elem = fx_dtype_bytes(c->kv_dtype);
     memcpy((is_v ? s->v_expect : s->k_expect) + offset, code, elem);
     if (pos < prefix || !c->save_kv) memcpy((is_v ? s->v_pages : s->k_pages) + offset, code, elem);
+}
+
+/* nvfp4: one (position, head) row of K or V drawn as sc_element draws it, then quantized block
+ * by block with the tests' own quantizer (nvfp4_ref.c) and its global scale; the reference
+ * keeps the dequantized values. */
+static void sc_nvfp4_row(sc_scenario *s, int i, int pos, int g, int is_v) {
+    const sc_case *c = &s->c;
+    int dim = is_v ? c->head_dim_v : c->head_dim_qk;
+    fx_tensor *input = is_v ? &s->v : &s->k;
+    float global = is_v ? s->layer.v_scale : s->layer.k_scale;
+    int prefix = s->seq_lens[i] - c->q_len[i];
+    int page = s->page_indices[s->kv_page_indptr[i] + pos / c->page_size];
+    size_t slot = (size_t)page * (size_t)c->page_size + (size_t)(pos % c->page_size);
+    size_t index = (slot * (size_t)c->num_kv_heads + (size_t)g) * (size_t)dim;
+    size_t at =
+        ((size_t)(s->kv_start[i] + pos) * (size_t)c->num_kv_heads + (size_t)g) * (size_t)dim;
+    float block[16];
+    for (int b = 0; b < dim / 16; b++) {
+        for (int d = 0; d < 16; d++) {
+            block[d] = (float)fx_rand_uniform(-1.0, 1.0);
+            if (pos >= prefix && input->buffer != NULL) {
+                int64_t where[3] = {s->qo_indptr[i] + pos - prefix, g, b * 16 + d};
+                fx_tensor_set(input, where, block[d]);
+                block[d] = fx_tensor_get(input, where);
+            }
+        }
+        uint8_t packed[8];
+        uint8_t scale = nr_quantize_block(block, global, packed);
+        for (int d = 0; d < 16; d++)
+            (is_v ? s->v_ref : s->k_ref)[at + (size_t)(b * 16 + d)] =
+                nr_dequantize(packed, scale, global, d);
+        size_t byte = index / 2 + (size_t)b * 8, scale_at = index / 16 + (size_t)b;
+        memcpy((is_v ? s->v_expect : s->k_expect) + byte, packed, 8);
+        (is_v ? s->v_scales_expect : s->k_scales_expect)[scale_at] = scale;
+        if (pos < prefix || !c->save_kv) {
+            memcpy((is_v ? s->v_pages : s->k_pages) + byte, packed, 8);
+            (is_v ? s->v_scales : s->k_scales)[scale_at] = scale;
+        }
+    }
 }
 
 static void sc_tensors(sc_scenario *s) {
@@ -209,14 +255,19 @@ int sc_build(sc_scenario *s, const fx_plugin *plugin, const sc_case *c) {
         print_error("validate/create refused: %s\n", msg.text);
         return -1;
     }
-    int fp8 = sc_is_fp8(c->kv_dtype);
+    int fp8 = sc_is_fp8(c->kv_dtype), nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
     s->layer = (ap_layer){
         .struct_size = sizeof(ap_layer),
         .layer_id = 0,
         .sm_scale = (float)(fx_rand_uniform(0.5, 1.5) / sqrt((double)c->head_dim_qk)),
         .logit_softcap = c->softcap,
-        .k_scale = fp8 ? (float)fx_rand_uniform(0.004, 0.02) : 1.0f,
-        .v_scale = fp8 ? (float)fx_rand_uniform(0.004, 0.02) : 1.0f,
+        /* nvfp4's global scale: block scales amax / (6 g) of about 40 .. 170, inside e4m3 */
+        .k_scale = fp8     ? (float)fx_rand_uniform(0.004, 0.02)
+                   : nvfp4 ? (float)fx_rand_uniform(0.001, 0.004)
+                           : 1.0f,
+        .v_scale = fp8     ? (float)fx_rand_uniform(0.004, 0.02)
+                   : nvfp4 ? (float)fx_rand_uniform(0.001, 0.004)
+                           : 1.0f,
         .window_left = c->window_left,
         .kv = c->skip_kv ? NULL : &s->kv,
     };
@@ -232,6 +283,8 @@ int sc_build(sc_scenario *s, const fx_plugin *plugin, const sc_case *c) {
         .head_dim_v = c->head_dim_v,
         .k_pages = s->k_pages,
         .v_pages = s->v_pages,
+        .k_block_scales = s->k_scales,
+        .v_block_scales = s->v_scales,
     };
     sc_tensors(s);
     size_t rows = (size_t)kv_rows * (size_t)c->num_kv_heads;
@@ -240,6 +293,11 @@ int sc_build(sc_scenario *s, const fx_plugin *plugin, const sc_case *c) {
     for (int i = 0; i < c->num_seqs; i++)
         for (int pos = 0; pos < s->seq_lens[i]; pos++)
             for (int g = 0; g < c->num_kv_heads; g++) {
+                if (nvfp4 && !c->skip_kv) {
+                    sc_nvfp4_row(s, i, pos, g, 0);
+                    sc_nvfp4_row(s, i, pos, g, 1);
+                    continue;
+                }
                 for (int d = 0; d < c->head_dim_qk; d++) sc_element(s, i, pos, g, d, 0);
                 for (int d = 0; d < c->head_dim_v; d++) sc_element(s, i, pos, g, d, 1);
             }
@@ -322,13 +380,15 @@ void sc_reference(sc_scenario *s) {
     free(logits);
 }
 
-static void sc_check_cache(const sc_scenario *s, const unsigned char *got,
-                           const unsigned char *want, size_t bytes, const char *what,
+/* `per_byte` elements per byte (nvfp4 values 2, its block scales 16), else `elem_bytes` per
+ * element. */
+static void sc_check_cache(const unsigned char *got, const unsigned char *want, size_t bytes,
+                           size_t per_byte, size_t elem_bytes, const char *what,
                            const char *label) {
     for (size_t b = 0; b < bytes; b++)
         if (got[b] != want[b])
             fail_msg("%s: %s cache byte %zu is 0x%02x, expected 0x%02x (element %zu)", label, what,
-                     b, got[b], want[b], b / fx_dtype_bytes(s->c.kv_dtype));
+                     b, got[b], want[b], per_byte > 0 ? b * per_byte : b / elem_bytes);
 }
 
 void sc_check(sc_scenario *s) {
@@ -360,8 +420,14 @@ void sc_check(sc_scenario *s) {
                     fail_msg("%s: lse[%d][%d] = %.9g, expected %.9g", label, t, h, value, want);
             }
     if (!c->skip_kv) {
-        sc_check_cache(s, s->k_pages, s->k_expect, s->k_bytes, "K", label);
-        sc_check_cache(s, s->v_pages, s->v_expect, s->v_bytes, "V", label);
+        size_t per_byte = c->kv_dtype == AP_DTYPE_NVFP4 ? 2 : 0;
+        size_t elem = fx_dtype_bytes(c->kv_dtype);
+        sc_check_cache(s->k_pages, s->k_expect, s->k_bytes, per_byte, elem, "K", label);
+        sc_check_cache(s->v_pages, s->v_expect, s->v_bytes, per_byte, elem, "V", label);
+        sc_check_cache(s->k_scales, s->k_scales_expect, s->k_scale_bytes, 16, 1, "K block-scale",
+                       label);
+        sc_check_cache(s->v_scales, s->v_scales_expect, s->v_scale_bytes, 16, 1, "V block-scale",
+                       label);
     }
 }
 
@@ -373,6 +439,10 @@ void sc_free(sc_scenario *s, const fx_plugin *plugin) {
     free(s->v_pages);
     free(s->k_expect);
     free(s->v_expect);
+    free(s->k_scales);
+    free(s->v_scales);
+    free(s->k_scales_expect);
+    free(s->v_scales_expect);
     free(s->k_ref);
     free(s->v_ref);
     free(s->out_ref);

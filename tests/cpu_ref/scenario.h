@@ -37,6 +37,9 @@ typedef struct sc_scenario {
     unsigned char *k_pages, *v_pages;   /* given to the plugin */
     unsigned char *k_expect, *v_expect; /* what they must hold afterwards */
     size_t k_bytes, v_bytes;
+    unsigned char *k_scales, *v_scales;               /* nvfp4 block scales, else NULL */
+    unsigned char *k_scales_expect, *v_scales_expect; /* what they must hold afterwards */
+    size_t k_scale_bytes, v_scale_bytes;
     fx_tensor q, k, v, out, lse;
     ap_forward_args args;
     int kv_start[SC_MAX_SEQS]; /* first row of sequence i in k_ref / v_ref */

@@ -79,6 +79,38 @@ static void test_kv_dtypes_and_pages(void **state) {
         }
 }
 
+/* The nvfp4 cache (the reference dequantizes with the tests' own quantizer, nvfp4_ref.c):
+ * extend and decode over pages of every kind, groups, a v dim unlike qk, a read-only cache,
+ * softcap and a sliding window. */
+static void test_nvfp4_cache(void **state) {
+    (void)state;
+    int page_sizes[] = {1, 3, 16, 64};
+    for (int p = 0; p < 4; p++)
+        for (int decode = 0; decode <= 1; decode++) {
+            sc_case c = base_case();
+            c.kv_dtype = AP_DTYPE_NVFP4;
+            c.page_size = page_sizes[p];
+            c.q_dtype = p % 2 ? AP_DTYPE_F32 : AP_DTYPE_BF16;
+            c.decode = decode;
+            for (int i = 0; decode && i < c.num_seqs; i++) c.q_len[i] = 1;
+            run_case(&c);
+        }
+    sc_case c = base_case();
+    c.kv_dtype = AP_DTYPE_NVFP4;
+    c.group = 8;
+    c.num_kv_heads = 1;
+    c.head_dim_qk = 128;
+    c.head_dim_v = 64;
+    run_case(&c);
+    c = base_case();
+    c.kv_dtype = AP_DTYPE_NVFP4;
+    c.head_dim_qk = c.head_dim_v = 256;
+    c.save_kv = 0;
+    c.softcap = 1.5f;
+    c.window_left = 20;
+    run_case(&c);
+}
+
 static void test_groups_and_head_dims(void **state) {
     (void)state;
     int groups[] = {1, 2, 4, 8};
@@ -176,18 +208,20 @@ static void test_embedding_skip_kv(void **state) {
 static void test_random_sweep(void **state) {
     (void)state;
     ap_dtype q_dtypes[] = {AP_DTYPE_F32, AP_DTYPE_BF16, AP_DTYPE_F16};
-    ap_dtype kv_dtypes[] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_FP8_E5M2};
+    ap_dtype kv_dtypes[] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_FP8_E5M2,
+                            AP_DTYPE_NVFP4};
     int page_sizes[] = {1, 3, 16, 64};
     int groups[] = {1, 2, 4, 8};
     int dims[] = {64, 128, 40};
     for (int iter = 0; iter < 40; iter++) {
         sc_case c = base_case();
         c.q_dtype = q_dtypes[fx_rand_int(0, 2)];
-        c.kv_dtype = kv_dtypes[fx_rand_int(0, 3)];
+        c.kv_dtype = kv_dtypes[fx_rand_int(0, 4)];
         c.page_size = page_sizes[fx_rand_int(0, 3)];
         c.group = groups[fx_rand_int(0, 3)];
         c.num_kv_heads = fx_rand_int(1, 2);
-        c.head_dim_qk = c.head_dim_v = dims[fx_rand_int(0, 2)];
+        /* nvfp4 rows are whole blocks of 16 */
+        c.head_dim_qk = c.head_dim_v = dims[fx_rand_int(0, c.kv_dtype == AP_DTYPE_NVFP4 ? 1 : 2)];
         c.causal = fx_rand_int(0, 1);
         c.softcap = fx_rand_int(0, 1) ? (float)fx_rand_uniform(0.2, 2.0) : 0.0f;
         c.window_left = fx_rand_int(0, 1) ? fx_rand_int(0, 40) : -1;
@@ -210,6 +244,7 @@ int main(void) {
         cmocka_unit_test(test_mixed_batch_bf16),
         cmocka_unit_test(test_q_dtypes),
         cmocka_unit_test(test_kv_dtypes_and_pages),
+        cmocka_unit_test(test_nvfp4_cache),
         cmocka_unit_test(test_groups_and_head_dims),
         cmocka_unit_test(test_v_dim_differs),
         cmocka_unit_test(test_noncausal),
