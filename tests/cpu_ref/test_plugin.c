@@ -1,4 +1,5 @@
 /* test_plugin.c: cpu_ref's negotiation, descriptor, validate, kv spec, hooks and bad input. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -200,16 +201,19 @@ static sc_case small_case(void) {
 
 /* Snapshot of every buffer the plugin could write, to prove a refused call wrote nothing. */
 typedef struct snapshot {
-    unsigned char *k_pages, *v_pages, *out, *lse;
+    unsigned char *k_pages, *v_pages, *out, *lse, *k_scales, *v_scales;
 } snapshot;
 
 static snapshot snapshot_take(const sc_scenario *s) {
-    snapshot snap = {malloc(s->k_bytes), malloc(s->v_bytes), malloc(s->out.bytes),
-                     malloc(s->lse.bytes)};
+    snapshot snap = {malloc(s->k_bytes),           malloc(s->v_bytes),
+                     malloc(s->out.bytes),         malloc(s->lse.bytes),
+                     malloc(s->k_scale_bytes + 1), malloc(s->v_scale_bytes + 1)};
     memcpy(snap.k_pages, s->k_pages, s->k_bytes);
     memcpy(snap.v_pages, s->v_pages, s->v_bytes);
     memcpy(snap.out, s->out.buffer, s->out.bytes);
     memcpy(snap.lse, s->lse.buffer, s->lse.bytes);
+    if (s->k_scale_bytes) memcpy(snap.k_scales, s->k_scales, s->k_scale_bytes);
+    if (s->v_scale_bytes) memcpy(snap.v_scales, s->v_scales, s->v_scale_bytes);
     return snap;
 }
 
@@ -218,10 +222,14 @@ static void snapshot_expect_same(snapshot *snap, const sc_scenario *s) {
     assert_memory_equal(snap->v_pages, s->v_pages, s->v_bytes);
     assert_memory_equal(snap->out, s->out.buffer, s->out.bytes);
     assert_memory_equal(snap->lse, s->lse.buffer, s->lse.bytes);
+    if (s->k_scale_bytes) assert_memory_equal(snap->k_scales, s->k_scales, s->k_scale_bytes);
+    if (s->v_scale_bytes) assert_memory_equal(snap->v_scales, s->v_scales, s->v_scale_bytes);
     free(snap->k_pages);
     free(snap->v_pages);
     free(snap->out);
     free(snap->lse);
+    free(snap->k_scales);
+    free(snap->v_scales);
 }
 
 typedef void (*breaker)(sc_scenario *s);
@@ -278,8 +286,20 @@ static void break_args_size(sc_scenario *s) {
     s->args.struct_size = 8;
 }
 
-static void expect_refusal(breaker how, ap_status want, const char *name) {
-    sc_case c = small_case();
+static void break_k_scale_inf(sc_scenario *s) {
+    s->layer.k_scale = INFINITY;
+}
+static void break_v_scale_nan(sc_scenario *s) {
+    s->layer.v_scale = NAN;
+}
+static void break_k_block_scales(sc_scenario *s) {
+    s->kv.k_block_scales = NULL;
+}
+static void break_v_block_scales(sc_scenario *s) {
+    s->kv.v_block_scales = NULL;
+}
+
+static void expect_refusal_of(sc_case c, breaker how, ap_status want, const char *name) {
     sc_scenario s;
     if (sc_build(&s, &plugin, &c) != 0) fail_msg("%s: could not build", name);
     how(&s);
@@ -291,6 +311,10 @@ static void expect_refusal(breaker how, ap_status want, const char *name) {
     if (msg.buf.length == 0) fail_msg("%s: refused without a message", name);
     snapshot_expect_same(&snap, &s);
     sc_free(&s, &plugin);
+}
+
+static void expect_refusal(breaker how, ap_status want, const char *name) {
+    expect_refusal_of(small_case(), how, want, name);
 }
 
 static void test_bad_input(void **state) {
@@ -312,6 +336,15 @@ static void test_bad_input(void **state) {
     expect_refusal(break_decode_mode, AP_ERR_SHAPE_MISMATCH, "decode with 2 tokens");
     expect_refusal(break_mirror, AP_ERR_INVALID_ARGUMENT, "no host mirror");
     expect_refusal(break_args_size, AP_ERR_INVALID_ARGUMENT, "args struct_size");
+    /* nvfp4: global scales finite and > 0, both block-scale buffers present */
+    sc_case c = small_case();
+    c.kv_dtype = AP_DTYPE_NVFP4;
+    expect_refusal_of(c, break_k_scale, AP_ERR_INVALID_ARGUMENT, "zero nvfp4 global scale");
+    expect_refusal_of(c, break_k_scale_inf, AP_ERR_INVALID_ARGUMENT, "inf nvfp4 global scale");
+    expect_refusal_of(c, break_v_scale_nan, AP_ERR_INVALID_ARGUMENT, "NaN nvfp4 global scale");
+    expect_refusal_of(c, break_k_block_scales, AP_ERR_INVALID_ARGUMENT, "no K block scales");
+    expect_refusal_of(c, break_v_block_scales, AP_ERR_INVALID_ARGUMENT, "no V block scales");
+    expect_refusal_of(c, break_page_index, AP_ERR_SHAPE_MISMATCH, "nvfp4 page index");
 }
 
 /* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: qo_indptr (and
