@@ -10,11 +10,17 @@
 #include <cmocka.h>
 
 #include "fixture.h"
+#include "nvfp4_ref.h"
 
 static fx_plugin plugin;
 
 static int is_fp8(ap_dtype dtype) {
     return dtype == AP_DTYPE_FP8_E4M3 || dtype == AP_DTYPE_FP8_E5M2;
+}
+
+/* Bytes of `count` cache elements: nvfp4 packs two per byte. */
+static size_t cache_bytes(ap_dtype dtype, size_t count) {
+    return dtype == AP_DTYPE_NVFP4 ? count / 2 : count * fx_dtype_bytes(dtype);
 }
 
 /* ---- append_kv/1 ---- */
@@ -33,6 +39,8 @@ typedef struct rope_setup {
     ap_layer layer;
     unsigned char *k_pages, *v_pages, *k_expect, *v_expect;
     size_t k_bytes, v_bytes;
+    unsigned char *scales[2], *scales_expect[2]; /* nvfp4 K and V block scales, else NULL */
+    size_t scale_bytes[2];
     fx_tensor q, q_out, k, v, positions, out_loc, cos_sin;
     ap_append_kv_args args;
 } rope_setup;
@@ -82,10 +90,17 @@ static void rope_build(rope_setup *r, const rope_case *c) {
     fx_msg_init(&msg);
     if (plugin.vt->create(&m, NULL, NULL, &r->backend, &msg.buf) != AP_OK)
         fail_msg("create: %s", msg.text);
-    size_t elem = fx_dtype_bytes(c->kv_dtype);
     size_t slots = (size_t)c->num_pages * (size_t)c->page_size * (size_t)c->num_kv_heads;
-    r->k_bytes = slots * (size_t)c->head_dim_qk * elem;
-    r->v_bytes = slots * (size_t)c->head_dim_v * elem;
+    r->k_bytes = cache_bytes(c->kv_dtype, slots * (size_t)c->head_dim_qk);
+    r->v_bytes = cache_bytes(c->kv_dtype, slots * (size_t)c->head_dim_v);
+    int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
+    for (int kv = 0; kv < 2 && nvfp4; kv++) {
+        r->scale_bytes[kv] = slots * (size_t)(kv ? c->head_dim_v : c->head_dim_qk) / 16;
+        r->scales[kv] = malloc(r->scale_bytes[kv]);
+        r->scales_expect[kv] = malloc(r->scale_bytes[kv]);
+        memset(r->scales[kv], 0xA5, r->scale_bytes[kv]);
+        memset(r->scales_expect[kv], 0xA5, r->scale_bytes[kv]);
+    }
     r->k_pages = malloc(r->k_bytes);
     r->v_pages = malloc(r->v_bytes);
     r->k_expect = malloc(r->k_bytes);
@@ -96,11 +111,12 @@ static void rope_build(rope_setup *r, const rope_case *c) {
     memcpy(r->v_expect, r->v_pages, r->v_bytes);
     r->kv = (ap_kv_cache){sizeof r->kv, AP_KV_LAYOUT_NHD, c->kv_dtype,    c->page_size,
                           c->num_pages, c->num_kv_heads,  c->head_dim_qk, c->head_dim_v,
-                          r->k_pages,   r->v_pages,       NULL,           NULL};
+                          r->k_pages,   r->v_pages,       r->scales[0],   r->scales[1]};
+    int scaled = is_fp8(c->kv_dtype) || nvfp4;
     r->layer = (ap_layer){.struct_size = sizeof r->layer,
                           .sm_scale = 0.1f,
-                          .k_scale = is_fp8(c->kv_dtype) ? (float)fx_rand_uniform(0.005, 0.05) : 1,
-                          .v_scale = is_fp8(c->kv_dtype) ? (float)fx_rand_uniform(0.005, 0.05) : 1,
+                          .k_scale = scaled ? (float)fx_rand_uniform(0.005, 0.05) : 1,
+                          .v_scale = scaled ? (float)fx_rand_uniform(0.005, 0.05) : 1,
                           .window_left = -1,
                           .kv = &r->kv};
     int64_t t = c->tokens;
@@ -144,6 +160,17 @@ static void rope_build(rope_setup *r, const rope_case *c) {
     };
 }
 
+/* nvfp4: the expected bytes of one rotated K (kv 0) or V (kv 1) row: each block quantized by
+ * the tests' own quantizer with the layer's global scale. */
+static void rope_expect_nvfp4(rope_setup *r, int kv, size_t slot, int g, const float *row) {
+    int dim = kv ? r->c.head_dim_v : r->c.head_dim_qk;
+    size_t index = (slot * (size_t)r->c.num_kv_heads + (size_t)g) * (size_t)dim;
+    for (int b = 0; b < dim / 16; b++)
+        r->scales_expect[kv][index / 16 + (size_t)b] =
+            nr_quantize_block(row + 16 * b, kv ? r->layer.v_scale : r->layer.k_scale,
+                              (kv ? r->v_expect : r->k_expect) + index / 2 + (size_t)b * 8);
+}
+
 /* Expected q_out (as floats) and expected cache bytes, computed before the hook runs (q may be
  * overwritten in place). */
 static float *rope_expect(rope_setup *r) {
@@ -167,6 +194,13 @@ static float *rope_expect(rope_setup *r) {
             for (int d = 0; d < c->head_dim_qk; d++)
                 row[d] = fx_tensor_get(&r->k, (int64_t[]){t, g, d});
             rope_naive(r, row, pos);
+            if (c->kv_dtype == AP_DTYPE_NVFP4) {
+                rope_expect_nvfp4(r, 0, slot, g, row);
+                for (int d = 0; d < c->head_dim_v; d++)
+                    row[d] = fx_tensor_get(&r->v, (int64_t[]){t, g, d});
+                rope_expect_nvfp4(r, 1, slot, g, row);
+                continue;
+            }
             for (int d = 0; d < c->head_dim_qk; d++) {
                 size_t at = ((slot * (size_t)c->num_kv_heads + (size_t)g) * (size_t)c->head_dim_qk +
                              (size_t)d) *
@@ -193,6 +227,10 @@ static void rope_free(rope_setup *r) {
     free(r->v_pages);
     free(r->k_expect);
     free(r->v_expect);
+    for (int kv = 0; kv < 2; kv++) {
+        free(r->scales[kv]);
+        free(r->scales_expect[kv]);
+    }
     fx_tensor *tensors[] = {&r->q,         &r->q_out,   &r->k,      &r->v,
                             &r->positions, &r->out_loc, &r->cos_sin};
     for (int n = 0; n < 7; n++) fx_tensor_free(tensors[n]);
@@ -228,6 +266,8 @@ static void run_rope_case(const rope_case *c) {
             }
     assert_memory_equal(r.k_pages, r.k_expect, r.k_bytes);
     assert_memory_equal(r.v_pages, r.v_expect, r.v_bytes);
+    for (int kv = 0; kv < 2 && r.scales[kv] != NULL; kv++)
+        assert_memory_equal(r.scales[kv], r.scales_expect[kv], r.scale_bytes[kv]);
     free(q_want);
     rope_free(&r);
 }
@@ -250,9 +290,10 @@ static rope_case rope_base(void) {
 
 static void test_append_kv(void **state) {
     (void)state;
-    ap_dtype kv_dtypes[] = {AP_DTYPE_FP8_E4M3, AP_DTYPE_FP8_E5M2, AP_DTYPE_BF16, AP_DTYPE_F16};
+    ap_dtype kv_dtypes[] = {AP_DTYPE_FP8_E4M3, AP_DTYPE_FP8_E5M2, AP_DTYPE_BF16, AP_DTYPE_F16,
+                            AP_DTYPE_NVFP4};
     ap_dtype q_dtypes[] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_F32};
-    for (int k = 0; k < 4; k++)
+    for (int k = 0; k < 5; k++)
         for (int neox = 0; neox <= 1; neox++) {
             rope_case c = rope_base();
             c.kv_dtype = kv_dtypes[k];
@@ -263,7 +304,7 @@ static void test_append_kv(void **state) {
             c.alias_q = 1;
             c.page_size = 3;
             c.num_pages = 10;
-            c.head_dim_v = 40;
+            c.head_dim_v = kv_dtypes[k] == AP_DTYPE_NVFP4 ? 48 : 40; /* nvfp4: blocks of 16 */
             run_rope_case(&c);
         }
 }
