@@ -20,6 +20,7 @@ typedef struct eng_args {
     uint64_t seed;
     const char **plugin_dirs;
     size_t num_plugin_dirs;
+    ap_dtype kv_dtype; /* --kv-dtype: replaces the rules' KV cache type; AP_DTYPE_NONE: keep */
 } eng_args;
 
 /* What became of one model. */
@@ -154,5 +155,35 @@ ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *rep
 
 /* Largest relative L2 error allowed against cpu_ref for a KV cache dtype. */
 double eng_check_tolerance(ap_dtype kv_dtype);
+
+/* ||backend - reference|| / ||reference|| over every element (host copies); NaN when either
+ * holds a NaN/inf. */
+double eng_rel_l2(const eng_tensor *backend, const eng_tensor *reference);
+
+/* ---- --kv-dtype (engine_kv_compare.c) ------------------------------------------------------ */
+
+/* Open the model's backend through the config, its KV dtype replaced by --kv-dtype when given.
+ * `options` receives the options the backend was opened with. */
+ap_status eng_open_model(const eng_context *context, const ap_model *model, ap_options *options,
+                         ap_instance **out, ap_selection **walk);
+
+/* A bf16-cache twin of the run on cpu_ref, fed the same batches and activations. */
+typedef struct eng_shadow {
+    ap_instance *ref;
+    eng_cache cache; /* one layer, host memory, bf16 */
+    ap_layer layer;
+    ap_dtype kv_dtype; /* the run's cache type */
+    double prefill_error, last_error, worst_decode_error;
+} eng_shadow;
+
+ap_status eng_shadow_open(eng_shadow *shadow, ap_registry *registry, const ap_model *served,
+                          const ap_options *options, const ap_layer *like, int32_t num_pages);
+/* After one forward of the run: the same forward on the twin, and the run's (downloaded) output
+ * against the twin's. */
+ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward_mode mode,
+                          const eng_tensor *q, const eng_tensor *k, const eng_tensor *v,
+                          const eng_tensor *out);
+void eng_shadow_report(const eng_shadow *shadow, int32_t layers, int32_t steps);
+void eng_shadow_close(eng_shadow *shadow);
 
 #endif /* AP_ENGINE_H */

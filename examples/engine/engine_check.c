@@ -8,7 +8,9 @@
 double eng_check_tolerance(ap_dtype kv_dtype) {
     /* fp8 caches: both sides read the same quantized cache, but the query-side rounding of the
      * scores differs more; the project's GPU rule is 5e-2 there and 1e-2 for bf16/fp16. */
-    return kv_dtype == AP_DTYPE_FP8_E4M3 || kv_dtype == AP_DTYPE_FP8_E5M2 ? 5e-2 : 1e-2;
+    if (kv_dtype == AP_DTYPE_FP8_E4M3 || kv_dtype == AP_DTYPE_FP8_E5M2) return 5e-2;
+    /* nvfp4: issue 11's bound for a GPU kernel against cpu_ref on the same nvfp4 bytes */
+    return kv_dtype == AP_DTYPE_NVFP4 ? 2e-2 : 1e-2;
 }
 
 /* A CPU view of a host tensor: same shape and dtype, data in host memory. */
@@ -20,8 +22,7 @@ static DLTensor eng_host_view(const eng_tensor *tensor) {
     return view;
 }
 
-/* ||backend - reference|| / ||reference|| over every element; NaN when either holds a NaN/inf. */
-static double eng_rel_l2(const eng_tensor *backend, const eng_tensor *reference) {
+double eng_rel_l2(const eng_tensor *backend, const eng_tensor *reference) {
     double diff = 0.0, norm = 0.0;
     size_t count = eng_tensor_count(reference);
     for (size_t i = 0; i < count; i++) {

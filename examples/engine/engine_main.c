@@ -14,21 +14,25 @@
 #define ENG_EXIT_USAGE 2
 
 static void eng_usage(FILE *stream) {
-    fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--steps N] [--layers N]\n"
-          "                       [--batch B] [--prompt-len L] [--seed S] [--plugin-dir DIR]\n"
-          "\n"
-          "Runs each example model that a rule of the config matches (or the one --model names)\n"
-          "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
-          "and N decode steps over L layers with random activations; prints the selection walk,\n"
-          "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
-          "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
-          "--prompt-len 64, a fresh seed (printed).\n"
-          "\n"
-          "Exit status: 0 when every model ran and passed, or had no backend that can serve it\n"
-          "here (refused by every backend of its rule: a known gap, reported); 1 on a real\n"
-          "error (a backend failed, a check failed, bad config) or when no model ran at all;\n"
-          "2 on a usage error.\n",
-          stream);
+    fputs(
+        "usage: attnplug-engine [--config FILE] [--model NAME] [--steps N] [--layers N]\n"
+        "                       [--batch B] [--prompt-len L] [--seed S] [--plugin-dir DIR]\n"
+        "                       [--kv-dtype T]\n"
+        "\n"
+        "Runs each example model that a rule of the config matches (or the one --model names)\n"
+        "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
+        "and N decode steps over L layers with random activations; prints the selection walk,\n"
+        "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
+        "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
+        "--prompt-len 64, a fresh seed (printed).\n"
+        "--kv-dtype T (bf16, f16, fp8_e4m3, fp8_e5m2, nvfp4) replaces every rule's KV cache type\n"
+        "and, unless T is bf16, reports the output against a bf16 cache's on the same inputs.\n"
+        "\n"
+        "Exit status: 0 when every model ran and passed, or had no backend that can serve it\n"
+        "here (refused by every backend of its rule: a known gap, reported); 1 on a real\n"
+        "error (a backend failed, a check failed, bad config) or when no model ran at all;\n"
+        "2 on a usage error.\n",
+        stream);
 }
 
 static int eng_parse_int(const char *text, const char *what, int32_t min, int32_t max,
@@ -52,7 +56,8 @@ enum {
     ENG_OPT_BATCH,
     ENG_OPT_PROMPT,
     ENG_OPT_SEED,
-    ENG_OPT_PLUGIN_DIR
+    ENG_OPT_PLUGIN_DIR,
+    ENG_OPT_KV_DTYPE
 };
 
 /* Returns -1 to go on, else an exit code. */
@@ -66,6 +71,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
         {"prompt-len", required_argument, NULL, ENG_OPT_PROMPT},
         {"seed", required_argument, NULL, ENG_OPT_SEED},
         {"plugin-dir", required_argument, NULL, ENG_OPT_PLUGIN_DIR},
+        {"kv-dtype", required_argument, NULL, ENG_OPT_KV_DTYPE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -94,6 +100,13 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
                 break;
             }
             case ENG_OPT_PLUGIN_DIR: args->plugin_dirs[args->num_plugin_dirs++] = optarg; break;
+            case ENG_OPT_KV_DTYPE:
+                ok = ap_dtype_parse(optarg, &args->kv_dtype) == AP_OK &&
+                     args->kv_dtype != AP_DTYPE_F32;
+                if (!ok)
+                    fprintf(stderr, "attnplug-engine: --kv-dtype: unknown cache type '%s'\n",
+                            optarg);
+                break;
             case 'h': eng_usage(stdout); return ENG_EXIT_OK;
             default: eng_usage(stderr); return ENG_EXIT_USAGE;
         }
@@ -192,7 +205,7 @@ static int eng_open(eng_context *context, ap_config *config) {
 }
 
 int main(int argc, char **argv) {
-    eng_args args = {NULL, NULL, 8, 2, 4, 64, 0, NULL, 0};
+    eng_args args = {NULL, NULL, 8, 2, 4, 64, 0, NULL, 0, AP_DTYPE_NONE};
     args.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     args.plugin_dirs = calloc((size_t)argc + 1, sizeof(*args.plugin_dirs));
     if (args.plugin_dirs == NULL) return ENG_EXIT_ERROR;

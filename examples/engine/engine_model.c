@@ -11,6 +11,7 @@
 typedef struct eng_run {
     eng_context *context;
     const ap_config_rule *rule;
+    ap_options options; /* the rule's, with --kv-dtype applied */
     ap_instance *instance;
     const ap_model *model; /* the instance's model: options applied */
     eng_memory memory;
@@ -21,7 +22,8 @@ typedef struct eng_run {
     eng_rng rng;
     eng_tensor q, k, v, out;
     eng_batch batch;
-    void *snapshot[4]; /* host copy of the last layer's cache before the checked forward */
+    void *snapshot[4];  /* host copy of the last layer's cache before the checked forward */
+    eng_shadow *shadow; /* --kv-dtype: the bf16-cache twin, else NULL */
 } eng_run;
 
 static double eng_now_ms(void) {
@@ -84,8 +86,7 @@ static eng_outcome eng_run_open(eng_run *run, const ap_model *model) {
         return ENG_FAILED;
     }
     ap_selection *walk = NULL;
-    ap_status status = ap_config_open(context->config, context->registry, model, &context->device,
-                                      &run->instance, &walk);
+    ap_status status = eng_open_model(context, model, &run->options, &run->instance, &walk);
     eng_print_walk(run->rule, walk);
     eng_outcome outcome = ENG_RAN;
     if (status != AP_OK) {
@@ -141,12 +142,21 @@ static ap_status eng_run_allocate(eng_run *run, int32_t steps) {
         layer->struct_size = sizeof(ap_layer);
         layer->layer_id = l;
         layer->sm_scale = 1.0f / sqrtf((float)m->head_dim_qk);
-        layer->k_scale = layer->v_scale = 1.0f;
+        /* nvfp4: the global scale that puts the activations' amax (1) at 6 x 448, the top of
+         * E2M1 times E4M3, as a calibrated engine would */
+        layer->k_scale = layer->v_scale = m->kv_dtype == AP_DTYPE_NVFP4 ? 1.0f / 2688.0f : 1.0f;
         layer->window_left = -1;
         if (run->skip_kv) continue;
         status = eng_cache_make(&run->caches[l], m, &spec, run->seqs.num_pages, &run->memory);
         if (status != AP_OK) return status;
         layer->kv = &run->caches[l].kv;
+    }
+    if (args->kv_dtype != AP_DTYPE_NONE && args->kv_dtype != AP_DTYPE_BF16 && !run->skip_kv) {
+        static eng_shadow shadow; /* one model runs at a time */
+        status = eng_shadow_open(&shadow, run->context->registry, m, &run->options, &run->layers[0],
+                                 run->seqs.num_pages);
+        if (status != AP_OK) return status;
+        run->shadow = &shadow;
     }
     if (!run->skip_kv) {
         const eng_cache *c = &run->caches[0];
@@ -236,7 +246,7 @@ static eng_outcome eng_run_check(eng_run *run, ap_forward_mode mode) {
     }
     int32_t last = run->model->num_layers - 1;
     eng_replay replay = {run->model,
-                         &run->rule->options,
+                         &run->options,
                          &run->layers[last],
                          run->skip_kv ? NULL : &run->caches[last],
                          run->snapshot[0],
@@ -282,7 +292,17 @@ static ap_status eng_run_step(eng_run *run, ap_forward_mode mode, int checked, d
                status == AP_ERR_CUDA ? eng_mem_error() : "host");
         return status;
     }
-    return eng_run_forward(run, mode, ms);
+    status = eng_run_forward(run, mode, ms);
+    if (status == AP_OK && run->shadow != NULL) {
+        status = eng_tensor_download(&run->out, &run->memory);
+        if (status == AP_OK)
+            status = eng_shadow_step(run->shadow, &run->batch, mode, &run->q, &run->k, &run->v,
+                                     &run->out);
+        if (status != AP_OK)
+            printf("  error: the bf16-cache twin failed: %s: %s\n", ap_status_name(status),
+                   ap_last_error());
+    }
+    return status;
 }
 
 static void eng_print_rate(const char *what, int64_t tokens, int32_t layers, double ms) {
@@ -309,6 +329,7 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
         return ENG_FAILED;
     }
     eng_outcome checked = eng_run_check(run, AP_MODE_EXTEND);
+    if (run->shadow != NULL && steps == 0) eng_shadow_report(run->shadow, m->num_layers, 0);
     if (checked != ENG_RAN || steps == 0) return checked;
     double total_ms = 0.0;
     for (int32_t s = 0; s < steps; s++) {
@@ -324,6 +345,7 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
         printf("  error: the last decode output holds NaN or inf\n");
         return ENG_FAILED;
     }
+    if (run->shadow != NULL) eng_shadow_report(run->shadow, m->num_layers, steps);
     return eng_run_check(run, AP_MODE_DECODE);
 }
 
@@ -334,6 +356,7 @@ static void eng_run_free(eng_run *run) {
     for (int32_t l = 0; run->caches != NULL && l < run->model->num_layers; l++)
         eng_cache_free(&run->caches[l], &run->memory);
     for (int i = 0; i < 4; i++) free(run->snapshot[i]);
+    if (run->shadow != NULL) eng_shadow_close(run->shadow);
     free(run->caches);
     free(run->layers);
     eng_sequences_free(&run->seqs);
