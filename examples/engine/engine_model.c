@@ -152,11 +152,11 @@ static ap_status eng_run_allocate(eng_run *run, int32_t steps) {
         layer->kv = &run->caches[l].kv;
     }
     if (args->kv_dtype != AP_DTYPE_NONE && args->kv_dtype != AP_DTYPE_BF16 && !run->skip_kv) {
-        static eng_shadow shadow; /* one model runs at a time */
-        status = eng_shadow_open(&shadow, run->context->registry, m, &run->options, &run->layers[0],
-                                 run->seqs.num_pages);
+        run->shadow = calloc(1, sizeof(*run->shadow));
+        if (run->shadow == NULL) return AP_ERR_OUT_OF_MEMORY;
+        status = eng_shadow_open(run->shadow, run->context->registry, m, &run->options,
+                                 &run->layers[0], run->seqs.num_pages);
         if (status != AP_OK) return status;
-        run->shadow = &shadow;
     }
     if (!run->skip_kv) {
         const eng_cache *c = &run->caches[0];
@@ -357,6 +357,7 @@ static void eng_run_free(eng_run *run) {
         eng_cache_free(&run->caches[l], &run->memory);
     for (int i = 0; i < 4; i++) free(run->snapshot[i]);
     if (run->shadow != NULL) eng_shadow_close(run->shadow);
+    free(run->shadow);
     free(run->caches);
     free(run->layers);
     eng_sequences_free(&run->seqs);
