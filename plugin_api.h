@@ -475,7 +475,9 @@ typedef ap_status (*ap_plugin_negotiate_fn)(const ap_negotiate_offer *offer,
  *              the rest; row p holds cos(p * f_i), sin(p * f_i), f_i = base^(-2i/rotary_dim).
  *   is_neox    1: rotate pairs (i, i + rotary_dim/2); 0: interleaved pairs (2i, 2i+1).
  *   out_loc    [num_tokens] int32 slot = page * page_size + offset where token t is written.
- *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype. */
+ *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype;
+ *   nvfp4 quantizes blocks of 16 with k_scale / v_scale as the global scale (backends/common/
+ *   nvfp4_host.h). */
 #define AP_HOOK_APPEND_KV_V1 "append_kv/1"
 typedef struct ap_append_kv_args {
     size_t struct_size;

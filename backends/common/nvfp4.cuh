@@ -11,12 +11,15 @@
 
 #include "nvfp4_host.h"
 
-// __byte_perm(lo, hi, sel): byte n of the result is byte ((sel >> 4n) & 7) of the 8 bytes
-// hi:lo (prmt.b32). Selector nibbles here never set bit 3 (prmt's sign-replicate mode). On the
-// host (tests) the same by hand.
+// prmt.b32: byte n of the result is byte ((sel >> 4n) & 7) of the 8 bytes hi:lo, for selector
+// nibbles without bit 3 (prmt's sign-replicate mode), which the selectors here never set. Inline
+// PTX, not __byte_perm: __byte_perm masks its selector with 0x7777 first, one more instruction
+// per use. On the host (tests) the same by hand.
 __host__ __device__ __forceinline__ uint32_t ap_nvfp4_prmt(uint32_t lo, uint32_t hi, uint32_t sel) {
 #if defined(__CUDA_ARCH__)
-    return __byte_perm(lo, hi, sel);
+    uint32_t out;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(lo), "r"(hi), "r"(sel));
+    return out;
 #else
     uint64_t bytes = ((uint64_t)hi << 32) | lo;
     uint32_t out = 0;
@@ -39,7 +42,8 @@ __host__ __device__ __forceinline__ uint32_t ap_nvfp4_prmt(uint32_t lo, uint32_t
 // (The loops over pairs have constant bounds and unroll; these functions also compile for the
 // host, where prmt is emulated, so that the decode's logic is checkable without a GPU.)
 // bf16's magnitudes need both bytes: a second pair of table registers and one more prmt (with
-// the selector moved down one nibble) per pair.
+// the selector moved down one nibble) per pair: 31 for 8 values. (Counted in the PTX for sm_90a,
+// and/or pairs counted as the one lop3 ptxas makes of them.)
 #define AP_NVFP4_F16_HI_0 0x3e3c3800u // high bytes of the halves 0, 0.5, 1, 1.5
 #define AP_NVFP4_F16_HI_1 0x46444240u // 2, 3, 4, 6
 #define AP_NVFP4_BF16_HI_0 0x3f3f3f00u
