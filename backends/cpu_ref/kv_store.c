@@ -105,24 +105,28 @@ static size_t cpu_kv_row_index(const ap_kv_cache *kv, int64_t slot, int32_t head
     return ((size_t)slot * (size_t)kv->num_kv_heads + (size_t)head) * (size_t)dim;
 }
 
+/* One (slot, head) row of K (is_v 0) or V (is_v 1): its values and, for nvfp4, its scales. */
+typedef struct cpu_kv_row {
+    void *values;
+    uint8_t *scales; /* NULL unless the cache has block scales */
+    int32_t dim;
+} cpu_kv_row;
+
+static cpu_kv_row cpu_kv_row_at(const ap_kv_cache *kv, int is_v, int64_t slot, int32_t head) {
+    int32_t dim = is_v ? kv->head_dim_v : kv->head_dim_qk;
+    size_t index = cpu_kv_row_index(kv, slot, head, dim);
+    char *pages = is_v ? kv->v_pages : kv->k_pages;
+    uint8_t *scales = is_v ? kv->v_block_scales : kv->k_block_scales;
+    return (cpu_kv_row){pages + cpu_kv_bytes(kv->dtype, index),
+                        scales != NULL ? scales + index / AP_NVFP4_BLOCK : NULL, dim};
+}
+
 void *cpu_kv_k_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return (char *)kv->k_pages +
-           cpu_kv_bytes(kv->dtype, cpu_kv_row_index(kv, slot, head, kv->head_dim_qk));
+    return cpu_kv_row_at(kv, 0, slot, head).values;
 }
 
 void *cpu_kv_v_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return (char *)kv->v_pages +
-           cpu_kv_bytes(kv->dtype, cpu_kv_row_index(kv, slot, head, kv->head_dim_v));
-}
-
-static uint8_t *cpu_kv_k_row_scales(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return (uint8_t *)kv->k_block_scales +
-           cpu_kv_row_index(kv, slot, head, kv->head_dim_qk) / AP_NVFP4_BLOCK;
-}
-
-static uint8_t *cpu_kv_v_row_scales(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return (uint8_t *)kv->v_block_scales +
-           cpu_kv_row_index(kv, slot, head, kv->head_dim_v) / AP_NVFP4_BLOCK;
+    return cpu_kv_row_at(kv, 1, slot, head).values;
 }
 
 /* Quantize one value into the cache's dtype: bf16/f16 by round-to-nearest-even conversion of x,
@@ -191,37 +195,39 @@ static void cpu_kv_load_nvfp4(const uint8_t *row, const uint8_t *scales, float *
 }
 
 /* One (slot, head) row of K or V into the cache, quantized with the layer's scale. */
+static void cpu_kv_store(const ap_kv_cache *kv, int is_v, int64_t slot, int32_t head,
+                         const float *values, float scale) {
+    cpu_kv_row row = cpu_kv_row_at(kv, is_v, slot, head);
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_store_nvfp4(row.values, row.scales, values, row.dim, scale);
+    else
+        cpu_kv_store_row(kv->dtype, row.values, values, row.dim, scale);
+}
+
+/* One (slot, head) row of K or V as stored, without the layer's scale (cpu_kv_load_row). */
+static void cpu_kv_load(const ap_kv_cache *kv, int is_v, int64_t slot, int32_t head,
+                        float *values) {
+    cpu_kv_row row = cpu_kv_row_at(kv, is_v, slot, head);
+    if (kv->dtype == AP_DTYPE_NVFP4)
+        cpu_kv_load_nvfp4(row.values, row.scales, values, row.dim);
+    else
+        cpu_kv_load_row(kv->dtype, row.values, values, row.dim);
+}
+
 void cpu_kv_store_k(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
                     float scale) {
-    if (kv->dtype == AP_DTYPE_NVFP4)
-        cpu_kv_store_nvfp4(cpu_kv_k_row(kv, slot, head), cpu_kv_k_row_scales(kv, slot, head),
-                           values, kv->head_dim_qk, scale);
-    else
-        cpu_kv_store_row(kv->dtype, cpu_kv_k_row(kv, slot, head), values, kv->head_dim_qk, scale);
+    cpu_kv_store(kv, 0, slot, head, values, scale);
 }
 
 void cpu_kv_store_v(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
                     float scale) {
-    if (kv->dtype == AP_DTYPE_NVFP4)
-        cpu_kv_store_nvfp4(cpu_kv_v_row(kv, slot, head), cpu_kv_v_row_scales(kv, slot, head),
-                           values, kv->head_dim_v, scale);
-    else
-        cpu_kv_store_row(kv->dtype, cpu_kv_v_row(kv, slot, head), values, kv->head_dim_v, scale);
+    cpu_kv_store(kv, 1, slot, head, values, scale);
 }
 
-/* One (slot, head) row of K or V as stored, without the layer's scale (cpu_kv_load_row). */
 void cpu_kv_load_k(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values) {
-    if (kv->dtype == AP_DTYPE_NVFP4)
-        cpu_kv_load_nvfp4(cpu_kv_k_row(kv, slot, head), cpu_kv_k_row_scales(kv, slot, head), values,
-                          kv->head_dim_qk);
-    else
-        cpu_kv_load_row(kv->dtype, cpu_kv_k_row(kv, slot, head), values, kv->head_dim_qk);
+    cpu_kv_load(kv, 0, slot, head, values);
 }
 
 void cpu_kv_load_v(const ap_kv_cache *kv, int64_t slot, int32_t head, float *values) {
-    if (kv->dtype == AP_DTYPE_NVFP4)
-        cpu_kv_load_nvfp4(cpu_kv_v_row(kv, slot, head), cpu_kv_v_row_scales(kv, slot, head), values,
-                          kv->head_dim_v);
-    else
-        cpu_kv_load_row(kv->dtype, cpu_kv_v_row(kv, slot, head), values, kv->head_dim_v);
+    cpu_kv_load(kv, 1, slot, head, values);
 }

@@ -160,6 +160,11 @@ double eng_check_tolerance(ap_dtype kv_dtype);
  * holds a NaN/inf. */
 double eng_rel_l2(const eng_tensor *backend, const eng_tensor *reference);
 
+/* For cpu_ref: a tensor's host copy as a kDLCPU DLTensor; a batch with its host mirrors as the
+ * arrays. */
+DLTensor eng_host_view(const eng_tensor *tensor);
+ap_batch eng_batch_on_host(const eng_batch *batch);
+
 /* ---- --kv-dtype (engine_kv_compare.c) ------------------------------------------------------ */
 
 /* Open the model's backend through the config, its KV dtype replaced by --kv-dtype when given.

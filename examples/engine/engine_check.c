@@ -14,7 +14,7 @@ double eng_check_tolerance(ap_dtype kv_dtype) {
 }
 
 /* A CPU view of a host tensor: same shape and dtype, data in host memory. */
-static DLTensor eng_host_view(const eng_tensor *tensor) {
+DLTensor eng_host_view(const eng_tensor *tensor) {
     DLTensor view = tensor->dl;
     view.data = tensor->host;
     view.device = (DLDevice){kDLCPU, 0};
@@ -47,14 +47,7 @@ static ap_status eng_replay_run(ap_instance *ref, const eng_replay *replay, eng_
         kv.v_block_scales = replay->cache_scales_host[1];
         layer.kv = &kv;
     }
-    /* cpu_ref reads host memory: every device array becomes its host mirror. */
-    ap_batch batch = replay->batch->batch;
-    batch.qo_indptr = batch.qo_indptr_host;
-    batch.kv_page_indptr = batch.kv_page_indptr_host;
-    batch.kv_page_indices = batch.kv_page_indices_host;
-    batch.kv_last_page_len = batch.kv_last_page_len_host;
-    batch.seq_lens = batch.seq_lens_host;
-    batch.positions = batch.positions_host;
+    ap_batch batch = eng_batch_on_host(replay->batch);
     DLTensor q = eng_host_view(replay->q), k = eng_host_view(replay->k);
     DLTensor v = eng_host_view(replay->v), out = eng_host_view(reference);
     ap_forward_args args = {sizeof(ap_forward_args), &q, &k, &v, &out, NULL, replay->save_kv, NULL};
@@ -67,6 +60,18 @@ static ap_status eng_replay_run(ap_instance *ref, const eng_replay *replay, eng_
         snprintf(why, why_size, "cpu_ref failed to replay: %s: %s", ap_status_name(status),
                  ap_last_error());
     return status;
+}
+
+/* cpu_ref reads host memory: every device array becomes its host mirror. */
+ap_batch eng_batch_on_host(const eng_batch *batch) {
+    ap_batch host = batch->batch;
+    host.qo_indptr = host.qo_indptr_host;
+    host.kv_page_indptr = host.kv_page_indptr_host;
+    host.kv_page_indices = host.kv_page_indices_host;
+    host.kv_last_page_len = host.kv_last_page_len_host;
+    host.seq_lens = host.seq_lens_host;
+    host.positions = host.positions_host;
+    return host;
 }
 
 ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *replay,

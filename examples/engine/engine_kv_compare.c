@@ -71,21 +71,10 @@ ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward
     eng_tensor twin;
     ap_status status = eng_tensor_make(&twin, &host, out->dtype, out->dl.ndim, out->shape);
     if (status != AP_OK) return status;
-    ap_batch plan = batch->batch;
-    plan.qo_indptr = plan.qo_indptr_host;
-    plan.kv_page_indptr = plan.kv_page_indptr_host;
-    plan.kv_page_indices = plan.kv_page_indices_host;
-    plan.kv_last_page_len = plan.kv_last_page_len_host;
-    plan.seq_lens = plan.seq_lens_host;
-    plan.positions = plan.positions_host;
-    DLTensor views[3] = {q->dl, k->dl, v->dl};
-    const eng_tensor *sources[3] = {q, k, v};
-    for (int i = 0; i < 3; i++) {
-        views[i].data = sources[i]->host;
-        views[i].device = (DLDevice){kDLCPU, 0};
-    }
+    ap_batch plan = eng_batch_on_host(batch);
+    DLTensor q_view = eng_host_view(q), k_view = eng_host_view(k), v_view = eng_host_view(v);
     ap_forward_args args = {
-        sizeof(ap_forward_args), &views[0], &views[1], &views[2], &twin.dl, NULL, 1, NULL};
+        sizeof(ap_forward_args), &q_view, &k_view, &v_view, &twin.dl, NULL, 1, NULL};
     status = ap_instance_init_metadata(shadow->ref, &plan, NULL);
     if (status == AP_OK)
         status = mode == AP_MODE_DECODE
