@@ -14,25 +14,25 @@
 #define ENG_EXIT_USAGE 2
 
 static void eng_usage(FILE *stream) {
-    fputs(
-        "usage: attnplug-engine [--config FILE] [--model NAME] [--steps N] [--layers N]\n"
-        "                       [--batch B] [--prompt-len L] [--seed S] [--plugin-dir DIR]\n"
-        "                       [--kv-dtype T]\n"
-        "\n"
-        "Runs each example model that a rule of the config matches (or the one --model names)\n"
-        "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
-        "and N decode steps over L layers with random activations; prints the selection walk,\n"
-        "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
-        "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
-        "--prompt-len 64, a fresh seed (printed).\n"
-        "--kv-dtype T (bf16, f16, fp8_e4m3, fp8_e5m2, nvfp4) replaces every rule's KV cache type\n"
-        "and, unless T is bf16, reports the output against a bf16 cache's on the same inputs.\n"
-        "\n"
-        "Exit status: 0 when every model ran and passed, or had no backend that can serve it\n"
-        "here (refused by every backend of its rule: a known gap, reported); 1 on a real\n"
-        "error (a backend failed, a check failed, bad config) or when no model ran at all;\n"
-        "2 on a usage error.\n",
-        stream);
+    fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--steps N] [--layers N]\n"
+          "                       [--batch B] [--prompt-len L] [--seed S] [--plugin-dir DIR]\n"
+          "                       [--kv-dtype T]\n"
+          "\n"
+          "Runs each example model that a rule of the config matches (or the one --model names)\n"
+          "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
+          "and N decode steps over L layers with random activations; prints the selection walk,\n"
+          "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
+          "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
+          "--prompt-len 64, a fresh seed (printed).\n"
+          "--kv-dtype T (bf16, f16, fp8_e4m3, fp8_e5m2, nvfp4) replaces every rule's KV cache\n"
+          "type and, unless T is bf16, reports the output against a bf16 cache's on the same\n"
+          "inputs.\n"
+          "\n"
+          "Exit status: 0 when every model ran and passed, or had no backend that can serve it\n"
+          "here (refused by every backend of its rule: a known gap, reported); 1 on a real\n"
+          "error (a backend failed, a check failed, bad config) or when no model ran at all;\n"
+          "2 on a usage error.\n",
+          stream);
 }
 
 static int eng_parse_int(const char *text, const char *what, int32_t min, int32_t max,
