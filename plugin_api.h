@@ -374,7 +374,27 @@ typedef struct ap_layer {
  *   lse [num_tokens][num_qo_heads] float32, natural log of the softmax denominator over the
  *       scaled logits (optional: NULL)
  * save_kv = 1 writes k/v into the cache (quantized when it is fp8/nvfp4) before attending.
- * MLA decode: q holds q_nope (absorbed, kv_lora_rank wide) and q_rope the rope part. */
+ *
+ * MLA, absorbed form (forward_decode; and forward_extend over the paged cache): the cache holds
+ * one latent row per token, [c | k_pe] = kv_lora_rank + qk_rope_head_dim values (576 = 512 + 64
+ * in DeepSeek-V3), one KV "head" that every query head reads; v_pages is NULL.
+ *   q      [T][Hq][kv_lora_rank]     q_nope, already absorbed (W_UK folded in)
+ *   q_rope [T][Hq][qk_rope_head_dim] its rope part, already rotated
+ *          q and q_rope are read where they are: each row dense, the rows at any stride (slices
+ *          of one wider tensor pass, nothing is concatenated). Or q [T][Hq][576] and q_rope NULL.
+ *   k      [T][1][576] the new tokens' latent rows (k_pe already rotated), for save_kv; v NULL
+ *   out    [T][Hq][kv_lora_rank]     (W_UV is the host's to apply)
+ *   logit  = sm_scale * (q_nope . c + q_rope . k_pe),  out = softmax . c,  lse as above.
+ *   Scales: the whole 576-wide row is one tensor quantized with layer->k_scale (fp8: stored =
+ *   saturate(x / k_scale), real = stored * k_scale, for c and k_pe alike, so V = c uses k_scale
+ *   too); layer->v_scale is not used by the latent cache.
+ * MTP / speculative verification (1..n query tokens per sequence) is an EXTEND batch in this
+ * absorbed form: decode stays exactly one token per sequence. New token j of a sequence with
+ * q_len new tokens sits at position prefix + j and sees positions 0 .. prefix + j (causal among
+ * the new tokens, aligned to the end), over the paged latent cache.
+ * MLA, MHA form (chunked prefill, forward_extend): q [T][Hq][qk_nope + qk_rope] without q_rope;
+ * per-head k [kv][Hq][qk_nope + qk_rope] and v [kv][Hq][v_head_dim] (see ap_batch's ragged K/V
+ * source); out [T][Hq][v_head_dim]. */
 typedef struct ap_forward_args {
     size_t struct_size;
     const DLTensor *q;

@@ -17,6 +17,10 @@ typedef struct cpu_plan {
     int32_t *seq_lens;        /* [num_seqs] */
     int32_t *kv_page_indptr;  /* [num_seqs + 1], NULL without pages */
     int32_t *kv_page_indices; /* [num_pages_total], NULL without pages */
+    int ragged;               /* 1: ABI 1.1's ragged K/V source (batch.kv_indptr) is set */
+    int32_t kv_causal;        /* with `ragged`: 1 causal aligned to the end, 0 no mask */
+    int32_t num_kv_tokens;    /* with `ragged`: kv_indptr[num_seqs] */
+    int32_t *kv_indptr;       /* [num_seqs + 1] with `ragged`, else NULL */
 } cpu_plan;
 
 struct ap_backend {

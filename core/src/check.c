@@ -204,14 +204,15 @@ ap_status ap_check_batch(const ap_instance *instance, const ap_batch *b, int32_t
 
 /* ---- forward_extend / forward_decode ---------------------------------------------------------- */
 
-/* q, out, lse, q_rope: the query side, shaped [T][Hq][...]. */
+/* q, out, lse, q_rope: the query side, shaped [T][Hq][...]; q and q_rope laid out as `q_layout`
+ * says (MLA's absorbed form reads them in place: rows dense, rows strided). */
 static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forward_args *a,
-                                    int64_t dq, int64_t dv, ap_msgbuf *msg) {
+                                    int64_t dq, int64_t dv, ap_layout q_layout, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int64_t t = instance->batch_num_tokens, hq = m->num_qo_heads;
     DLDataType act = ap_dl_of(m->dtype);
     ap_status status =
-        ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, AP_DENSE);
+        ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, q_layout);
     if (status == AP_OK)
         status = ap_check_required(instance, msg, "args.out", a->out, 3, (int64_t[]){t, hq, dv},
                                    act, AP_DENSE);
@@ -220,7 +221,7 @@ static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forwar
                                    AP_DL_FLOAT32, AP_DENSE);
     if (status == AP_OK && a->q_rope != NULL)
         status = ap_check_tensor(instance, msg, "args.q_rope", a->q_rope, 3,
-                                 (int64_t[]){t, hq, m->qk_rope_head_dim}, act, AP_DENSE);
+                                 (int64_t[]){t, hq, m->qk_rope_head_dim}, act, q_layout);
     return status;
 }
 
@@ -275,24 +276,29 @@ ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, co
         if (a->q_rope != NULL)
             return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                                  "args.q_rope is for MLA models only");
-        status = ap_check_forward_q(instance, a, m->head_dim_qk, m->head_dim_v, msg);
+        status = ap_check_forward_q(instance, a, m->head_dim_qk, m->head_dim_v, AP_DENSE, msg);
         if (status != AP_OK) return status;
         return ap_check_forward_kv(instance, a, m->num_kv_heads, m->head_dim_qk, m->head_dim_v, 0,
                                    msg);
     }
     /* MLA has two forms. MHA-style prefill (extend, q without q_rope is qk_nope + qk_rope wide):
-     * per-head k and v. Absorbed (decode, or extend over the latent): q is the latent width
-     * (576 = 512 + 64) or its 512 part with q_rope beside it; new k is the latent [T][1][576]. */
+     * per-head k and v. Absorbed (decode, or extend over the latent: MTP verification): q is the
+     * latent width (576 = 512 + 64) or its 512 part with q_rope beside it, both read in place;
+     * new k is the latent [T][1][576] and there is no v (V is the latent's first 512 values). */
     int64_t prefill_dq = (int64_t)m->qk_nope_head_dim + m->qk_rope_head_dim;
     if (mode == AP_MODE_EXTEND && a->q_rope == NULL && a->q != NULL && a->q->ndim == 3 &&
         a->q->shape != NULL && m->qk_nope_head_dim > 0 && m->v_head_dim > 0 &&
         a->q->shape[2] == prefill_dq && prefill_dq != m->head_dim_qk) {
-        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, msg);
+        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, AP_DENSE, msg);
         if (status != AP_OK) return status;
         return ap_check_forward_kv(instance, a, m->num_qo_heads, prefill_dq, m->v_head_dim, 0, msg);
     }
     int64_t dq = a->q_rope != NULL ? m->kv_lora_rank : m->head_dim_qk;
-    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, msg);
+    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, AP_ROWS, msg);
     if (status != AP_OK) return status;
+    if (a->v != NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.v must be NULL in MLA's absorbed form (V is the first "
+                             "kv_lora_rank values of the latent row in args.k)");
     return ap_check_forward_kv(instance, a, 1, m->head_dim_qk, m->head_dim_v, 1, msg);
 }

@@ -1,0 +1,138 @@
+/* test_check_mla.c: the core's checks of MLA's forward forms (absorbed decode and MTP over the
+ * latent cache) before a backend sees them. */
+#include <stdlib.h>
+
+#include "support.h"
+
+/* tc_model_mla: 4 heads, kv_lora_rank 16 + rope 8 = 24, nope 12, v_head 10, pages of 16. */
+typedef struct mla_state {
+    ap_registry *registry;
+    ap_instance *inst; /* fx_mla (CPU, needs host mirrors) */
+    ap_model model;
+    tc_batch batch;
+    tc_layer layer;
+    tc_tensor q_all; /* [T][4][24 + 4 padding]: q_nope and q_rope are views into it */
+    DLTensor q_nope, q_rope;
+    int64_t nope_shape[3], rope_shape[3], strides[3];
+    tc_tensor out, lse, k, v;
+    ap_forward_args args;
+} mla_state;
+
+/* q_nope [T][4][16] and q_rope [T][4][8] as slices of one padded buffer: rows dense, rows
+ * strided by 28 elements; k the new latent rows [T][1][24]. */
+static void mla_tensors(mla_state *s, int64_t t) {
+    tc_tensor_init(&s->q_all, TC_F32, 3, (int64_t[]){t, 4, 28});
+    s->strides[0] = 4 * 28, s->strides[1] = 28, s->strides[2] = 1;
+    s->nope_shape[0] = s->rope_shape[0] = t;
+    s->nope_shape[1] = s->rope_shape[1] = 4;
+    s->nope_shape[2] = 16, s->rope_shape[2] = 8;
+    s->q_nope = s->q_all.t;
+    s->q_nope.shape = s->nope_shape;
+    s->q_nope.strides = s->strides;
+    s->q_rope = s->q_nope;
+    s->q_rope.shape = s->rope_shape;
+    s->q_rope.byte_offset = 16 * sizeof(float);
+    tc_tensor_init(&s->out, TC_F32, 3, (int64_t[]){t, 4, 16});
+    tc_tensor_init(&s->lse, TC_F32, 2, (int64_t[]){t, 4});
+    tc_tensor_init(&s->k, TC_F32, 3, (int64_t[]){t, 1, 24});
+    tc_tensor_init(&s->v, TC_F32, 3, (int64_t[]){t, 1, 16});
+    s->args = (ap_forward_args){.struct_size = sizeof(ap_forward_args),
+                                .q = &s->q_nope,
+                                .k = &s->k.t,
+                                .out = &s->out.t,
+                                .lse = &s->lse.t,
+                                .save_kv = 1,
+                                .q_rope = &s->q_rope};
+}
+
+static void mla_tensors_free(mla_state *s) {
+    tc_tensor *all[] = {&s->q_all, &s->out, &s->lse, &s->k, &s->v};
+    for (size_t i = 0; i < 5; i++) tc_tensor_free(all[i]);
+}
+
+static int setup(void **state) {
+    mla_state *s = calloc(1, sizeof *s);
+    s->registry = tc_registry_open();
+    s->model = tc_model_mla("deepseek");
+    ap_device cpu = tc_cpu("no GPU");
+    if (ap_instance_open(s->registry, "fx_mla", &s->model, NULL, &cpu, &s->inst) != AP_OK)
+        return -1;
+    tc_layer_init(&s->layer, &s->model, 4);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state) {
+    mla_state *s = *state;
+    mla_tensors_free(s);
+    ap_instance_close(s->inst);
+    int rc = ap_registry_destroy(s->registry) == AP_OK ? 0 : -1;
+    free(s);
+    return rc;
+}
+
+#define DECODE_FAILS(s, status, needle) \
+    TC_ASSERT_FAILS(ap_instance_forward_decode((s)->inst, &(s)->layer.layer, &(s)->args, NULL), \
+                    status, needle)
+
+static void test_absorbed_decode(void **state) {
+    mla_state *s = *state;
+    tc_batch_decode(&s->batch);
+    mla_tensors(s, 2);
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, &s->batch.b, NULL));
+    /* q_nope and q_rope read in place: strided rows pass */
+    TC_ASSERT_OK(ap_instance_forward_decode(s->inst, &s->layer.layer, &s->args, NULL));
+    assert_true(tc_tensor_f32(&s->out, 2) == 2.0f); /* the fixture's decode ran */
+    /* ... but a row must be dense */
+    int64_t bad_strides[3] = {4 * 28, 28, 2};
+    s->q_rope.strides = bad_strides;
+    DECODE_FAILS(s, AP_ERR_INVALID_ARGUMENT,
+                 "args.q_rope must have dense rows: its last dim has stride 2, expected 1");
+    s->q_rope.strides = s->strides;
+    /* widths: q_nope is kv_lora_rank wide beside q_rope, q_rope qk_rope_head_dim */
+    s->nope_shape[2] = 24;
+    DECODE_FAILS(s, AP_ERR_SHAPE_MISMATCH, "args.q has shape [2][4][24], expected [2][4][16]");
+    s->nope_shape[2] = 16;
+    s->rope_shape[2] = 6;
+    DECODE_FAILS(s, AP_ERR_SHAPE_MISMATCH, "args.q_rope has shape [2][4][6], expected [2][4][8]");
+    s->rope_shape[2] = 8;
+    /* the latent holds V: no v tensor */
+    s->args.v = &s->v.t;
+    DECODE_FAILS(s, AP_ERR_INVALID_ARGUMENT, "args.v must be NULL in MLA's absorbed form");
+    s->args.v = NULL;
+    /* the new latent rows are one 24-wide row per token */
+    s->k.shape[2] = 16;
+    DECODE_FAILS(s, AP_ERR_SHAPE_MISMATCH, "args.k has shape [2][1][16], expected [2][1][24]");
+    s->k.shape[2] = 24;
+    s->out.shape[2] = 10;
+    DECODE_FAILS(s, AP_ERR_SHAPE_MISMATCH, "args.out has shape [2][4][10], expected [2][4][16]");
+    s->out.shape[2] = 16;
+    /* the whole 24-wide q without q_rope is the other absorbed spelling */
+    s->args.q_rope = NULL;
+    s->nope_shape[2] = 24;
+    TC_ASSERT_OK(ap_instance_forward_decode(s->inst, &s->layer.layer, &s->args, NULL));
+}
+
+/* MTP verification: several new tokens per sequence, absorbed, as an extend batch. */
+static void test_absorbed_extend(void **state) {
+    mla_state *s = *state;
+    tc_batch_extend(&s->batch);
+    mla_tensors(s, 4);
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, &s->batch.b, NULL));
+    TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &s->layer.layer, &s->args, NULL));
+    assert_true(tc_tensor_f32(&s->out, 2) == 1.0f); /* the fixture's extend ran */
+    s->args.save_kv = 0;
+    s->args.k = NULL;
+    TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &s->layer.layer, &s->args, NULL));
+    /* and a decode batch stays one token per sequence */
+    TC_ASSERT_FAILS(ap_instance_forward_decode(s->inst, &s->layer.layer, &s->args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "the planned batch is extend, not decode");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_absorbed_decode, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_absorbed_extend, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("core.check_mla", tests, NULL, NULL);
+}
