@@ -495,7 +495,16 @@ typedef ap_status (*ap_plugin_negotiate_fn)(const ap_negotiate_offer *offer,
  *              the rest; row p holds cos(p * f_i), sin(p * f_i), f_i = base^(-2i/rotary_dim).
  *   is_neox    1: rotate pairs (i, i + rotary_dim/2); 0: interleaved pairs (2i, 2i+1).
  *   out_loc    [num_tokens] int32 slot = page * page_size + offset where token t is written.
- *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype. */
+ *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype.
+ * MLA form (the model's kind is MLA):
+ *   k          [num_tokens][1][kv_lora_rank + qk_rope_head_dim]: the new latent rows [c | k_pe],
+ *              k_pe not rotated yet; c is written as is, k_pe rotated, the whole row quantized
+ *              with layer->k_scale (fp8: saturate(x / k_scale)) into head 0 of slot out_loc[t].
+ *   v          NULL (V is the latent's first kv_lora_rank values).
+ *   q, q_out   q_rope [num_tokens][num_qo_heads][qk_rope_head_dim], optional: rotated whole;
+ *              read and written in place (rows dense, any row stride: the rope slice of the
+ *              projection's q; q_out may alias q).
+ *   rotary_dim == qk_rope_head_dim; is_neox as the model's RoPE (DeepSeek-V3: 0). */
 #define AP_HOOK_APPEND_KV_V1 "append_kv/1"
 typedef struct ap_append_kv_args {
     size_t struct_size;

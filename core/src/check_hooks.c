@@ -46,20 +46,25 @@ static int ap_is_activation(const DLTensor *t) {
                             (d.code == kDLBfloat && d.bits == 16));
 }
 
-/* The new k and v of an append: [T][Hkv][Dqk] and [T][Hkv][Dv] for MHA. MLA's fused append is
- * the backend's to shape (latent, rope part), so there the core checks rank, tokens, dtype and
- * device, and v may be NULL (the latent holds it). */
+/* The new k and v of an append: [T][Hkv][Dqk] and [T][Hkv][Dv] for MHA, q and q_out
+ * [T][Hq][Dqk]. MLA: k is the new latent rows [T][1][kv_lora_rank + qk_rope] (k_pe, the last
+ * qk_rope values, not rotated yet), no v (the latent holds V), and q / q_out are q_rope
+ * [T][Hq][qk_rope], read and written in place (dense rows, any row stride). */
 static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_append_kv_args *a,
                                          int64_t t, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int mla = m->kind == AP_ATTN_MLA;
     DLDataType act = ap_dl_of(m->dtype);
-    int64_t hq = mla ? AP_ANY : m->num_qo_heads, dq = mla ? AP_ANY : m->head_dim_qk;
-    int64_t hk = mla ? AP_ANY : m->num_kv_heads, dk = mla ? AP_ANY : m->head_dim_qk;
-    int64_t dv = mla ? AP_ANY : m->head_dim_v;
+    int64_t hq = m->num_qo_heads, dq = mla ? m->qk_rope_head_dim : m->head_dim_qk;
+    int64_t hk = m->num_kv_heads, dk = m->head_dim_qk, dv = m->head_dim_v;
+    ap_layout q_layout = mla ? AP_ROWS : AP_DENSE;
     ap_status status =
         ap_check_tensor(instance, msg, "args.k", a->k, 3, (int64_t[]){t, hk, dk}, act, AP_DENSE);
-    if (status == AP_OK && !(mla && a->v == NULL))
+    if (status == AP_OK && mla && a->v != NULL)
+        status = ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                               "args.v must be NULL for MLA (V is the first kv_lora_rank values "
+                               "of the latent row in args.k)");
+    if (status == AP_OK && !mla)
         status = ap_check_required(instance, msg, "args.v", a->v, 3, (int64_t[]){t, hk, dv}, act,
                                    AP_DENSE);
     /* q is optional (a host may rotate q elsewhere); q_out comes with it and has its shape. */
@@ -69,10 +74,10 @@ static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_a
                                "(one is NULL)");
     if (status == AP_OK && a->q != NULL)
         status = ap_check_tensor(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act,
-                                 AP_DENSE);
+                                 q_layout);
     if (status == AP_OK && a->q != NULL)
-        status = ap_check_tensor(instance, msg, "args.q_out", a->q_out, 3,
-                                 (int64_t[]){t, a->q->shape[1], a->q->shape[2]}, act, AP_DENSE);
+        status = ap_check_tensor(instance, msg, "args.q_out", a->q_out, 3, (int64_t[]){t, hq, dq},
+                                 act, q_layout);
     if (status == AP_OK)
         status = ap_check_required(instance, msg, "args.positions", a->positions, 1, (int64_t[]){t},
                                    AP_DL_INT32, AP_STRIDED);
@@ -99,6 +104,11 @@ ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                              "args.rotary_dim is %d (must be even, > 0 and <= head_dim_qk %d)",
                              (int)a->rotary_dim, (int)m->head_dim_qk);
+    /* MLA rotates all of q_rope and k_pe: the rope part is exactly qk_rope_head_dim wide. */
+    if (m->kind == AP_ATTN_MLA && a->rotary_dim != m->qk_rope_head_dim)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.rotary_dim is %d, expected qk_rope_head_dim %d for MLA",
+                             (int)a->rotary_dim, (int)m->qk_rope_head_dim);
     if (a->is_neox != 0 && a->is_neox != 1)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.is_neox is %d (0 or 1)",
                              (int)a->is_neox);

@@ -7,7 +7,7 @@
 /* tc_model_mla: 4 heads, kv_lora_rank 16 + rope 8 = 24, nope 12, v_head 10, pages of 16. */
 typedef struct mla_state {
     ap_registry *registry;
-    ap_instance *inst; /* fx_mla (CPU, needs host mirrors) */
+    ap_instance *inst; /* fx_mla_hooks (CPU, needs host mirrors, offers the MLA hooks) */
     ap_model model;
     tc_batch batch;
     tc_layer layer;
@@ -55,7 +55,7 @@ static int setup(void **state) {
     s->registry = tc_registry_open();
     s->model = tc_model_mla("deepseek");
     ap_device cpu = tc_cpu("no GPU");
-    if (ap_instance_open(s->registry, "fx_mla", &s->model, NULL, &cpu, &s->inst) != AP_OK)
+    if (ap_instance_open(s->registry, "fx_mla_hooks", &s->model, NULL, &cpu, &s->inst) != AP_OK)
         return -1;
     tc_layer_init(&s->layer, &s->model, 4);
     *state = s;
@@ -129,10 +129,54 @@ static void test_absorbed_extend(void **state) {
                     AP_ERR_INVALID_ARGUMENT, "the planned batch is extend, not decode");
 }
 
+/* append_kv/1 for MLA: k the new latent rows [T][1][24] (k_pe not rotated yet), v NULL, q and
+ * q_out the q_rope slices [T][4][8] of a wider q, rotary_dim = qk_rope_head_dim. */
+static void test_append_kv(void **state) {
+    mla_state *s = *state;
+    mla_tensors(s, 3);
+    tc_tensor positions, out_loc, cos_sin;
+    tc_tensor_init(&positions, TC_I32, 1, (int64_t[]){3});
+    tc_tensor_init(&out_loc, TC_I32, 1, (int64_t[]){3});
+    tc_tensor_init(&cos_sin, TC_F32, 2, (int64_t[]){32, 8});
+    ap_append_kv_args a = {.struct_size = sizeof a,
+                           .q = &s->q_rope,
+                           .q_out = &s->q_rope,
+                           .k = &s->k.t,
+                           .positions = &positions.t,
+                           .out_loc = &out_loc.t,
+                           .cos_sin = &cos_sin.t,
+                           .rotary_dim = 8,
+                           .is_neox = 0};
+#define MLA_APPEND_FAILS(status, needle) \
+    TC_ASSERT_FAILS(ap_instance_append_kv(s->inst, &s->layer.layer, &a, NULL), status, needle)
+    TC_ASSERT_OK(ap_instance_append_kv(s->inst, &s->layer.layer, &a, NULL));
+    a.rotary_dim = 4;
+    MLA_APPEND_FAILS(AP_ERR_INVALID_ARGUMENT,
+                     "args.rotary_dim is 4, expected qk_rope_head_dim 8 for MLA");
+    a.rotary_dim = 8;
+    a.v = &s->v.t;
+    MLA_APPEND_FAILS(AP_ERR_INVALID_ARGUMENT, "args.v must be NULL for MLA");
+    a.v = NULL;
+    a.q = a.q_out = &s->q_nope; /* 16 wide: not the rope part */
+    MLA_APPEND_FAILS(AP_ERR_SHAPE_MISMATCH, "args.q has shape [3][4][16], expected [3][4][8]");
+    a.q = a.q_out = &s->q_rope;
+    s->k.shape[1] = 4;
+    MLA_APPEND_FAILS(AP_ERR_SHAPE_MISMATCH, "args.k has shape [3][4][24], expected [3][1][24]");
+    s->k.shape[1] = 1;
+    int64_t bad_strides[3] = {4 * 28, 28, 2};
+    s->q_rope.strides = bad_strides;
+    MLA_APPEND_FAILS(AP_ERR_INVALID_ARGUMENT, "args.q must have dense rows");
+#undef MLA_APPEND_FAILS
+    tc_tensor_free(&positions);
+    tc_tensor_free(&out_loc);
+    tc_tensor_free(&cos_sin);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_absorbed_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absorbed_extend, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_append_kv, setup, teardown),
     };
     return cmocka_run_group_tests_name("core.check_mla", tests, NULL, NULL);
 }
