@@ -551,8 +551,10 @@ typedef ap_status (*ap_hook_pack_prefix_chunk_kv_v1)(ap_backend *backend,
  *   o = (w_a * o_a + w_b * o_b) / (w_a + w_b),  lse = m + log(w_a + w_b)
  *   o_a, o_b, o  [tokens][heads][dim], one dtype (bf16, f16 or f32), dense
  *   lse_a, lse_b [tokens][heads] float32, natural log, as forward_extend writes it; lse optional
- * A row with lse = -inf on one side (no keys) takes the other side's values; -inf on both gives
- * o = 0 and lse = -inf. o may alias o_a and lse may alias lse_a (in-place accumulation). */
+ * A row with lse = -inf on one side (no keys) takes the other side's o and lse exactly, and the
+ * empty side's o is not read (it may hold anything, NaN included); -inf on both gives o = 0 and
+ * lse = -inf. Other lse values are finite. o may alias o_a or o_b and lse may alias lse_a or
+ * lse_b (in-place accumulation). Hosts call it through ap_instance_merge_state. */
 #define AP_HOOK_MERGE_STATE_V1 "merge_state/1"
 typedef struct ap_merge_state_args {
     size_t struct_size;

@@ -86,10 +86,12 @@ void cpu_plan_free(cpu_plan *plan);
 ap_status cpu_forward(ap_backend *backend, const ap_layer *layer, const ap_forward_args *args,
                       ap_forward_mode mode, ap_msgbuf *msg);
 
-/* rope.c and pack.c: the hooks */
+/* rope.c, pack.c and merge.c: the hooks */
 ap_status cpu_hook_append_kv(ap_backend *backend, const ap_layer *layer,
                              const ap_append_kv_args *args, void *stream, ap_msgbuf *msg);
 ap_status cpu_hook_pack_prefix_chunk_kv(ap_backend *backend, const ap_pack_kv_args *args,
                                         void *stream, ap_msgbuf *msg);
+ap_status cpu_hook_merge_state(ap_backend *backend, const ap_merge_state_args *args, void *stream,
+                               ap_msgbuf *msg);
 
 #endif /* AP_CPU_REF_H */

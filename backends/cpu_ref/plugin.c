@@ -82,13 +82,15 @@ static ap_status cpu_forward_decode(ap_backend *backend, const ap_layer *layer,
     return cpu_forward(backend, layer, args, AP_MODE_DECODE, msg);
 }
 
-/* append_kv/1 and pack_prefix_chunk_kv/1; no cuda_graph/1 (nothing to capture on the CPU). */
+/* append_kv/1, pack_prefix_chunk_kv/1 and merge_state/1; no cuda_graph/1 (nothing to capture
+ * on the CPU). */
 static void *cpu_get_hook(ap_backend *backend, const char *name) {
     (void)backend;
     if (name == NULL) return NULL;
     if (strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)cpu_hook_append_kv;
     if (strcmp(name, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1) == 0)
         return (void *)cpu_hook_pack_prefix_chunk_kv;
+    if (strcmp(name, AP_HOOK_MERGE_STATE_V1) == 0) return (void *)cpu_hook_merge_state;
     return NULL;
 }
 

@@ -1,4 +1,5 @@
-/* check_hooks.c: the core's checks of the append_kv/1 and pack_prefix_chunk_kv/1 arguments. */
+/* check_hooks.c: the core's checks of the append_kv/1, pack_prefix_chunk_kv/1 and merge_state/1
+ * arguments. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -6,6 +7,7 @@
 
 #define AP_APPEND_MIN_SIZE (offsetof(ap_append_kv_args, is_neox) + sizeof(int32_t))
 #define AP_PACK_MIN_SIZE (offsetof(ap_pack_kv_args, v_scale) + sizeof(float))
+#define AP_MERGE_MIN_SIZE (offsetof(ap_merge_state_args, lse) + sizeof(DLTensor *))
 
 /* Element i of a 1-D int32 tensor in host memory. */
 static int32_t ap_host_int32(const DLTensor *t, int64_t i) {
@@ -190,4 +192,44 @@ ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *a
                              (int)a->k_nope->dtype.code, (int)a->k_nope->dtype.bits);
     return ap_check_pack_tensors(instance, a, AP_ANY, AP_ANY, AP_ANY, AP_ANY, a->k_nope->dtype,
                                  msg);
+}
+
+/* Two partial states and the merged one: o_a, o_b, o [T][H][D] of one float dtype (o_a's), the
+ * LSEs float32 [T][H]; all dense. o may alias o_a or o_b, lse lse_a or lse_b (each element is
+ * read before its own position is written). */
+ap_status ap_check_merge_state(const ap_instance *instance, const ap_merge_state_args *a,
+                               ap_msgbuf *msg) {
+    if (a == NULL) return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args is NULL");
+    if (a->struct_size < AP_MERGE_MIN_SIZE)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.struct_size is %zu, expected >= %zu", a->struct_size,
+                             (size_t)AP_MERGE_MIN_SIZE);
+    if (a->o_a == NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.o_a is NULL (required)");
+    if (a->o_a->ndim != 3 || a->o_a->shape == NULL)
+        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH, "args.o_a has ndim %d, expected 3",
+                             (int)a->o_a->ndim);
+    if (!ap_is_activation(a->o_a))
+        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH,
+                             "args.o_a has dtype code %d, %d bits: expected float32, bfloat16 or "
+                             "float16",
+                             (int)a->o_a->dtype.code, (int)a->o_a->dtype.bits);
+    const int64_t *shape = a->o_a->shape;
+    int64_t rows[2] = {shape[0], shape[1]};
+    DLDataType type = a->o_a->dtype;
+    ap_status status = ap_check_tensor(instance, msg, "args.o_a", a->o_a, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.o_b", a->o_b, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.o", a->o, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.lse_a", a->lse_a, 2, rows, AP_DL_FLOAT32,
+                                   AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.lse_b", a->lse_b, 2, rows, AP_DL_FLOAT32,
+                                   AP_DENSE);
+    if (status == AP_OK)
+        status =
+            ap_check_optional(instance, msg, "args.lse", a->lse, 2, rows, AP_DL_FLOAT32, AP_DENSE);
+    return status;
 }

@@ -78,6 +78,8 @@ ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_mod
         instance, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1);
     instance->cuda_graph =
         (ap_hook_cuda_graph_v1)ap_instance_resolve(instance, AP_HOOK_CUDA_GRAPH_V1);
+    instance->merge_state =
+        (ap_hook_merge_state_v1)ap_instance_resolve(instance, AP_HOOK_MERGE_STATE_V1);
     ap_log(AP_LOG_INSTANCE, "%s: opened for model '%s'", name,
            instance->model_name != NULL ? instance->model_name : "(unnamed)");
     ap_error_clear();
@@ -174,6 +176,7 @@ int ap_instance_has_hook(const ap_instance *instance, const char *name) {
     if (strcmp(name, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1) == 0)
         return instance->pack_prefix_chunk_kv != NULL;
     if (strcmp(name, AP_HOOK_CUDA_GRAPH_V1) == 0) return instance->cuda_graph != NULL;
+    if (strcmp(name, AP_HOOK_MERGE_STATE_V1) == 0) return instance->merge_state != NULL;
     /* Names the core does not know are asked afresh; get_hook must answer the same each time. */
     return instance->plugin->desc->vtable->get_hook(instance->backend, name) != NULL;
 }
@@ -240,5 +243,19 @@ ap_status ap_instance_cuda_graph_prepare(ap_instance *instance, int32_t max_batc
     ap_msgbuf msg = ap_instance_msg(instance);
     ap_status status = instance->cuda_graph(instance->backend, max_batch, stream, &msg);
     if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_CUDA_GRAPH_V1, status);
+    return AP_OK;
+}
+
+ap_status ap_instance_merge_state(ap_instance *instance, const ap_merge_state_args *args,
+                                  void *stream) {
+    if (instance == NULL)
+        return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_instance_merge_state: instance is NULL");
+    if (instance->merge_state == NULL) return ap_hook_absent(instance, AP_HOOK_MERGE_STATE_V1);
+    ap_msgbuf msg = ap_instance_msg(instance);
+    ap_status status = ap_check_merge_state(instance, args, &msg);
+    if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_MERGE_STATE_V1, status);
+    msg = ap_instance_msg(instance);
+    status = instance->merge_state(instance->backend, args, stream, &msg);
+    if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_MERGE_STATE_V1, status);
     return AP_OK;
 }

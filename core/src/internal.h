@@ -94,6 +94,7 @@ struct ap_instance {
     ap_hook_append_kv_v1 append_kv; /* resolved once at open; NULL when absent */
     ap_hook_pack_prefix_chunk_kv_v1 pack_prefix_chunk_kv;
     ap_hook_cuda_graph_v1 cuda_graph;
+    ap_hook_merge_state_v1 merge_state;
     char message[1024]; /* the plugin writes its error here */
     /* What the last successful init_metadata planned, for the forward checks (check.c). */
     int32_t batch_planned; /* 0 until a batch was planned (or after a failed plan) */
@@ -119,6 +120,8 @@ ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
                              const ap_append_kv_args *args, ap_msgbuf *msg);
 ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *args,
                            ap_msgbuf *msg);
+ap_status ap_check_merge_state(const ap_instance *instance, const ap_merge_state_args *args,
+                               ap_msgbuf *msg);
 
 /* A fresh message buffer over `text`. */
 static inline ap_msgbuf ap_msgbuf_over(char *text, size_t capacity) {

@@ -172,11 +172,72 @@ static void test_append_kv(void **state) {
     tc_tensor_free(&cos_sin);
 }
 
+/* merge_state/1: three [T][H][D] states of one float type, float32 LSEs, all dense. */
+static void test_merge_state(void **state) {
+    mla_state *s = *state;
+    tc_tensor o_a, o_b, o, lse_a, lse_b, lse;
+    tc_tensor_init(&o_a, TC_F32, 3, (int64_t[]){5, 4, 10});
+    tc_tensor_init(&o_b, TC_F32, 3, (int64_t[]){5, 4, 10});
+    tc_tensor_init(&o, TC_F32, 3, (int64_t[]){5, 4, 10});
+    tc_tensor_init(&lse_a, TC_F32, 2, (int64_t[]){5, 4});
+    tc_tensor_init(&lse_b, TC_F32, 2, (int64_t[]){5, 4});
+    tc_tensor_init(&lse, TC_F32, 2, (int64_t[]){5, 4});
+    ap_merge_state_args a = {sizeof a, &o_a.t, &lse_a.t, &o_b.t, &lse_b.t, &o.t, &lse.t};
+#define MERGE_FAILS(status, needle) \
+    TC_ASSERT_FAILS(ap_instance_merge_state(s->inst, &a, NULL), status, needle)
+    assert_true(ap_instance_has_hook(s->inst, AP_HOOK_MERGE_STATE_V1));
+    TC_ASSERT_OK(ap_instance_merge_state(s->inst, &a, NULL));
+    assert_true(tc_tensor_f32(&o, 0) == 7.0f); /* the fixture's merge ran */
+    a.o = &o_a.t, a.lse = NULL;                /* in place, no merged LSE */
+    TC_ASSERT_OK(ap_instance_merge_state(s->inst, &a, NULL));
+    a.o = &o.t, a.lse = &lse.t;
+    o_b.shape[2] = 9;
+    MERGE_FAILS(AP_ERR_SHAPE_MISMATCH, "args.o_b has shape [5][4][9], expected [5][4][10]");
+    o_b.shape[2] = 10;
+    o.t.dtype = TC_BF16;
+    MERGE_FAILS(AP_ERR_SHAPE_MISMATCH, "args.o has dtype bfloat16 (code 4, 16 bits, 1 lanes), "
+                                       "expected float32");
+    o.t.dtype = TC_F32;
+    lse_b.shape[0] = 4;
+    MERGE_FAILS(AP_ERR_SHAPE_MISMATCH, "args.lse_b has shape [4][4], expected [5][4]");
+    lse_b.shape[0] = 5;
+    lse.t.dtype = TC_BF16;
+    MERGE_FAILS(AP_ERR_SHAPE_MISMATCH, "args.lse has dtype bfloat16");
+    lse.t.dtype = TC_F32;
+    o_a.t.dtype = TC_I32;
+    MERGE_FAILS(AP_ERR_SHAPE_MISMATCH, "args.o_a has dtype code 0, 32 bits: expected float32");
+    o_a.t.dtype = TC_F32;
+    int64_t transposed[3] = {40, 1, 4};
+    o.t.strides = transposed;
+    MERGE_FAILS(AP_ERR_INVALID_ARGUMENT, "args.o must be dense");
+    o.t.strides = NULL;
+    a.lse_a = NULL;
+    MERGE_FAILS(AP_ERR_INVALID_ARGUMENT, "args.lse_a is NULL (required)");
+    a.lse_a = &lse_a.t;
+    a.struct_size = 16;
+    MERGE_FAILS(AP_ERR_INVALID_ARGUMENT, "args.struct_size is 16");
+    a.struct_size = sizeof a;
+    TC_ASSERT_FAILS(ap_instance_merge_state(s->inst, NULL, NULL), AP_ERR_INVALID_ARGUMENT,
+                    "args is NULL");
+#undef MERGE_FAILS
+    /* a backend without the hook: the host's own merge path */
+    ap_instance *bare = NULL;
+    ap_device cpu = tc_cpu("");
+    TC_ASSERT_OK(ap_instance_open(s->registry, "fx_mla", &s->model, NULL, &cpu, &bare));
+    assert_false(ap_instance_has_hook(bare, AP_HOOK_MERGE_STATE_V1));
+    TC_ASSERT_FAILS(ap_instance_merge_state(bare, &a, NULL), AP_ERR_UNSUPPORTED,
+                    "backend 'fx_mla' has no hook 'merge_state/1'");
+    ap_instance_close(bare);
+    tc_tensor *all[] = {&o_a, &o_b, &o, &lse_a, &lse_b, &lse};
+    for (size_t i = 0; i < 6; i++) tc_tensor_free(all[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_absorbed_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absorbed_extend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_kv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_merge_state, setup, teardown),
     };
     return cmocka_run_group_tests_name("core.check_mla", tests, NULL, NULL);
 }

@@ -156,6 +156,7 @@ static void test_kv_spec_and_hooks(void **state) {
         assert_int_equal(spec.alignment, 64);
         assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_APPEND_KV_V1));
         assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1));
+        assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_MERGE_STATE_V1));
         assert_null(plugin.vt->get_hook(backend, AP_HOOK_CUDA_GRAPH_V1));
         assert_null(plugin.vt->get_hook(backend, "append_kv/2"));
         assert_null(plugin.vt->get_hook(backend, NULL));
