@@ -346,8 +346,16 @@ typedef struct ap_batch {
      *                  prefill over the new tokens, or an embedding forward that skips the cache)
      *   kv_causal = 0: every query row sees every key of its sequence (a packed prefix chunk of
      *                  MLA chunked prefill, whose keys all precede the new tokens).
-     * MLA uses it in the MHA form: q [T][H][qk_nope + qk_rope], k [kv][H][qk_nope + qk_rope],
-     * v [kv][H][v_head_dim], out [T][H][v_head_dim]. save_kv must be 0; page arrays may be NULL. */
+     * With kv_causal = 1 every sequence has kv_len >= q_len; with 0 a sequence may have no key
+     * (a chunk that does not reach it): its rows get out = 0 and lse = -inf, which merge_state/1
+     * passes over. k and v have the model's activation dtype or fp8_e4m3 (as
+     * pack_prefix_chunk_kv/1 writes them), real value = stored * layer->k_scale / v_scale.
+     * MHA models take k [kv][Hkv][head_dim_qk], v [kv][Hkv][head_dim_v]. MLA uses it in the MHA
+     * form only: q [T][H][qk_nope + qk_rope] (no q_rope), k [kv][H][qk_nope + qk_rope],
+     * v [kv][H][v_head_dim], out [T][H][v_head_dim] (the MHA form without kv_indptr attends over
+     * the new tokens' own k/v, causal). save_kv must be 0; page arrays may be NULL (and are not
+     * read), and so may layer->kv. Backends that read mirrors need kv_indptr_host; a batch
+     * without the source leaves kv_indptr and kv_indptr_host NULL and num_kv_tokens 0. */
     const int32_t *kv_indptr;      /* [num_seqs + 1], device (host pointer for cpu_ref), or NULL */
     const int32_t *kv_indptr_host; /* host mirror, read by backends with needs_host_mirrors */
     int32_t num_kv_tokens;         /* kv_indptr[num_seqs]; 0 when kv_indptr is NULL */

@@ -45,6 +45,7 @@ ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_mod
     instance->plugin = ap_registry_find_plugin(registry, name);
     instance->device = *device;
     instance->batch_max_page = -1;
+    instance->batch_num_kv_tokens = -1;
     ap_model_apply_options(model, options, &instance->model);
     if (model->name != NULL) {
         instance->model_name = strdup(model->name);
@@ -125,9 +126,8 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
         return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_instance_init_metadata: instance is NULL");
     instance->batch_planned = 0;
     ap_msgbuf msg = ap_instance_msg(instance);
-    int32_t max_page = -1;
-    ap_batch_pages pages = AP_BATCH_PAGES_NONE;
-    ap_status status = ap_check_batch(instance, batch, &max_page, &pages, &msg);
+    ap_batch_facts facts;
+    ap_status status = ap_check_batch(instance, batch, &facts, &msg);
     if (status != AP_OK) return ap_instance_fail(instance, "init_metadata", status);
     msg = ap_instance_msg(instance);
     status = instance->plugin->desc->vtable->init_metadata(instance->backend, batch, stream, &msg);
@@ -135,8 +135,9 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
     instance->batch_planned = 1;
     instance->batch_mode = batch->mode;
     instance->batch_num_tokens = batch->num_tokens;
-    instance->batch_max_page = max_page;
-    instance->batch_pages = pages;
+    instance->batch_max_page = facts.max_page;
+    instance->batch_pages = facts.pages;
+    instance->batch_num_kv_tokens = facts.num_kv_tokens;
     return AP_OK;
 }
 

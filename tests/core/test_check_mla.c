@@ -1,5 +1,5 @@
 /* test_check_mla.c: the core's checks of MLA's forward forms (absorbed decode and MTP over the
- * latent cache) before a backend sees them. */
+ * latent cache, the MHA form over ABI 1.1's ragged K/V source), its hooks and merge_state/1. */
 #include <stdlib.h>
 
 #include "support.h"
@@ -232,12 +232,173 @@ static void test_merge_state(void **state) {
     for (size_t i = 0; i < 6; i++) tc_tensor_free(all[i]);
 }
 
+/* A ragged batch: sequence 0 has 3 query rows over 5 keys, sequence 1 one row over 2 keys;
+ * no page arrays (the source reads no cache). MHA-form tensors: q/k 12 + 8 = 20, v 10. */
+typedef struct ragged {
+    tc_batch batch;
+    int32_t kv_indptr[3];
+    tc_tensor q, k, v, out, lse;
+    ap_forward_args args;
+} ragged;
+
+static void ragged_init(ragged *r, int64_t kv_heads, int64_t dk, int64_t dv) {
+    tc_batch_extend(&r->batch);
+    ap_batch *b = &r->batch.b;
+    b->kv_page_indptr = b->kv_page_indices = b->kv_last_page_len = NULL;
+    b->kv_page_indptr_host = b->kv_page_indices_host = b->kv_last_page_len_host = NULL;
+    b->num_pages_total = 0;
+    r->kv_indptr[0] = 0, r->kv_indptr[1] = 5, r->kv_indptr[2] = 7;
+    b->kv_indptr = b->kv_indptr_host = r->kv_indptr;
+    b->num_kv_tokens = 7;
+    b->kv_causal = 1;
+    tc_tensor_init(&r->q, TC_F32, 3, (int64_t[]){4, 4, dk});
+    tc_tensor_init(&r->k, TC_F32, 3, (int64_t[]){7, kv_heads, dk});
+    tc_tensor_init(&r->v, TC_F32, 3, (int64_t[]){7, kv_heads, dv});
+    tc_tensor_init(&r->out, TC_F32, 3, (int64_t[]){4, 4, dv});
+    tc_tensor_init(&r->lse, TC_F32, 2, (int64_t[]){4, 4});
+    r->args = (ap_forward_args){.struct_size = sizeof(ap_forward_args),
+                                .q = &r->q.t,
+                                .k = &r->k.t,
+                                .v = &r->v.t,
+                                .out = &r->out.t,
+                                .lse = &r->lse.t};
+}
+
+static void ragged_free(ragged *r) {
+    tc_tensor *all[] = {&r->q, &r->k, &r->v, &r->out, &r->lse};
+    for (size_t i = 0; i < 5; i++) tc_tensor_free(all[i]);
+}
+
+#define PLAN_FAILS(s, r, status, needle) \
+    TC_ASSERT_FAILS(ap_instance_init_metadata((s)->inst, &(r)->batch.b, NULL), status, needle)
+
+static void test_ragged_batch(void **state) {
+    mla_state *s = *state;
+    ragged r;
+    ragged_init(&r, 4, 20, 10);
+    ap_batch *b = &r.batch.b;
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, b, NULL)); /* no page arrays needed */
+    r.kv_indptr[1] = 8;
+    PLAN_FAILS(s, &r, AP_ERR_SHAPE_MISMATCH,
+               "batch.kv_indptr_host decreases: [2] = 7 after [1] = 8");
+    r.kv_indptr[1] = 5;
+    b->num_kv_tokens = 6;
+    PLAN_FAILS(s, &r, AP_ERR_SHAPE_MISMATCH,
+               "batch.kv_indptr_host[2] is 7, expected num_kv_tokens = 6");
+    b->num_kv_tokens = 7;
+    r.kv_indptr[1] = 2; /* sequence 0: 2 keys for 3 causal rows */
+    PLAN_FAILS(s, &r, AP_ERR_SHAPE_MISMATCH,
+               "batch.kv_causal is 1 but sequence 0 has 2 keys for 3 query rows");
+    b->kv_causal = 0; /* a prefix chunk: any number of keys, none included */
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, b, NULL));
+    r.kv_indptr[1] = 0;
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, b, NULL));
+    r.kv_indptr[1] = 5;
+    b->kv_causal = 2;
+    PLAN_FAILS(s, &r, AP_ERR_INVALID_ARGUMENT, "batch.kv_causal is 2 (0 or 1)");
+    b->kv_causal = 1;
+    b->kv_indptr_host = NULL;
+    PLAN_FAILS(s, &r, AP_ERR_INVALID_ARGUMENT, "kv_indptr_host is NULL");
+    b->kv_indptr_host = r.kv_indptr;
+    b->kv_indptr = NULL; /* the rest of the source without its indptr */
+    PLAN_FAILS(s, &r, AP_ERR_INVALID_ARGUMENT, "batch.kv_indptr is NULL but kv_indptr_host is set");
+    b->kv_indptr = r.kv_indptr;
+    b->mode = AP_MODE_DECODE;
+    b->num_tokens = 2, b->max_q_len = 1;
+    r.batch.qo[1] = 1, r.batch.qo[2] = 2;
+    PLAN_FAILS(s, &r, AP_ERR_INVALID_ARGUMENT, "is for extend batches");
+    /* an ABI 1.0 batch ends before the source: its fields are never read */
+    tc_batch_decode(&r.batch);
+    r.batch.b.struct_size = offsetof(ap_batch, kv_indptr);
+    r.batch.b.kv_indptr = r.kv_indptr;
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, &r.batch.b, NULL));
+    ragged_free(&r);
+}
+
+static void test_ragged_forward(void **state) {
+    mla_state *s = *state;
+    ragged r;
+    ragged_init(&r, 4, 20, 10);
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, &r.batch.b, NULL));
+    ap_layer layer = s->layer.layer;
+    layer.kv = NULL; /* no cache read or written */
+    TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL));
+    /* fp8 k/v, as pack_prefix_chunk_kv/1 writes them */
+    r.k.t.dtype = r.v.t.dtype = TC_FP8;
+    TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL));
+    r.v.t.dtype = TC_BF16; /* but not another activation type than the model's */
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_SHAPE_MISMATCH, "args.v has dtype bfloat16");
+    r.v.t.dtype = TC_F32;
+    r.k.shape[0] = 4; /* k per query token instead of per key row */
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_SHAPE_MISMATCH, "args.k has shape [4][4][20], expected [7][4][20]");
+    r.k.shape[0] = 7;
+    r.args.save_kv = 1;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT,
+                    "args.save_kv must be 0 with the batch's ragged K/V source");
+    r.args.save_kv = 0;
+    r.args.v = NULL;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "args.k is given without args.v");
+    r.args.v = r.args.k = NULL;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "args.k and args.v are required with the batch's");
+    r.args.k = &r.k.t, r.args.v = &r.v.t;
+    /* MLA over a ragged source is the MHA form: no absorbed q */
+    r.q.shape[2] = 24;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &layer, &r.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "the batch's ragged K/V source takes MLA's MHA form");
+    ragged_free(&r);
+}
+
+/* The MHA form without a ragged source (keys are the new tokens') writes nothing to the
+ * latent cache. */
+static void test_mha_form_save_kv(void **state) {
+    mla_state *s = *state;
+    ragged r;
+    ragged_init(&r, 4, 20, 10);
+    r.k.shape[0] = r.v.shape[0] = 4;
+    tc_batch_extend(&r.batch);
+    TC_ASSERT_OK(ap_instance_init_metadata(s->inst, &r.batch.b, NULL));
+    TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &s->layer.layer, &r.args, NULL));
+    r.args.save_kv = 1;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(s->inst, &s->layer.layer, &r.args, NULL),
+                    AP_ERR_INVALID_ARGUMENT, "args.save_kv must be 0 in MLA's MHA form");
+    ragged_free(&r);
+}
+
+/* An MHA model takes the ragged source too: k/v per KV head. */
+static void test_ragged_mha_model(void **state) {
+    mla_state *s = *state;
+    ap_model mha = tc_model_mha("llama");
+    ap_device cpu = tc_cpu("");
+    ap_instance *inst = NULL;
+    TC_ASSERT_OK(ap_instance_open(s->registry, "fx_wide", &mha, NULL, &cpu, &inst));
+    ragged r;
+    ragged_init(&r, 2, 8, 8);
+    ap_layer layer = s->layer.layer;
+    layer.kv = NULL;
+    TC_ASSERT_OK(ap_instance_init_metadata(inst, &r.batch.b, NULL));
+    TC_ASSERT_OK(ap_instance_forward_extend(inst, &layer, &r.args, NULL));
+    r.k.shape[1] = 4;
+    TC_ASSERT_FAILS(ap_instance_forward_extend(inst, &layer, &r.args, NULL), AP_ERR_SHAPE_MISMATCH,
+                    "args.k has shape [7][4][8], expected [7][2][8]");
+    ragged_free(&r);
+    ap_instance_close(inst);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_absorbed_decode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_absorbed_extend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_append_kv, setup, teardown),
         cmocka_unit_test_setup_teardown(test_merge_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_batch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_forward, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mha_form_save_kv, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ragged_mha_model, setup, teardown),
     };
     return cmocka_run_group_tests_name("core.check_mla", tests, NULL, NULL);
 }
