@@ -368,8 +368,9 @@ typedef struct ap_layer {
     int32_t layer_id;
     float sm_scale;      /* softmax scale, usually 1/sqrt(head_dim_qk) */
     float logit_softcap; /* 0: off; else logits = cap * tanh(logits / cap) */
-    float k_scale;       /* fp8: real K = stored * k_scale; nvfp4: the global scale. 1 otherwise */
-    float v_scale;
+    float k_scale;       /* fp8: real K = stored * k_scale; nvfp4: the global scale. 1 otherwise.
+                          * MLA: the scale of the whole latent row [c | k_pe] (V = c included) */
+    float v_scale;       /* the same for V; unused by MLA's latent cache */
     int32_t window_left; /* sliding window: attend to the last window_left + 1 positions; -1 off */
     const ap_kv_cache *kv;
 } ap_layer;
