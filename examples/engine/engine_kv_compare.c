@@ -71,8 +71,9 @@ ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward
     eng_tensor twin;
     ap_status status = eng_tensor_make(&twin, &host, out->dtype, out->dl.ndim, out->shape);
     if (status != AP_OK) return status;
-    ap_batch plan = eng_batch_on_host(batch);
-    DLTensor q_view = eng_host_view(q), k_view = eng_host_view(k), v_view = eng_host_view(v);
+    ap_batch plan = eng_batch_host(batch);
+    DLTensor q_view = eng_tensor_host_view(q), k_view = eng_tensor_host_view(k),
+             v_view = eng_tensor_host_view(v);
     ap_forward_args args = {
         sizeof(ap_forward_args), &q_view, &k_view, &v_view, &twin.dl, NULL, 1, NULL};
     status = ap_instance_init_metadata(shadow->ref, &plan, NULL);
@@ -81,7 +82,7 @@ ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward
                      ? ap_instance_forward_decode(shadow->ref, &shadow->layer, &args, NULL)
                      : ap_instance_forward_extend(shadow->ref, &shadow->layer, &args, NULL);
     if (status == AP_OK) {
-        double error = eng_rel_l2(out, &twin);
+        double error = eng_tensor_rel_l2(out, &twin);
         if (mode == AP_MODE_EXTEND) shadow->prefill_error = error;
         if (mode == AP_MODE_DECODE && !(error <= shadow->worst_decode_error))
             shadow->worst_decode_error = error;
