@@ -74,6 +74,10 @@ ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name);
 ap_status ap_registry_load_locked(ap_registry *registry, const char *path);
 ap_plugin *ap_registry_lookup_locked(const ap_registry *registry, const char *name);
 
+/* Whether the file at `path` is an ELF shared object for this machine whose every loadable
+ * segment lies inside the file (load_elf.c). AP_ERR_LOAD with the cause in `why` if not. */
+ap_status ap_elf_check(const char *path, char *why, size_t why_size);
+
 /* ---- instances (instance.c) ----------------------------------------------------------------- */
 
 /* Which page arrays a planned batch gave: only an embedding batch on a skip-KV backend may give

@@ -193,6 +193,10 @@ static ap_status ap_load_attempt(const ap_registry *registry, const char *path,
     if (strchr(path, '/') == NULL &&
         (size_t)snprintf(local, sizeof local, "./%s", path) < sizeof local)
         open_path = local;
+    /* dlopen maps a truncated file without complaint and the process dies of SIGBUS later. */
+    char why[256];
+    if (ap_elf_check(open_path, why, sizeof why) != AP_OK)
+        return ap_load_fail(result, AP_ERR_LOAD, "cannot open plugin [%s]: %s", path, why);
     dlerror();
     result->handle = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
     if (result->handle == NULL) {
