@@ -65,8 +65,31 @@ static void ap_push_path_list(ap_strings *dirs, const char *list) {
     }
 }
 
-/* Entries of `dir` that are folders (want_dirs) or regular files ending in ".so", sorted. */
-static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
+/* Why a directory entry named like a plugin is not a file the loader can open, or NULL. */
+static const char *ap_entry_skip_reason(const char *path, int want_dirs, char *text, size_t size) {
+    struct stat info;
+    /* stat, not d_type: d_type may be DT_UNKNOWN, and a symlink to a library is fine. */
+    if (stat(path, &info) != 0) {
+        int error = errno;
+        struct stat link;
+        if (error == ELOOP) return "a symbolic link loop";
+        if (error == ENOENT && lstat(path, &link) == 0 && S_ISLNK(link.st_mode))
+            return "a dangling symbolic link (its target does not exist)";
+        snprintf(text, size, "cannot stat it: %s", strerror(error));
+        return text;
+    }
+    if (want_dirs) return S_ISDIR(info.st_mode) ? NULL : "not a folder";
+    if (S_ISREG(info.st_mode)) return NULL;
+    if (S_ISDIR(info.st_mode)) return "a folder, not a plugin file";
+    if (S_ISFIFO(info.st_mode)) return "a FIFO, not a regular file";
+    if (S_ISSOCK(info.st_mode)) return "a socket, not a regular file";
+    return "a device node, not a regular file";
+}
+
+/* Entries of `dir` that are folders (want_dirs) or regular files ending in ".so", sorted. A
+ * ".so" entry that is not a regular file goes to `skipped` (path) and `reasons` (why). */
+static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out, ap_strings *skipped,
+                        ap_strings *reasons) {
     DIR *stream = opendir(dir);
     if (stream == NULL) {
         ap_log(AP_LOG_LOAD, "skipping folder [%s]: %s", dir, strerror(errno));
@@ -79,14 +102,18 @@ static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
         size_t len = strlen(name);
         if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.'))) continue;
         if (!want_dirs && (len <= 3 || strcmp(name + len - 3, ".so") != 0)) continue;
-        char *path = ap_path_join(dir, name);
-        struct stat info;
-        /* stat, not d_type: d_type may be DT_UNKNOWN, and a symlink to a library is fine. */
-        if (path != NULL && stat(path, &info) == 0 &&
-            (want_dirs ? S_ISDIR(info.st_mode) : S_ISREG(info.st_mode)))
+        char *path = ap_path_join(dir, name), text[256];
+        const char *why =
+            path != NULL ? ap_entry_skip_reason(path, want_dirs, text, sizeof text) : NULL;
+        if (path != NULL && why == NULL) {
             ap_strings_push(&names, path);
-        else
+        } else if (path != NULL && skipped != NULL) {
+            ap_strings_push(reasons, strdup(why));
+            ap_strings_push(skipped, path);
+        } else {
             free(path);
+            out->failed |= path == NULL;
+        }
     }
     closedir(stream);
     if (names.count > 1) qsort(names.items, names.count, sizeof *names.items, ap_compare_names);
@@ -118,7 +145,7 @@ static void ap_push_build_tree(ap_strings *dirs) {
     char *root = ap_build_root_if_running_from_it();
     if (root == NULL) return;
     char *backends = ap_path_join(root, "backends");
-    if (backends != NULL) ap_list_dir(backends, 1, dirs);
+    if (backends != NULL) ap_list_dir(backends, 1, dirs, NULL, NULL);
     free(backends);
     ap_strings_push(dirs, ap_path_join(root, "examples/third_party_plugin"));
     ap_log(AP_LOG_LOAD, "running from the build tree [%s]: searching its plugin folders", root);
@@ -159,7 +186,7 @@ static int ap_dir_seen(ap_strings *canonical, const char *dir) {
 ap_status ap_registry_scan(ap_registry *registry) {
     if (registry == NULL)
         return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_registry_scan: registry is NULL");
-    ap_strings dirs = {0}, canonical = {0}, files = {0};
+    ap_strings dirs = {0}, canonical = {0}, files = {0}, skipped = {0}, reasons = {0};
     ap_status status = AP_OK;
     /* One scan at a time: a second thread waits and then finds every file already recorded. */
     pthread_mutex_lock(&registry->lock);
@@ -167,9 +194,12 @@ ap_status ap_registry_scan(ap_registry *registry) {
     for (size_t i = 0; i < dirs.count; i++) {
         if (ap_dir_seen(&canonical, dirs.items[i])) continue;
         ap_log(AP_LOG_LOAD, "searching folder [%s]", dirs.items[i]);
-        ap_list_dir(dirs.items[i], 0, &files);
+        ap_list_dir(dirs.items[i], 0, &files, &skipped, &reasons);
     }
-    if (dirs.failed || canonical.failed || files.failed) status = AP_ERR_OUT_OF_MEMORY;
+    if (dirs.failed || canonical.failed || files.failed || skipped.failed || reasons.failed)
+        status = AP_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < skipped.count && status == AP_OK; i++)
+        status = ap_registry_record_skip_locked(registry, skipped.items[i], reasons.items[i]);
     for (size_t i = 0; i < files.count && status == AP_OK; i++) {
         if (ap_registry_load_locked(registry, files.items[i]) == AP_ERR_OUT_OF_MEMORY)
             status = AP_ERR_OUT_OF_MEMORY;
@@ -178,6 +208,8 @@ ap_status ap_registry_scan(ap_registry *registry) {
     ap_strings_free(&dirs);
     ap_strings_free(&canonical);
     ap_strings_free(&files);
+    ap_strings_free(&skipped);
+    ap_strings_free(&reasons);
     if (status != AP_OK)
         return ap_error_set(status, "ap_registry_scan: out of memory while scanning");
     ap_error_clear();

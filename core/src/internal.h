@@ -72,6 +72,9 @@ ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name);
  * load_locked opens, negotiates, validates and records one file (a path already recorded
  * answers with its recorded status); lookup_locked is the binary search of `plugins`. */
 ap_status ap_registry_load_locked(ap_registry *registry, const char *path);
+/* Record a folder entry named like a plugin that the scan does not open (a FIFO, a folder, a
+ * dangling link) with `why`, and log it; a path already recorded is left as it is. */
+ap_status ap_registry_record_skip_locked(ap_registry *registry, const char *path, const char *why);
 ap_plugin *ap_registry_lookup_locked(const ap_registry *registry, const char *name);
 
 /* Whether the file at `path` is an ELF shared object for this machine whose every loadable

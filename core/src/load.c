@@ -332,3 +332,16 @@ ap_status ap_registry_load_locked(ap_registry *registry, const char *path) {
     free(result);
     return outcome;
 }
+
+ap_status ap_registry_record_skip_locked(ap_registry *registry, const char *path, const char *why) {
+    if (ap_record_find(registry, path) != NULL) return AP_OK;
+    if (ap_registry_reserve(registry) != AP_OK) return AP_ERR_OUT_OF_MEMORY;
+    ap_file_entry entry = {strdup(path), AP_ERR_LOAD, NULL, NULL};
+    if (entry.path == NULL || asprintf(&entry.message, "skipped [%s]: %s", path, why) < 0) {
+        free(entry.path);
+        return AP_ERR_OUT_OF_MEMORY;
+    }
+    registry->files[registry->num_files++] = entry;
+    ap_log(AP_LOG_LOAD, "%s", entry.message);
+    return AP_OK;
+}

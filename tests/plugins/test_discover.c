@@ -292,10 +292,36 @@ static void test_backends_disable(void **state) {
     assert_int_equal(ap_registry_destroy(registry), AP_OK);
 }
 
+/* Entries named like plugins that are not files (a link loop, a dangling link, a FIFO, a
+ * folder) are not opened, and each is recorded with its reason instead of vanishing. */
+static void test_odd_entries_recorded(void **state) {
+    (void)state;
+    char *dir = test_odd_dir_make();
+    const char *dirs[] = {dir};
+    ap_registry *registry = test_registry_scanned(dirs, 1);
+    assert_int_equal(ap_registry_file_count(registry), TEST_ODD_COUNT);
+    assert_int_equal(ap_registry_backend_count(registry), 0);
+    for (size_t i = 0; i < TEST_ODD_COUNT; i++) {
+        const char *path = test_path(dir, test_odd_entries[i].name);
+        ap_file_record record = test_record(registry, path);
+        assert_int_equal(record.status, AP_ERR_LOAD);
+        assert_null(record.backend);
+        char expected[4200];
+        snprintf(expected, sizeof expected, "skipped [%s]: %s", path, test_odd_entries[i].reason);
+        assert_string_equal(record.message, expected);
+    }
+    /* A second scan records nothing twice. */
+    assert_int_equal(ap_registry_scan(registry), AP_OK);
+    assert_int_equal(ap_registry_file_count(registry), TEST_ODD_COUNT);
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
+    test_odd_dir_remove(dir);
+}
+
 int main(void) {
     env_clear();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_host_dirs_before_added, env_reset),
+        cmocka_unit_test_teardown(test_odd_entries_recorded, env_reset),
         cmocka_unit_test_teardown(test_same_folder_twice, env_reset),
         cmocka_unit_test_teardown(test_plugin_path_replaces, env_reset),
         cmocka_unit_test_teardown(test_add_plugin_path_and_build_tree, env_reset),
