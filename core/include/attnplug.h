@@ -31,6 +31,14 @@ const char *ap_last_error(void);
 /* A short fixed name for a status, e.g. "AP_ERR_UNSUPPORTED". */
 const char *ap_status_name(ap_status status);
 
+/* Copy `text` into `out` (`capacity` bytes, always NUL-terminated when capacity > 0) made safe
+ * to print on a terminal and to keep on one line: "\n", "\r", "\t" written as such, other
+ * control bytes (C0, DEL, C1), and bytes that are not well-formed UTF-8, as "\xHH"; past the
+ * capacity the copy is cut and ends with "...". Returns 1 when anything was escaped or cut.
+ * Every message the core keeps from a plugin is escaped already; hosts use this for file
+ * names and anything else they print from outside. */
+int ap_text_escape(const char *text, char *out, size_t capacity);
+
 /* The core's ABI version (what it offers plugins). */
 void ap_core_abi_version(uint32_t *major, uint32_t *minor);
 
