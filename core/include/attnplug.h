@@ -219,6 +219,12 @@ const ap_config_rule *ap_config_match(const ap_config *config, const char *model
 ap_status ap_config_open(const ap_config *config, ap_registry *registry, const ap_model *model,
                          const ap_device *device, ap_instance **out, ap_selection **selection);
 
+/* Check every rule's backend names against the loaded plugins, as ap_config_open does for the
+ * rule it matches: AP_ERR_CONFIG ("file:line:column: ...") for a `backend:` no plugin provides
+ * or a list none of whose names a plugin provides; AP_OK when every rule has a known name (a
+ * list may still name backends not built here). */
+ap_status ap_config_check_backends(const ap_config *config, const ap_registry *registry);
+
 /* Names for enums, and parsing them (config, tools). */
 const char *ap_dtype_name(ap_dtype dtype); /* "bf16", "fp8_e4m3", ... */
 ap_status ap_dtype_parse(const char *name, ap_dtype *out);

@@ -74,6 +74,18 @@ static ap_status ap_rule_check_known(const ap_config *config, const ap_config_ru
                            "none of the backends [%s] is loaded (%s)", names, loaded);
 }
 
+ap_status ap_config_check_backends(const ap_config *config, const ap_registry *registry) {
+    if (config == NULL || registry == NULL)
+        return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_config_check_backends: %s is NULL",
+                            config == NULL ? "config" : "registry");
+    for (size_t i = 0; i < config->num_rules; i++) {
+        ap_status status = ap_rule_check_known(config, &config->rules[i], registry);
+        if (status != AP_OK) return status;
+    }
+    ap_error_clear();
+    return AP_OK;
+}
+
 /* Wrap the last error (from selection or create) with where the rule was written. */
 static ap_status ap_rule_fail(const ap_config *config, const ap_config_rule_full *full,
                               const ap_model *model, ap_status status) {

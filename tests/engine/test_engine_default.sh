@@ -83,7 +83,7 @@ expect_line "$work/elsewhere.txt" '^attnplug-engine: config /.*/models\.yaml,' "
 
 # One model by name; a model with no backend alone is a failure (nothing ran); bad input.
 run_status 0 "$work/one.txt" -- "$engine" --model Qwen/Qwen3-Embedding-8B --batch 2 --prompt-len 8
-expect_line "$work/one.txt" '^engine: 1 models ran, 0 had no backend' "--model runs one model"
+expect_line "$work/one.txt" "^engine: 1 model ran, 0 had no backend" "--model runs one model"
 run_status 1 "$work/ds.txt" -- "$engine" --model deepseek-ai/DeepSeek-V3 --batch 2 --prompt-len 8
 expect_line "$work/ds.txt" '^engine: 0 models ran, 1 had no backend' "nothing ran: exit 1"
 run_status 2 "$work/unknown.txt" -- "$engine" --model no/such-model
