@@ -41,10 +41,20 @@ static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf
         return AP_ERR_INVALID_ARGUMENT;
     }
     const ap_model *m = &backend->model;
-    size_t per_token_head =
-        (size_t)m->page_size * (size_t)m->num_kv_heads * cpu_kv_elem_bytes(m->kv_dtype);
-    out->k_bytes_per_page = per_token_head * (size_t)m->head_dim_qk;
-    out->v_bytes_per_page = per_token_head * (size_t)m->head_dim_v;
+    size_t per_head, k_bytes, v_bytes;
+    /* An absurd model must not wrap to a small (or zero) page the host then overruns. */
+    if (__builtin_mul_overflow((size_t)m->page_size, (size_t)m->num_kv_heads, &per_head) ||
+        __builtin_mul_overflow(per_head, cpu_kv_elem_bytes(m->kv_dtype), &per_head) ||
+        __builtin_mul_overflow(per_head, (size_t)m->head_dim_qk, &k_bytes) ||
+        __builtin_mul_overflow(per_head, (size_t)m->head_dim_v, &v_bytes)) {
+        ap_msgbuf_add(msg,
+                      "cpu_ref: a KV page of %d tokens x %d KV heads x head dims %d/%d does not "
+                      "fit in size_t bytes",
+                      m->page_size, m->num_kv_heads, m->head_dim_qk, m->head_dim_v);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    out->k_bytes_per_page = k_bytes;
+    out->v_bytes_per_page = v_bytes;
     out->scale_bytes_per_page = 0;
     out->alignment = 64;
     return AP_OK;
