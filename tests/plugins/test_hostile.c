@@ -15,19 +15,15 @@ static ap_registry *hostile_registry(void) {
     return test_registry_scanned(&dir, 1);
 }
 
+static ap_device hostile_cpu(void) {
+    ap_device cpu;
+    ap_device_cpu(&cpu, "no GPU in this test");
+    return cpu;
+}
+
 static ap_model hostile_model(int32_t page_size) {
-    ap_model model = {.struct_size = sizeof model,
-                      .name = "m",
-                      .kind = AP_ATTN_MHA,
-                      .num_qo_heads = 4,
-                      .num_kv_heads = 2,
-                      .head_dim_qk = 64,
-                      .head_dim_v = 64,
-                      .dtype = AP_DTYPE_BF16,
-                      .kv_dtype = AP_DTYPE_BF16,
-                      .page_size = page_size,
-                      .num_layers = 1,
-                      .causal = 1};
+    ap_model model = test_fixture_model();
+    model.page_size = page_size;
     return model;
 }
 
@@ -64,8 +60,7 @@ static void test_hostile_descriptors(void **state) {
 static void test_create_lies(void **state) {
     (void)state;
     ap_registry *registry = hostile_registry();
-    ap_device cpu;
-    ap_device_cpu(&cpu, "no GPU in this test");
+    ap_device cpu = hostile_cpu();
     ap_model model = hostile_model(16);
     ap_instance *instance = (ap_instance *)(uintptr_t)1;
     assert_int_equal(ap_instance_open(registry, "create_null", &model, NULL, &cpu, &instance),
@@ -87,8 +82,7 @@ static void test_create_lies(void **state) {
 static void test_hostile_messages(void **state) {
     (void)state;
     ap_registry *registry = hostile_registry();
-    ap_device cpu;
-    ap_device_cpu(&cpu, "no GPU in this test");
+    ap_device cpu = hostile_cpu();
     ap_model model = hostile_model(8);
     ap_verdict verdict;
     assert_int_equal(ap_registry_check(registry, "ctrl_messages", &model, NULL, &cpu, &verdict),
