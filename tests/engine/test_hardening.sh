@@ -138,21 +138,24 @@ expect_line "$work/hostile_walk.txt" "create failed: create: bad; \\\\x1b\\[31mf
     "ap-inspect: a create message's ESC shown escaped, its lines joined"
 
 # --- out of memory says what failed to allocate ------------------------------------------------------
-# 16 GiB of KV cache per layer against a 4 GiB address space (ASan builds: its own allocation cap).
+# 16 GiB of KV cache per layer in host memory (cpu_ref, also where a GPU is) against a 4 GiB
+# address space (ASan builds: its own allocation cap instead).
+rule_config "$work/cpu.yaml" cpu_ref
 if ldd "$engine" | grep -q libasan; then
     export ASAN_OPTIONS="${ASAN_OPTIONS:-}:allocator_may_return_null=1:max_allocation_size_mb=4096"
     limit=unlimited
 else
     limit=4000000
 fi
-(ulimit -v "$limit" && exec "$engine" "${llama[@]}" --steps 1 --layers 1 --batch 512 \
+(ulimit -v "$limit" && exec "$engine" --config "$work/cpu.yaml" "${llama[@]}" --steps 1 --layers 1 --batch 512 \
     --prompt-len 8192) >"$work/oom.txt" 2>&1 && fail "the engine ran a 16 GiB cache in 4 GiB"
 expect_line "$work/oom.txt" '^  error: allocating: AP_ERR_OUT_OF_MEMORY: out of memory for the KV cache of layer 0 \([0-9]+ pages\): [0-9]+\.[0-9] MiB$' \
     "out of memory names what it was allocating"
 
 # --- progress shows in a file as it happens ------------------------------------------------------
 # A long prefill on cpu_ref (minutes); the lines before it must be in the file at once.
-"$engine" "${llama[@]}" --layers 2 --batch 4 --prompt-len 4096 --steps 10 >"$work/progress.txt" 2>&1 &
+"$engine" --config "$work/cpu.yaml" "${llama[@]}" --layers 2 --batch 4 --prompt-len 4096 --steps 10 \
+    >"$work/progress.txt" 2>&1 &
 engine_pid=$!
 for _ in $(seq 100); do
     grep -q '^  batch: 4 sequences' "$work/progress.txt" && break
