@@ -173,24 +173,27 @@ static void ap_inspect_candidate(ap_inspect *inspect, size_t index, const char *
         ap_inspect_emit_verdict_reasons(inspect, verdict->reasons, "       - ");
 }
 
-/* Walk the matching rule's backends for the model on this device, without creating anything. */
+static int ap_inspect_no_rule(ap_inspect *inspect, const char *model_name) {
+    ap_json *json = &inspect->json;
+    if (inspect->use_json) {
+        ap_json_key(json, "selection");
+        ap_json_object_begin(json);
+        ap_json_member_string(json, "model", model_name);
+        ap_json_member_string(json, "error", "no rule matches this model");
+        ap_json_member_string(json, "chosen", NULL);
+        ap_json_object_end(json);
+    } else {
+        printf("\nSelection for %s: no rule of the config matches this name\n", model_name);
+    }
+    return AP_INSPECT_ERROR;
+}
+
+/* Walk the matching rule's backends for the model on this device, as ap_config_open does. */
 static int ap_inspect_walk(ap_inspect *inspect, const ap_config *config, ap_model model,
                            int is_preset) {
     ap_json *json = &inspect->json;
     const ap_config_rule *rule = ap_config_match(config, model.name);
-    if (rule == NULL) {
-        if (inspect->use_json) {
-            ap_json_key(json, "selection");
-            ap_json_object_begin(json);
-            ap_json_member_string(json, "model", model.name);
-            ap_json_member_string(json, "error", "no rule matches this model");
-            ap_json_member_string(json, "chosen", NULL);
-            ap_json_object_end(json);
-        } else {
-            printf("\nSelection for %s: no rule of the config matches this name\n", model.name);
-        }
-        return AP_INSPECT_ERROR;
-    }
+    if (rule == NULL) return ap_inspect_no_rule(inspect, model.name);
     ap_model applied;
     ap_model_apply_options(&model, &rule->options, &applied);
     char shape[256];

@@ -207,11 +207,46 @@ static ap_status ap_walk_report(const ap_config_rule *rule, const ap_walk_state 
     return status;
 }
 
+/* Walk the rule and open the first that serves; with `report`, *walk becomes the whole walk
+ * (ap_walk_report), else the last selection pass. */
+static ap_status ap_rule_open(const ap_config *config, const ap_config_rule_full *full,
+                              ap_registry *registry, const ap_model *model, const ap_device *device,
+                              int report, ap_instance **out, ap_selection **walk) {
+    const ap_config_rule *rule = &full->rule;
+    ap_walk_state state = {calloc(rule->num_backends, sizeof *state.names),
+                           calloc(rule->num_backends, sizeof *state.create),
+                           calloc(rule->num_backends, sizeof *state.create_message), 0};
+    ap_status status = AP_ERR_OUT_OF_MEMORY;
+    if (state.names == NULL || state.create == NULL || state.create_message == NULL) {
+        ap_error_set(status, "out of memory");
+        goto out;
+    }
+    status = ap_rule_walk(config, full, registry, model, device, &state, out, walk);
+    if (status != AP_OK) status = ap_rule_fail(config, full, model, status);
+    if (report) {
+        /* The report replaces the last pass; only running out of memory can stop it. */
+        ap_selection *whole = NULL;
+        ap_status reported = ap_walk_report(rule, &state, *walk, status == AP_OK, &whole);
+        ap_selection_destroy(*walk);
+        *walk = whole;
+        if (reported != AP_OK) {
+            ap_instance_close(*out);
+            *out = NULL;
+            status = reported;
+        }
+    }
+out:
+    for (size_t i = 0; state.create_message != NULL && i < rule->num_backends; i++)
+        free(state.create_message[i]);
+    free(state.names);
+    free(state.create);
+    free(state.create_message);
+    return status;
+}
+
 ap_status ap_config_open(const ap_config *config, ap_registry *registry, const ap_model *model,
                          const ap_device *device, ap_instance **out, ap_selection **selection) {
     ap_selection *walk = NULL;
-    ap_walk_state state = {0};
-    size_t rule_count = 0;
     ap_status status = AP_OK;
     if (selection != NULL) *selection = NULL;
     if (out != NULL) *out = NULL;
@@ -230,7 +265,6 @@ ap_status ap_config_open(const ap_config *config, ap_registry *registry, const a
         goto out;
     }
     const ap_config_rule_full *full = (const ap_config_rule_full *)rule;
-    rule_count = rule->num_backends;
     status = ap_rule_check_known(config, full, registry);
     if (status != AP_OK) {
         /* The caller still gets the walk, each name with its verdict; the message stays ours. */
@@ -243,33 +277,8 @@ ap_status ap_config_open(const ap_config *config, ap_registry *registry, const a
         }
         goto out;
     }
-    state.names = calloc(rule->num_backends, sizeof *state.names);
-    state.create = calloc(rule->num_backends, sizeof *state.create);
-    state.create_message = calloc(rule->num_backends, sizeof *state.create_message);
-    if (state.names == NULL || state.create == NULL || state.create_message == NULL) {
-        status = ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory");
-        goto out;
-    }
-    status = ap_rule_walk(config, full, registry, model, device, &state, out, &walk);
-    if (status != AP_OK) status = ap_rule_fail(config, full, model, status);
-    if (selection != NULL) {
-        /* The report replaces the last pass; only running out of memory can stop it. */
-        ap_selection *report = NULL;
-        ap_status reported = ap_walk_report(rule, &state, walk, status == AP_OK, &report);
-        ap_selection_destroy(walk);
-        walk = report;
-        if (reported != AP_OK) {
-            ap_instance_close(*out);
-            *out = NULL;
-            status = reported;
-        }
-    }
+    status = ap_rule_open(config, full, registry, model, device, selection != NULL, out, &walk);
 out:
-    for (size_t i = 0; state.create_message != NULL && i < rule_count; i++)
-        free(state.create_message[i]);
-    free(state.names);
-    free(state.create);
-    free(state.create_message);
     if (selection != NULL)
         *selection = walk;
     else
