@@ -86,10 +86,9 @@ static const char *ap_entry_skip_reason(const char *path, int want_dirs, char *t
     return "a device node, not a regular file";
 }
 
-/* Entries of `dir` that are folders (want_dirs) or regular files ending in ".so", sorted. A
- * ".so" entry that is not a regular file goes to `skipped` (path) and `reasons` (why). */
-static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out, ap_strings *skipped,
-                        ap_strings *reasons) {
+/* Entries of `dir` that are folders (want_dirs), or every entry named "*.so" (the scan then
+ * tells files from the rest: ap_entry_skip_reason), sorted. */
+static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
     DIR *stream = opendir(dir);
     if (stream == NULL) {
         ap_log(AP_LOG_LOAD, "skipping folder [%s]: %s", dir, strerror(errno));
@@ -102,18 +101,12 @@ static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out, ap_stri
         size_t len = strlen(name);
         if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.'))) continue;
         if (!want_dirs && (len <= 3 || strcmp(name + len - 3, ".so") != 0)) continue;
-        char *path = ap_path_join(dir, name), text[256];
-        const char *why =
-            path != NULL ? ap_entry_skip_reason(path, want_dirs, text, sizeof text) : NULL;
-        if (path != NULL && why == NULL) {
-            ap_strings_push(&names, path);
-        } else if (path != NULL && skipped != NULL) {
-            ap_strings_push(reasons, strdup(why));
-            ap_strings_push(skipped, path);
-        } else {
+        char *path = ap_path_join(dir, name), text[8];
+        if (want_dirs && path != NULL && ap_entry_skip_reason(path, 1, text, sizeof text) != NULL) {
             free(path);
-            out->failed |= path == NULL;
+            continue;
         }
+        ap_strings_push(&names, path);
     }
     closedir(stream);
     if (names.count > 1) qsort(names.items, names.count, sizeof *names.items, ap_compare_names);
@@ -145,7 +138,7 @@ static void ap_push_build_tree(ap_strings *dirs) {
     char *root = ap_build_root_if_running_from_it();
     if (root == NULL) return;
     char *backends = ap_path_join(root, "backends");
-    if (backends != NULL) ap_list_dir(backends, 1, dirs, NULL, NULL);
+    if (backends != NULL) ap_list_dir(backends, 1, dirs);
     free(backends);
     ap_strings_push(dirs, ap_path_join(root, "examples/third_party_plugin"));
     ap_log(AP_LOG_LOAD, "running from the build tree [%s]: searching its plugin folders", root);
@@ -186,7 +179,7 @@ static int ap_dir_seen(ap_strings *canonical, const char *dir) {
 ap_status ap_registry_scan(ap_registry *registry) {
     if (registry == NULL)
         return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_registry_scan: registry is NULL");
-    ap_strings dirs = {0}, canonical = {0}, files = {0}, skipped = {0}, reasons = {0};
+    ap_strings dirs = {0}, canonical = {0}, files = {0};
     ap_status status = AP_OK;
     /* One scan at a time: a second thread waits and then finds every file already recorded. */
     pthread_mutex_lock(&registry->lock);
@@ -194,22 +187,22 @@ ap_status ap_registry_scan(ap_registry *registry) {
     for (size_t i = 0; i < dirs.count; i++) {
         if (ap_dir_seen(&canonical, dirs.items[i])) continue;
         ap_log(AP_LOG_LOAD, "searching folder [%s]", dirs.items[i]);
-        ap_list_dir(dirs.items[i], 0, &files, &skipped, &reasons);
+        ap_list_dir(dirs.items[i], 0, &files);
     }
-    if (dirs.failed || canonical.failed || files.failed || skipped.failed || reasons.failed)
-        status = AP_ERR_OUT_OF_MEMORY;
-    for (size_t i = 0; i < skipped.count && status == AP_OK; i++)
-        status = ap_registry_record_skip_locked(registry, skipped.items[i], reasons.items[i]);
+    if (dirs.failed || canonical.failed || files.failed) status = AP_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; i < files.count && status == AP_OK; i++) {
-        if (ap_registry_load_locked(registry, files.items[i]) == AP_ERR_OUT_OF_MEMORY)
+        /* Only regular files are opened; anything else named like a plugin is recorded. */
+        char text[256];
+        const char *why = ap_entry_skip_reason(files.items[i], 0, text, sizeof text);
+        if (why != NULL)
+            status = ap_registry_record_skip_locked(registry, files.items[i], why);
+        else if (ap_registry_load_locked(registry, files.items[i]) == AP_ERR_OUT_OF_MEMORY)
             status = AP_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&registry->lock);
     ap_strings_free(&dirs);
     ap_strings_free(&canonical);
     ap_strings_free(&files);
-    ap_strings_free(&skipped);
-    ap_strings_free(&reasons);
     if (status != AP_OK)
         return ap_error_set(status, "ap_registry_scan: out of memory while scanning");
     ap_error_clear();

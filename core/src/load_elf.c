@@ -138,7 +138,8 @@ static ap_status ap_elf_check_segments(int fd, const ElfW(Ehdr) * header, long l
 }
 
 ap_status ap_elf_check(const char *path, char *why, size_t why_size) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         snprintf(why, why_size, "%s", strerror(errno));
         return AP_ERR_LOAD;

@@ -314,6 +314,14 @@ static void test_odd_entries_recorded(void **state) {
     assert_int_equal(ap_registry_scan(registry), AP_OK);
     assert_int_equal(ap_registry_file_count(registry), TEST_ODD_COUNT);
     assert_int_equal(ap_registry_destroy(registry), AP_OK);
+    /* Handed over by path, a FIFO is refused at once (opening it to read would wait for a
+     * writer forever), and so is a folder. */
+    registry = test_registry(NULL, 0, AP_REGISTRY_NO_DEFAULT_PATHS);
+    assert_int_equal(ap_registry_load_file(registry, test_path(dir, "fifo.so")), AP_ERR_LOAD);
+    assert_contains(ap_last_error(), "not a regular file");
+    assert_int_equal(ap_registry_load_file(registry, test_path(dir, "folder.so")), AP_ERR_LOAD);
+    assert_contains(ap_last_error(), "not a regular file");
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
     test_odd_dir_remove(dir);
 }
 
