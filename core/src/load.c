@@ -374,7 +374,9 @@ ap_status ap_registry_record_skip_locked(ap_registry *registry, const char *path
     if (ap_record_find(registry, path) != NULL) return AP_OK;
     if (ap_registry_reserve(registry) != AP_OK) return AP_ERR_OUT_OF_MEMORY;
     ap_file_entry entry = {strdup(path), AP_ERR_LOAD, NULL, NULL};
-    if (entry.path == NULL || asprintf(&entry.message, "skipped [%s]: %s", path, why) < 0) {
+    char shown[4096];
+    ap_text_escape(path, shown, sizeof shown); /* a file name may hold any byte but '/' */
+    if (entry.path == NULL || asprintf(&entry.message, "skipped [%s]: %s", shown, why) < 0) {
         free(entry.path);
         return AP_ERR_OUT_OF_MEMORY;
     }

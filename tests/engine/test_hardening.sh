@@ -137,6 +137,19 @@ expect_no_control "$work/hostile_walk.txt"
 expect_line "$work/hostile_walk.txt" "create failed: create: bad; \\\\x1b\\[31mforged: all good" \
     "ap-inspect: a create message's ESC shown escaped, its lines joined"
 
+# File names are text from outside too: a plugin file and a FIFO named with ESC, BEL and a
+# newline show escaped in the listing and in the AP_DEBUG=load lines.
+odd_dir=$work/odd
+mkdir "$odd_dir"
+cp "$broken/good.so" "$odd_dir/$(printf 'odd\033[31m\nforged.so')"
+mkfifo "$odd_dir/$(printf 'fifo\033]0;title\a.so')"
+AP_DEBUG=load run_status 0 "$work/odd.txt" -- "$inspect" --plugin-dir "$odd_dir"
+expect_no_control "$work/odd.txt"
+expect_no_line "$work/odd.txt" '^forged\.so' "a newline in a file name forges no line"
+expect_line "$work/odd.txt" '^  loaded   .*/odd\\x1b\[31m\\nforged\.so -> good$' "the odd file listed escaped"
+expect_line "$work/odd.txt" '^attnplug\[load\]: skipped \[.*/fifo\\x1b\]0;title\\x07\.so\]: a FIFO, not a regular file$' \
+    "the FIFO's record and log line escaped"
+
 # --- out of memory says what failed to allocate ------------------------------------------------------
 # 16 GiB of KV cache per layer in host memory (cpu_ref, also where a GPU is) against a 4 GiB
 # address space (ASan builds: its own allocation cap instead).
