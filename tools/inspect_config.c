@@ -76,8 +76,9 @@ static void ap_inspect_rule_text(size_t index, const ap_config_rule *rule) {
     printf("       options:  %s\n", options);
 }
 
-/* The rules, and a warning for each backend name no loaded plugin provides. */
-static void ap_inspect_rules(ap_inspect *inspect, const ap_config *config) {
+/* The rules, a warning for each backend name no loaded plugin provides, and an error when a
+ * rule can never open (an unknown `backend:`, a list of unknown names only): AP_INSPECT_ERROR. */
+static int ap_inspect_rules(ap_inspect *inspect, const ap_config *config) {
     ap_json *json = &inspect->json;
     size_t count = ap_config_rule_count(config);
     if (inspect->use_json) {
@@ -113,6 +114,13 @@ static void ap_inspect_rules(ap_inspect *inspect, const ap_config *config) {
         }
     }
     if (inspect->use_json) ap_json_array_end(json);
+    ap_status status = ap_config_check_backends(config, inspect->registry);
+    if (inspect->use_json) {
+        ap_json_member_string(json, "error", status == AP_OK ? NULL : ap_last_error());
+    } else if (status != AP_OK) {
+        printf("error: %s\n", ap_last_error());
+    }
+    return status == AP_OK ? AP_INSPECT_OK : AP_INSPECT_ERROR;
 }
 
 /* The model named on the command line: a preset, or a generic MHA base for --model-spec. */
@@ -165,32 +173,40 @@ static void ap_inspect_candidate(ap_inspect *inspect, size_t index, const char *
         ap_inspect_emit_verdict_reasons(inspect, verdict->reasons, "       - ");
 }
 
-/* Walk the matching rule's backends for the model on this device, without creating anything. */
+static int ap_inspect_no_rule(ap_inspect *inspect, const char *model_name) {
+    ap_json *json = &inspect->json;
+    if (inspect->use_json) {
+        ap_json_key(json, "selection");
+        ap_json_object_begin(json);
+        ap_json_member_string(json, "model", model_name);
+        ap_json_member_string(json, "error", "no rule matches this model");
+        ap_json_member_string(json, "chosen", NULL);
+        ap_json_object_end(json);
+    } else {
+        printf("\nSelection for %s: no rule of the config matches this name\n", model_name);
+    }
+    return AP_INSPECT_ERROR;
+}
+
+/* Walk the matching rule's backends for the model on this device, as ap_config_open does. */
 static int ap_inspect_walk(ap_inspect *inspect, const ap_config *config, ap_model model,
                            int is_preset) {
     ap_json *json = &inspect->json;
     const ap_config_rule *rule = ap_config_match(config, model.name);
-    if (rule == NULL) {
-        if (inspect->use_json) {
-            ap_json_key(json, "selection");
-            ap_json_object_begin(json);
-            ap_json_member_string(json, "model", model.name);
-            ap_json_member_string(json, "error", "no rule matches this model");
-            ap_json_member_string(json, "chosen", NULL);
-            ap_json_object_end(json);
-        } else {
-            printf("\nSelection for %s: no rule of the config matches this name\n", model.name);
-        }
-        return AP_INSPECT_ERROR;
-    }
+    if (rule == NULL) return ap_inspect_no_rule(inspect, model.name);
     ap_model applied;
     ap_model_apply_options(&model, &rule->options, &applied);
     char shape[256];
     ap_model_describe(&applied, shape, sizeof(shape));
+    /* Opened for real, as a host would: a backend that passes every check but fails create
+     * must not be shown as chosen. The instance is closed at once. */
     ap_selection *selection = NULL;
+    ap_instance *instance = NULL;
     ap_status status =
-        ap_select(inspect->registry, rule->backends, rule->num_backends, rule->explicit_single,
-                  &model, &rule->options, &inspect->device, &selection);
+        ap_config_open(config, inspect->registry, &model, &inspect->device, &instance, &selection);
+    char error[2048];
+    ap_text_escape(status != AP_OK ? ap_last_error() : "", error, sizeof error);
+    ap_instance_close(instance);
     const char *chosen = selection != NULL ? ap_selection_chosen(selection) : NULL;
     if (inspect->use_json) {
         ap_json_key(json, "selection");
@@ -218,13 +234,14 @@ static int ap_inspect_walk(ap_inspect *inspect, const ap_config *config, ap_mode
     if (inspect->use_json) {
         ap_json_array_end(json);
         ap_json_member_string(json, "chosen", chosen);
-        if (chosen == NULL) ap_json_member_string(json, "error", ap_last_error());
+        if (chosen == NULL) ap_json_member_string(json, "error", error);
         ap_json_object_end(json);
     } else if (chosen != NULL) {
         printf("Chosen: %s\n", chosen);
     } else {
         printf("No backend of this rule can serve %s here (%s)\n", model.name,
                ap_status_name(status));
+        printf("  %s\n", error);
     }
     ap_selection_destroy(selection);
     return chosen != NULL ? AP_INSPECT_OK : AP_INSPECT_ERROR;
@@ -234,7 +251,7 @@ int ap_inspect_config(ap_inspect *inspect, const ap_config *config) {
     ap_json *json = &inspect->json;
     size_t num_paths = ap_config_plugin_path_count(config);
     ap_model model;
-    int is_preset = 0;
+    int is_preset = 0, code = AP_INSPECT_OK;
     /* Resolved before any output, so a bad --model leaves no half-written document. */
     if (inspect->model_name != NULL && !ap_inspect_resolve_model(inspect, &model, &is_preset))
         return AP_INSPECT_ERROR;
@@ -250,20 +267,20 @@ int ap_inspect_config(ap_inspect *inspect, const ap_config *config) {
         for (size_t i = 0; i < num_paths; i++)
             ap_json_string(json, ap_config_plugin_path(config, i));
         ap_json_array_end(json);
-        ap_inspect_rules(inspect, config);
+        code = ap_inspect_rules(inspect, config);
         ap_json_object_end(json);
     } else {
         printf("Config %s: valid (version %d, %zu rules)\n", inspect->config_path,
                ap_config_version(config), ap_config_rule_count(config));
         for (size_t i = 0; i < num_paths; i++)
             printf("  plugin_path: %s\n", ap_config_plugin_path(config, i));
-        ap_inspect_rules(inspect, config);
+        code = ap_inspect_rules(inspect, config);
     }
-    int code = AP_INSPECT_OK;
     if (inspect->model_name != NULL) {
         if (!inspect->use_json) printf("\n");
         ap_inspect_emit_device(inspect);
-        code = ap_inspect_walk(inspect, config, model, is_preset);
+        int walked = ap_inspect_walk(inspect, config, model, is_preset);
+        if (code == AP_INSPECT_OK) code = walked;
     }
     if (inspect->use_json) ap_json_object_end(json);
     return code;

@@ -48,12 +48,13 @@ void ap_inspect_emit_verdict_reasons(ap_inspect *inspect, const char *reasons, c
         const char *end = strchr(line, '\n');
         size_t length = end != NULL ? (size_t)(end - line) : strlen(line);
         if (length > 0) {
-            char text[1024];
+            char text[1024], shown[1024];
             snprintf(text, sizeof(text), "%.*s", (int)length, line);
+            ap_text_escape(text, shown, sizeof(shown));
             if (inspect->use_json)
                 ap_json_string(&inspect->json, text);
             else
-                printf("%s%s\n", indent, text);
+                printf("%s%s\n", indent, shown);
         }
         line += length;
         if (*line == '\n') line++;
@@ -83,12 +84,17 @@ static void ap_inspect_emit_files(ap_inspect *inspect) {
             ap_json_member_string(json, "backend", record.backend);
             ap_json_member_string(json, "message", record.message ? record.message : "");
             ap_json_object_end(json);
-        } else if (loaded) {
-            printf("  loaded   %s -> %s\n", record.path, record.backend ? record.backend : "?");
-        } else {
-            printf("  refused  %s\n           %s: %s\n", record.path, ap_status_name(record.status),
-                   record.message ? record.message : "");
+            continue;
         }
+        /* File names come from the folder: escaped like everything else shown from outside. */
+        char path[4096], message[8192];
+        ap_text_escape(record.path, path, sizeof(path));
+        ap_text_escape(record.message, message, sizeof(message));
+        if (loaded)
+            printf("  loaded   %s -> %s\n", path, record.backend ? record.backend : "?");
+        else
+            printf("  refused  %s\n           %s: %s\n", path, ap_status_name(record.status),
+                   message);
     }
     if (inspect->use_json) ap_json_array_end(json);
 }
@@ -264,7 +270,9 @@ static void ap_inspect_emit_backend(ap_inspect *inspect, const ap_descriptor *de
     }
     printf("\n%s %s: %s\n", desc->name, desc->version ? desc->version : "?",
            desc->description ? desc->description : "");
-    printf("  file:         %s\n", path ? path : "?");
+    char shown[4096];
+    ap_text_escape(path ? path : "?", shown, sizeof(shown));
+    printf("  file:         %s\n", shown);
     ap_inspect_emit_caps_text(desc->caps);
     ap_inspect_emit_verdicts(inspect, desc);
 }

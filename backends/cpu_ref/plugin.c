@@ -44,12 +44,24 @@ static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf
     }
     const ap_model *m = &backend->model;
     int mla = m->kind == AP_ATTN_MLA;
-    size_t rows = (size_t)m->page_size * (size_t)m->num_kv_heads;
-    size_t widest = (size_t)(m->head_dim_qk > m->head_dim_v ? m->head_dim_qk : m->head_dim_v);
-    out->k_bytes_per_page = cpu_kv_bytes(m->kv_dtype, rows * (size_t)m->head_dim_qk);
+    size_t rows, k_count, v_count;
+    /* An absurd model must not wrap to a small (or zero) page the host then overruns; a count
+     * up to SIZE_MAX / 4 leaves room for any element size (cpu_kv_bytes). */
+    if (__builtin_mul_overflow((size_t)m->page_size, (size_t)m->num_kv_heads, &rows) ||
+        __builtin_mul_overflow(rows, (size_t)m->head_dim_qk, &k_count) ||
+        __builtin_mul_overflow(rows, (size_t)m->head_dim_v, &v_count) || k_count > SIZE_MAX / 4 ||
+        v_count > SIZE_MAX / 4) {
+        ap_msgbuf_add(msg,
+                      "cpu_ref: a KV page of %d tokens x %d KV heads x head dims %d/%d does not "
+                      "fit in size_t bytes",
+                      m->page_size, m->num_kv_heads, m->head_dim_qk, m->head_dim_v);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    size_t widest = k_count > v_count ? k_count : v_count;
+    out->k_bytes_per_page = cpu_kv_bytes(m->kv_dtype, k_count);
     /* MLA: V is the first kv_lora_rank values of the latent row in the K pages */
-    out->v_bytes_per_page = mla ? 0 : cpu_kv_bytes(m->kv_dtype, rows * (size_t)m->head_dim_v);
-    out->scale_bytes_per_page = m->kv_dtype == AP_DTYPE_NVFP4 ? rows * widest / 16 : 0;
+    out->v_bytes_per_page = mla ? 0 : cpu_kv_bytes(m->kv_dtype, v_count);
+    out->scale_bytes_per_page = m->kv_dtype == AP_DTYPE_NVFP4 ? widest / 16 : 0;
     out->alignment = 64;
     return AP_OK;
 }

@@ -31,6 +31,14 @@ const char *ap_last_error(void);
 /* A short fixed name for a status, e.g. "AP_ERR_UNSUPPORTED". */
 const char *ap_status_name(ap_status status);
 
+/* Copy `text` into `out` (`capacity` bytes, always NUL-terminated when capacity > 0) made safe
+ * to print on a terminal and to keep on one line: "\n", "\r", "\t" written as such, other
+ * control bytes (C0, DEL, C1), and bytes that are not well-formed UTF-8, as "\xHH"; past the
+ * capacity the copy is cut and ends with "...". Returns 1 when anything was escaped or cut.
+ * Every message the core keeps from a plugin is escaped already; hosts use this for file
+ * names and anything else they print from outside. */
+int ap_text_escape(const char *text, char *out, size_t capacity);
+
 /* The core's ABI version (what it offers plugins). */
 void ap_core_abi_version(uint32_t *major, uint32_t *minor);
 
@@ -215,6 +223,12 @@ const ap_config_rule *ap_config_match(const ap_config *config, const char *model
  * be NULL) receives the walk with every verdict, also on failure. */
 ap_status ap_config_open(const ap_config *config, ap_registry *registry, const ap_model *model,
                          const ap_device *device, ap_instance **out, ap_selection **selection);
+
+/* Check every rule's backend names against the loaded plugins, as ap_config_open does for the
+ * rule it matches: AP_ERR_CONFIG ("file:line:column: ...") for a `backend:` no plugin provides
+ * or a list none of whose names a plugin provides; AP_OK when every rule has a known name (a
+ * list may still name backends not built here). */
+ap_status ap_config_check_backends(const ap_config *config, const ap_registry *registry);
 
 /* Names for enums, and parsing them (config, tools). */
 const char *ap_dtype_name(ap_dtype dtype); /* "bf16", "fp8_e4m3", ... */

@@ -126,6 +126,14 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
     if (elements > 0 && t->data == NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has shape %s but no data", name,
                              ap_format_shape(t->shape, t->ndim, 0, got, sizeof got));
+    /* Elements start at data + byte_offset: a start between two elements would make every
+     * kernel read misaligned (or, on a GPU, fault). Sub-byte types are addressed by the byte. */
+    uint64_t element_bits = (uint64_t)t->dtype.bits * (t->dtype.lanes ? t->dtype.lanes : 1);
+    if (element_bits % 8 == 0 && element_bits > 0 && t->byte_offset % (element_bits / 8) != 0)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "%s has byte_offset %" PRIu64 ", not a multiple of its %" PRIu64
+                             "-byte element",
+                             name, (uint64_t)t->byte_offset, element_bits / 8);
     if (t->strides == NULL) return AP_OK;
     int64_t compact = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {

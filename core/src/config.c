@@ -109,12 +109,14 @@ static ap_status ap_file_read(const char *path, char **text, size_t *length) {
     }
     for (;;) {
         if (used == capacity) {
-            if (capacity >= AP_CONFIG_MAX_BYTES) {
+            if (capacity > AP_CONFIG_MAX_BYTES) {
                 status = ap_error_set(AP_ERR_CONFIG, "config '%s' is larger than %u bytes", path,
                                       AP_CONFIG_MAX_BYTES);
                 goto out;
             }
             capacity = capacity ? 2 * capacity : 4096;
+            /* One byte past the limit tells a file of exactly the limit from a larger one. */
+            if (capacity > AP_CONFIG_MAX_BYTES) capacity = AP_CONFIG_MAX_BYTES + 1;
             char *grown = realloc(buffer, capacity);
             if (grown == NULL) {
                 status = ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory reading '%s'", path);

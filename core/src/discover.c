@@ -65,7 +65,29 @@ static void ap_push_path_list(ap_strings *dirs, const char *list) {
     }
 }
 
-/* Entries of `dir` that are folders (want_dirs) or regular files ending in ".so", sorted. */
+/* Why a directory entry named like a plugin is not a file the loader can open, or NULL. */
+static const char *ap_entry_skip_reason(const char *path, int want_dirs, char *text, size_t size) {
+    struct stat info;
+    /* stat, not d_type: d_type may be DT_UNKNOWN, and a symlink to a library is fine. */
+    if (stat(path, &info) != 0) {
+        int error = errno;
+        struct stat link;
+        if (error == ELOOP) return "a symbolic link loop";
+        if (error == ENOENT && lstat(path, &link) == 0 && S_ISLNK(link.st_mode))
+            return "a dangling symbolic link (its target does not exist)";
+        snprintf(text, size, "cannot stat it: %s", strerror(error));
+        return text;
+    }
+    if (want_dirs) return S_ISDIR(info.st_mode) ? NULL : "not a folder";
+    if (S_ISREG(info.st_mode)) return NULL;
+    if (S_ISDIR(info.st_mode)) return "a folder, not a plugin file";
+    if (S_ISFIFO(info.st_mode)) return "a FIFO, not a regular file";
+    if (S_ISSOCK(info.st_mode)) return "a socket, not a regular file";
+    return "a device node, not a regular file";
+}
+
+/* Entries of `dir` that are folders (want_dirs), or every entry named "*.so" (the scan then
+ * tells files from the rest: ap_entry_skip_reason), sorted. */
 static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
     DIR *stream = opendir(dir);
     if (stream == NULL) {
@@ -79,14 +101,12 @@ static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
         size_t len = strlen(name);
         if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.'))) continue;
         if (!want_dirs && (len <= 3 || strcmp(name + len - 3, ".so") != 0)) continue;
-        char *path = ap_path_join(dir, name);
-        struct stat info;
-        /* stat, not d_type: d_type may be DT_UNKNOWN, and a symlink to a library is fine. */
-        if (path != NULL && stat(path, &info) == 0 &&
-            (want_dirs ? S_ISDIR(info.st_mode) : S_ISREG(info.st_mode)))
-            ap_strings_push(&names, path);
-        else
+        char *path = ap_path_join(dir, name), text[8];
+        if (want_dirs && path != NULL && ap_entry_skip_reason(path, 1, text, sizeof text) != NULL) {
             free(path);
+            continue;
+        }
+        ap_strings_push(&names, path);
     }
     closedir(stream);
     if (names.count > 1) qsort(names.items, names.count, sizeof *names.items, ap_compare_names);
@@ -171,7 +191,12 @@ ap_status ap_registry_scan(ap_registry *registry) {
     }
     if (dirs.failed || canonical.failed || files.failed) status = AP_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; i < files.count && status == AP_OK; i++) {
-        if (ap_registry_load_locked(registry, files.items[i]) == AP_ERR_OUT_OF_MEMORY)
+        /* Only regular files are opened; anything else named like a plugin is recorded. */
+        char text[256];
+        const char *why = ap_entry_skip_reason(files.items[i], 0, text, sizeof text);
+        if (why != NULL)
+            status = ap_registry_record_skip_locked(registry, files.items[i], why);
+        else if (ap_registry_load_locked(registry, files.items[i]) == AP_ERR_OUT_OF_MEMORY)
             status = AP_ERR_OUT_OF_MEMORY;
     }
     pthread_mutex_unlock(&registry->lock);

@@ -6,13 +6,23 @@
 
 /* Copy a failing call's message (from the plugin, or from the core's own argument check) into
  * the last error, naming the backend and the entry. */
-static ap_status ap_instance_fail(const ap_instance *instance, const char *entry,
-                                  ap_status status) {
+static ap_status ap_instance_fail(ap_instance *instance, const char *entry, ap_status status) {
     const char *name = instance->plugin->desc->name;
-    if (instance->message[0] == '\0')
+    char said[sizeof instance->message];
+    instance->message[sizeof instance->message - 1] = '\0';
+    ap_text_escape_lines(instance->message, said, sizeof said);
+    if (!ap_status_known(status)) {
+        ap_error_set(AP_ERR_INTERNAL,
+                     "backend '%s': %s returned status %d, which is no ap_status%s%s", name, entry,
+                     (int)status, said[0] != '\0' ? ": " : "", said);
+        return AP_ERR_INTERNAL;
+    }
+    if (said[0] == '\0')
         return ap_error_set(status, "backend '%s': %s failed (%s)", name, entry,
                             ap_status_name(status));
-    return ap_error_set(status, "backend '%s': %s: %s", name, entry, instance->message);
+    /* "create failed: why" (the walk reports it); the per-call entries read "forward_decode: why". */
+    return ap_error_set(status, "backend '%s': %s%s: %s", name, entry,
+                        strcmp(entry, "create") == 0 ? " failed" : "", said);
 }
 
 /* Reset the instance's message buffer for the next call. */
@@ -63,12 +73,12 @@ ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_mod
     status = instance->plugin->desc->vtable->create(&instance->model, options, &instance->device,
                                                     &instance->backend, &msg);
     if (status != AP_OK || instance->backend == NULL) {
-        if (status == AP_OK) status = AP_ERR_INTERNAL; /* "success" without an instance */
-        ap_status result =
-            instance->message[0] != '\0'
-                ? ap_error_set(status, "backend '%s': create failed: %s", name, instance->message)
-                : ap_error_set(status, "backend '%s': create failed (%s)", name,
-                               ap_status_name(status));
+        ap_status result = status == AP_OK
+                               ? ap_error_set(AP_ERR_INTERNAL,
+                                              "backend '%s': create returned AP_OK but no instance "
+                                              "(NULL)",
+                                              name)
+                               : ap_instance_fail(instance, "create", status);
         atomic_fetch_sub(&registry->live_instances, 1);
         free(instance->model_name);
         free(instance);

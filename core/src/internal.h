@@ -30,10 +30,23 @@ typedef enum ap_log_category {
 int ap_log_enabled(ap_log_category category);
 void ap_log(ap_log_category category, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* ---- text from plugins (text.c) -------------------------------------------------------------
+ * What a plugin says (messages, reasons) is kept escaped (ap_text_escape in attnplug.h): each
+ * line at most AP_TEXT_LINE_MAX bytes, so one plugin cannot flood a message or forge lines. */
+#define AP_TEXT_LINE_MAX 512
+/* Descriptor strings a plugin may declare (longer ones are refused at load). */
+#define AP_BACKEND_NAME_MAX 64
+#define AP_VERSION_MAX 64
+#define AP_DESCRIPTION_MAX 256
+/* Escape each '\n'-separated line of `lines` and join them with "; " into `out`. */
+void ap_text_escape_lines(const char *lines, char *out, size_t capacity);
+
 /* ---- names (names.c) ------------------------------------------------------------------------
  * Whether `name` has the form every backend name takes, [a-z0-9_]+: plugins declare it, configs
  * write it. */
 int ap_backend_name_valid(const char *name);
+/* Whether `status` is one of the ap_status values (a plugin may return anything). */
+int ap_status_known(ap_status status);
 
 /* ---- the registry (registry.c) -------------------------------------------------------------- */
 
@@ -68,11 +81,22 @@ struct ap_registry {
 /* The plugin serving `name`, or NULL. Takes the lock. */
 ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name);
 
+/* Whether a file providing `name` was refused at load on purpose (AP_BACKENDS_DISABLE); its
+ * message then goes into `text`. Takes the lock. */
+int ap_registry_refusal(const ap_registry *registry, const char *name, char *text, size_t size);
+
 /* Split of the registry across registry.c, discover.c and load.c. Callers hold registry->lock.
  * load_locked opens, negotiates, validates and records one file (a path already recorded
  * answers with its recorded status); lookup_locked is the binary search of `plugins`. */
 ap_status ap_registry_load_locked(ap_registry *registry, const char *path);
+/* Record a folder entry named like a plugin that the scan does not open (a FIFO, a folder, a
+ * dangling link) with `why`, and log it; a path already recorded is left as it is. */
+ap_status ap_registry_record_skip_locked(ap_registry *registry, const char *path, const char *why);
 ap_plugin *ap_registry_lookup_locked(const ap_registry *registry, const char *name);
+
+/* Whether the file at `path` is an ELF shared object for this machine whose every loadable
+ * segment lies inside the file (load_elf.c). AP_ERR_LOAD with the cause in `why` if not. */
+ap_status ap_elf_check(const char *path, char *why, size_t why_size);
 
 /* ---- instances (instance.c) ----------------------------------------------------------------- */
 
@@ -109,6 +133,11 @@ struct ap_instance {
 
 /* Options every field unset: what a backend sees when the host passes none. */
 extern const ap_options ap_options_default;
+
+/* A selection built verdict by verdict (config_open.c reports create failures in its walk):
+ * room for `capacity` verdicts; add copies the strings, and `chosen` marks the one chosen. */
+ap_status ap_selection_new(size_t capacity, ap_selection **out);
+ap_status ap_selection_add(ap_selection *sel, const ap_verdict *verdict, int chosen);
 
 /* ---- argument checks before a backend is called (check.c) ------------------------------------
  * Each returns AP_OK, or a status with one line naming the argument, the expected and the

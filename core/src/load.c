@@ -60,6 +60,7 @@ static ap_status ap_load_negotiate(const char *path, ap_plugin_negotiate_fn nego
     ap_msgbuf msg = ap_msgbuf_over(text, sizeof text);
 
     ap_status status = negotiate(&offer, reply, &msg);
+    text[sizeof text - 1] = '\0'; /* whatever the plugin wrote; the record escapes the rest */
     if (status != AP_OK)
         return ap_load_fail(result, AP_ERR_ABI_MISMATCH,
                             "plugin [%s] refused the ABI negotiation (core offers %u.%u, plugin "
@@ -106,6 +107,25 @@ static ap_status ap_load_check_vtable(const char *path, const ap_vtable *vtable,
     return AP_OK;
 }
 
+/* Descriptor strings reach hosts as they are (ap_registry_backend), so the core vouches for
+ * them: printable (no control bytes, well-formed UTF-8) and at most `max` bytes. */
+static ap_status ap_load_check_text(const char *path, const char *name, const char *field,
+                                    const char *text, size_t max, ap_load_result *result) {
+    char shown[AP_TEXT_LINE_MAX];
+    size_t length = strnlen(text, max + 1);
+    int escaped = ap_text_escape(text, shown, sizeof shown);
+    if (length > max)
+        return ap_load_fail(result, AP_ERR_ABI_MISMATCH,
+                            "plugin [%s]: backend '%s' has a %s longer than %zu bytes ('%s')", path,
+                            name, field, max, shown);
+    if (escaped)
+        return ap_load_fail(result, AP_ERR_ABI_MISMATCH,
+                            "plugin [%s]: backend '%s' has a %s holding control bytes or invalid "
+                            "UTF-8 ('%s')",
+                            path, name, field, shown);
+    return AP_OK;
+}
+
 static ap_status ap_load_check_descriptor(const char *path, const ap_descriptor *desc,
                                           ap_load_result *result) {
     if (desc == NULL)
@@ -118,11 +138,21 @@ static ap_status ap_load_check_descriptor(const char *path, const ap_descriptor 
                             path, desc->struct_size, AP_DESCRIPTOR_MIN_SIZE, AP_ABI_VERSION_MAJOR);
     if (desc->name == NULL || !ap_backend_name_valid(desc->name))
         return ap_load_fail(result, AP_ERR_ABI_MISMATCH,
-                            "plugin [%s]: backend name '%s' is not of the form [a-z0-9_]+", path,
-                            desc->name == NULL ? "(NULL)" : desc->name);
+                            "plugin [%s]: backend name '%.*s' is not of the form [a-z0-9_]+", path,
+                            AP_TEXT_LINE_MAX, desc->name == NULL ? "(NULL)" : desc->name);
+    if (strlen(desc->name) > AP_BACKEND_NAME_MAX)
+        return ap_load_fail(result, AP_ERR_ABI_MISMATCH,
+                            "plugin [%s]: backend name '%.32s...' is %zu bytes long, more than "
+                            "the %d allowed",
+                            path, desc->name, strlen(desc->name), AP_BACKEND_NAME_MAX);
     if (desc->version == NULL || desc->description == NULL)
         return ap_load_fail(result, AP_ERR_ABI_MISMATCH, "plugin [%s]: backend '%s' has a NULL %s",
                             path, desc->name, desc->version == NULL ? "version" : "description");
+    if (ap_load_check_text(path, desc->name, "version", desc->version, AP_VERSION_MAX, result) !=
+            AP_OK ||
+        ap_load_check_text(path, desc->name, "description", desc->description, AP_DESCRIPTION_MAX,
+                           result) != AP_OK)
+        return result->status;
     if (desc->caps == NULL)
         return ap_load_fail(result, AP_ERR_MISSING_SYMBOL,
                             "plugin [%s]: backend '%s' has no capabilities (caps is NULL)", path,
@@ -135,10 +165,10 @@ static ap_status ap_load_check_descriptor(const char *path, const ap_descriptor 
     return ap_load_check_vtable(path, desc->vtable, result);
 }
 
-/* Whether AP_BACKENDS_DISABLE (comma-separated fnmatch globs) names this backend. */
-static int ap_backend_disabled(const char *name, const char **setting) {
+/* Whether AP_BACKENDS_DISABLE (comma-separated fnmatch globs) names this backend; the glob
+ * that matched goes into `pattern`. */
+static int ap_backend_disabled(const char *name, char *pattern, size_t size) {
     const char *value = secure_getenv("AP_BACKENDS_DISABLE");
-    *setting = value;
     if (value == NULL) return 0;
     const char *p = value;
     while (*p != '\0') {
@@ -150,7 +180,10 @@ static int ap_backend_disabled(const char *name, const char **setting) {
         if (len > 0 && len < sizeof glob) {
             memcpy(glob, item, len);
             glob[len] = '\0';
-            if (fnmatch(glob, name, 0) == 0) return 1;
+            if (fnmatch(glob, name, 0) == 0) {
+                snprintf(pattern, size, "%s", glob);
+                return 1;
+            }
         }
         p += strcspn(p, ",");
         if (*p == ',') p++;
@@ -193,6 +226,10 @@ static ap_status ap_load_attempt(const ap_registry *registry, const char *path,
     if (strchr(path, '/') == NULL &&
         (size_t)snprintf(local, sizeof local, "./%s", path) < sizeof local)
         open_path = local;
+    /* dlopen maps a truncated file without complaint and the process dies of SIGBUS later. */
+    char why[256];
+    if (ap_elf_check(open_path, why, sizeof why) != AP_OK)
+        return ap_load_fail(result, AP_ERR_LOAD, "cannot open plugin [%s]: %s", path, why);
     dlerror();
     result->handle = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
     if (result->handle == NULL) {
@@ -211,11 +248,11 @@ static ap_status ap_load_attempt(const ap_registry *registry, const char *path,
     const ap_descriptor *desc = result->reply.descriptor;
     if (ap_load_check_descriptor(path, desc, result) != AP_OK) return result->status;
 
-    const char *setting;
-    if (ap_backend_disabled(desc->name, &setting))
+    char pattern[256];
+    if (ap_backend_disabled(desc->name, pattern, sizeof pattern))
         return ap_load_fail(result, AP_ERR_REFUSED,
-                            "backend '%s' in [%s] is disabled by AP_BACKENDS_DISABLE='%s'",
-                            desc->name, path, setting);
+                            "disabled by AP_BACKENDS_DISABLE (pattern '%s'): backend '%s' in [%s]",
+                            pattern, desc->name, path);
     size_t position;
     const ap_plugin *taken = ap_plugin_lookup(registry, desc->name, &position);
     if (taken != NULL)
@@ -306,6 +343,10 @@ ap_status ap_registry_load_locked(ap_registry *registry, const char *path) {
         return ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory loading [%s]", path);
     }
     ap_load_attempt(registry, path, result);
+    /* Kept and shown as one line: the plugin's words and the file name, escaped. */
+    char *raw = strdup(result->message);
+    if (raw != NULL) ap_text_escape(raw, result->message, sizeof result->message);
+    free(raw);
     ap_file_entry entry;
     ap_plugin *plugin;
     if (ap_outcome_copy(path, result, &entry, &plugin) != AP_OK) {
@@ -327,4 +368,19 @@ ap_status ap_registry_load_locked(ap_registry *registry, const char *path) {
     }
     free(result);
     return outcome;
+}
+
+ap_status ap_registry_record_skip_locked(ap_registry *registry, const char *path, const char *why) {
+    if (ap_record_find(registry, path) != NULL) return AP_OK;
+    if (ap_registry_reserve(registry) != AP_OK) return AP_ERR_OUT_OF_MEMORY;
+    ap_file_entry entry = {strdup(path), AP_ERR_LOAD, NULL, NULL};
+    char shown[4096];
+    ap_text_escape(path, shown, sizeof shown); /* a file name may hold any byte but '/' */
+    if (entry.path == NULL || asprintf(&entry.message, "skipped [%s]: %s", shown, why) < 0) {
+        free(entry.path);
+        return AP_ERR_OUT_OF_MEMORY;
+    }
+    registry->files[registry->num_files++] = entry;
+    ap_log(AP_LOG_LOAD, "%s", entry.message);
+    return AP_OK;
 }

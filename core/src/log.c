@@ -60,5 +60,8 @@ void ap_log(ap_log_category category, const char *fmt, ...) {
     int n = vsnprintf(line, sizeof line, fmt, args);
     va_end(args);
     if (n < 0) return;
-    fprintf(stderr, "attnplug[%s]: %s\n", ap_log_category_name(category), line);
+    /* File names and plugin words reach a terminal here: one line, no control bytes. */
+    char shown[sizeof line];
+    ap_text_escape(line, shown, sizeof shown);
+    fprintf(stderr, "attnplug[%s]: %s\n", ap_log_category_name(category), shown);
 }

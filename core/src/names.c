@@ -25,6 +25,10 @@ const char *ap_status_name(ap_status status) {
     return "AP_ERR_UNKNOWN";
 }
 
+int ap_status_known(ap_status status) {
+    return strcmp(ap_status_name(status), "AP_ERR_UNKNOWN") != 0;
+}
+
 /* The canonical names that configs and the inspection tool print (one table, in plugin_api.h). */
 const char *ap_dtype_name(ap_dtype dtype) {
     return ap_dtype_str(dtype);

@@ -1,5 +1,6 @@
 /* registry.c: the registry's life cycle, its folders, and read access to files and backends. */
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +195,19 @@ ap_plugin *ap_registry_find_plugin(ap_registry *registry, const char *name) {
     pthread_mutex_unlock(&registry->lock);
     if (plugin == NULL) ap_error_set(AP_ERR_NOT_FOUND, "no backend named '%s' is loaded", name);
     return plugin;
+}
+
+int ap_registry_refusal(const ap_registry *registry, const char *name, char *text, size_t size) {
+    int found = 0;
+    pthread_mutex_lock(ap_registry_mutex(registry));
+    for (size_t i = 0; i < registry->num_files && !found; i++) {
+        const ap_file_entry *entry = &registry->files[i];
+        found = entry->status == AP_ERR_REFUSED && entry->backend != NULL &&
+                strcmp(entry->backend, name) == 0;
+        if (found) snprintf(text, size, "%s", entry->message);
+    }
+    pthread_mutex_unlock(ap_registry_mutex(registry));
+    return found;
 }
 
 const ap_descriptor *ap_registry_find(const ap_registry *registry, const char *name) {

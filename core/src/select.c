@@ -298,16 +298,19 @@ static ap_status ap_stage_validate(const ap_plugin *plugin, const ap_model *m,
     char text[AP_REASONS_CAPACITY];
     ap_msgbuf msg = ap_msgbuf_over(text, sizeof text);
     ap_status status = plugin->desc->vtable->validate(m, options, device, &msg);
+    text[sizeof text - 1] = '\0';
     if (status == AP_OK) return AP_OK;
     if (msg.length == 0) {
         ap_msgbuf_add(reasons, "validate() refused without a reason (%s)", ap_status_name(status));
         return AP_ERR_REFUSED;
     }
-    /* Re-add line by line so each keeps its own '\n' separation in `reasons`. */
+    /* Re-add line by line so each keeps its own '\n' separation in `reasons`, escaped. */
     for (char *line = text; line != NULL && *line != '\0';) {
         char *end = strchr(line, '\n');
         if (end != NULL) *end = '\0';
-        ap_msgbuf_add(reasons, "%s", line);
+        char escaped[AP_TEXT_LINE_MAX];
+        ap_text_escape(line, escaped, sizeof escaped);
+        ap_msgbuf_add(reasons, "%s", escaped);
         line = end != NULL ? end + 1 : NULL;
     }
     return AP_ERR_REFUSED;
@@ -330,6 +333,13 @@ static ap_status ap_backend_check(ap_registry *registry, const char *name, const
     *arch_index = -1;
     ap_plugin *plugin = ap_registry_find_plugin(registry, name);
     if (plugin == NULL) {
+        /* Refused at load on purpose (AP_BACKENDS_DISABLE) is not the same as absent. */
+        char refusal[AP_REASONS_CAPACITY];
+        if (ap_registry_refusal(registry, name, refusal, sizeof refusal)) {
+            ap_msgbuf_add(reasons, "%s", refusal);
+            ap_log(AP_LOG_SELECT, "%s: refused at load: %s", name, refusal);
+            return AP_ERR_REFUSED;
+        }
         ap_msgbuf_add(reasons, "no plugin provides backend '%s'", name);
         ap_log(AP_LOG_SELECT, "%s: not found", name);
         return AP_ERR_NOT_FOUND;
@@ -458,25 +468,42 @@ static ap_status ap_selection_fail(const ap_selection *sel, const ap_model *mode
     return ap_error_set(status, "%s", text);
 }
 
-/* Check one candidate and append its verdict (with owned strings) to the selection. */
-static ap_status ap_selection_try(ap_selection *sel, ap_registry *registry, const char *name,
-                                  const ap_model *applied, const ap_options *options,
-                                  const ap_device *device) {
-    char text[AP_REASONS_CAPACITY];
-    ap_msgbuf reasons = ap_msgbuf_over(text, sizeof text);
+ap_status ap_selection_new(size_t capacity, ap_selection **out) {
+    ap_selection *sel = calloc(1, sizeof *sel);
+    if (sel != NULL) sel->verdicts = calloc(capacity > 0 ? capacity : 1, sizeof *sel->verdicts);
+    if (sel == NULL || sel->verdicts == NULL) {
+        free(sel);
+        *out = NULL;
+        return ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory starting a selection");
+    }
+    *out = sel;
+    return AP_OK;
+}
+
+ap_status ap_selection_add(ap_selection *sel, const ap_verdict *verdict, int chosen) {
     ap_verdict *v = &sel->verdicts[sel->count];
-    v->status =
-        ap_backend_check(registry, name, applied, options, device, &reasons, &v->arch_index);
-    v->backend = strdup(name);
-    v->reasons = strdup(text);
+    *v = (ap_verdict){strdup(verdict->backend), verdict->status, strdup(verdict->reasons),
+                      verdict->arch_index};
     if (v->backend == NULL || v->reasons == NULL) {
         free((char *)v->backend);
         free((char *)v->reasons);
         return ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory recording a verdict");
     }
     sel->count++;
-    if (v->status == AP_OK) sel->chosen = v->backend;
+    if (chosen) sel->chosen = v->backend;
     return AP_OK;
+}
+
+/* Check one candidate and append its verdict (with owned strings) to the selection. */
+static ap_status ap_selection_try(ap_selection *sel, ap_registry *registry, const char *name,
+                                  const ap_model *applied, const ap_options *options,
+                                  const ap_device *device) {
+    char text[AP_REASONS_CAPACITY];
+    ap_msgbuf reasons = ap_msgbuf_over(text, sizeof text);
+    ap_verdict verdict = {name, AP_OK, text, -1};
+    verdict.status =
+        ap_backend_check(registry, name, applied, options, device, &reasons, &verdict.arch_index);
+    return ap_selection_add(sel, &verdict, verdict.status == AP_OK);
 }
 
 ap_status ap_select(ap_registry *registry, const char *const *names, size_t count,
@@ -493,12 +520,8 @@ ap_status ap_select(ap_registry *registry, const char *const *names, size_t coun
     ap_model applied;
     ap_status status = ap_check_inputs(registry, model, &options, device, &applied);
     if (status != AP_OK) return status;
-    ap_selection *sel = calloc(1, sizeof *sel);
-    if (sel != NULL) sel->verdicts = calloc(count, sizeof *sel->verdicts);
-    if (sel == NULL || sel->verdicts == NULL) {
-        free(sel);
-        return ap_error_set(AP_ERR_OUT_OF_MEMORY, "out of memory starting a selection");
-    }
+    ap_selection *sel;
+    if (ap_selection_new(count, &sel) != AP_OK) return AP_ERR_OUT_OF_MEMORY;
     for (size_t i = 0; i < count && sel->chosen == NULL; i++) {
         status = ap_selection_try(sel, registry, names[i], &applied, options, device);
         if (status != AP_OK) {

@@ -38,6 +38,11 @@ typedef struct eng_context {
     ap_device device;
 } eng_context;
 
+/* "s" unless `count` is 1: "1 model ran", "2 models ran". */
+static inline const char *eng_plural(int64_t count) {
+    return count == 1 ? "" : "s";
+}
+
 /* engine_model.c: select, allocate, run and check one model. */
 eng_outcome eng_model_run(eng_context *context, const ap_model_preset *preset);
 

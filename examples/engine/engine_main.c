@@ -1,4 +1,6 @@
 /* engine_main.c: attnplug-engine, the example host: every model of a config through its backend. */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -15,13 +17,14 @@
 
 static void eng_usage(FILE *stream) {
     fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--model-spec K=V,...]\n"
-          "                       [--steps N] [--layers N] [--batch B] [--prompt-len L]\n"
+          "                       [--steps N] [--layers L] [--batch B] [--prompt-len P]\n"
           "                       [--seed S] [--plugin-dir DIR] [--kv-dtype T]\n"
           "\n"
           "Runs each example model that a rule of the config matches (or the one --model names)\n"
-          "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
-          "and N decode steps over L layers with random activations; prints the selection walk,\n"
-          "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
+          "on the backend the config selects here: a prefill of B random prompts (1..P tokens)\n"
+          "and N decode steps over L layers (at most the model's own) with random activations;\n"
+          "prints the selection walk, per-step times and, for any backend but cpu_ref, its\n"
+          "error against cpu_ref. S is a non-negative integer (decimal or 0x hex).\n"
           "--model-spec overrides the shape of the models run, as ap-inspect's does (e.g.\n"
           "qo_heads=16: DeepSeek-V3's heads per GPU at tensor parallelism 8).\n"
           "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
@@ -47,6 +50,21 @@ static int eng_parse_int(const char *text, const char *what, int32_t min, int32_
         return 0;
     }
     *out = (int32_t)value;
+    return 1;
+}
+
+/* strtoull takes "-5" as 2^64 - 5 and skips spaces: a seed starts with a digit, fits 64 bits. */
+static int eng_parse_seed(const char *text, uint64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    unsigned long long value = strtoull(text, &end, 0);
+    if (!isdigit((unsigned char)text[0]) || end == text || *end != '\0' || errno == ERANGE) {
+        fprintf(stderr,
+                "attnplug-engine: --seed must be a non-negative integer below 2^64, got '%s'\n",
+                text);
+        return 0;
+    }
+    *out = value;
     return 1;
 }
 
@@ -97,13 +115,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
             case ENG_OPT_PROMPT:
                 ok = eng_parse_int(optarg, "--prompt-len", 1, 1 << 20, &args->prompt_len);
                 break;
-            case ENG_OPT_SEED: {
-                char *end = NULL;
-                args->seed = strtoull(optarg, &end, 0);
-                ok = end != optarg && *end == '\0';
-                if (!ok) fprintf(stderr, "attnplug-engine: --seed needs a number\n");
-                break;
-            }
+            case ENG_OPT_SEED: ok = eng_parse_seed(optarg, &args->seed); break;
             case ENG_OPT_PLUGIN_DIR: args->plugin_dirs[args->num_plugin_dirs++] = optarg; break;
             case ENG_OPT_KV_DTYPE:
                 ok = ap_dtype_parse(optarg, &args->kv_dtype) == AP_OK &&
@@ -160,26 +172,42 @@ static const char *eng_default_config(char *buffer, size_t size) {
     return NULL;
 }
 
+/* Whether the engine runs `preset`: the one --model names, else every one a rule matches. */
+static int eng_runs_preset(const eng_context *context, const ap_model_preset *preset) {
+    const char *named = context->args->model_name;
+    if (named != NULL) return preset == ap_preset_find(named);
+    return ap_config_match(context->config, preset->name) != NULL;
+}
+
+/* --layers beyond a model's own count would run layers the model does not have: a usage
+ * error, named before anything runs. Returns -1 to go on, else the exit code. */
+static int eng_check_layers(const eng_context *context) {
+    for (size_t i = 0; i < ap_preset_count(); i++) {
+        const ap_model_preset *preset = ap_preset_at(i);
+        if (!eng_runs_preset(context, preset)) continue;
+        if (context->args->layers > preset->model.num_layers) {
+            fprintf(stderr, "attnplug-engine: --layers %d is more than %s has (%d layers)\n",
+                    context->args->layers, preset->name, preset->model.num_layers);
+            return ENG_EXIT_USAGE;
+        }
+    }
+    return -1;
+}
+
 /* Run each model; the exit status follows the rule in the usage text. */
 static int eng_run_models(eng_context *context) {
     int ran = 0, refused = 0, failed = 0;
-    const char *named = context->args->model_name;
-    const ap_model_preset *only = named != NULL ? ap_preset_find(named) : NULL;
     for (size_t i = 0; i < ap_preset_count(); i++) {
         const ap_model_preset *preset = ap_preset_at(i);
-        if (named != NULL) {
-            if (preset != only) continue;
-        } else if (ap_config_match(context->config, preset->name) == NULL) {
-            continue;
-        }
+        if (!eng_runs_preset(context, preset)) continue;
         switch (eng_model_run(context, preset)) {
             case ENG_RAN: ran++; break;
             case ENG_NO_BACKEND: refused++; break;
             case ENG_FAILED: failed++; break;
         }
     }
-    printf("\nengine: %d models ran, %d had no backend that can serve them here, %d failed\n", ran,
-           refused, failed);
+    printf("\nengine: %d model%s ran, %d had no backend that can serve them here, %d failed\n", ran,
+           eng_plural(ran), refused, failed);
     if (ran + refused + failed == 0)
         printf("engine: no rule of the config matches a known model\n");
     return failed == 0 && ran > 0 ? ENG_EXIT_OK : ENG_EXIT_ERROR;
@@ -207,7 +235,8 @@ static int eng_open(eng_context *context, ap_config *config) {
     printf("plugins:");
     for (size_t i = 0; i < ap_registry_backend_count(context->registry); i++)
         printf(" %s", ap_registry_backend(context->registry, i)->name);
-    printf(" (%zu plugin files seen)\n", ap_registry_file_count(context->registry));
+    size_t files = ap_registry_file_count(context->registry);
+    printf(" (%zu plugin file%s seen)\n", files, eng_plural((int64_t)files));
     /* No GPU is not an error: the device is then the CPU, with the reason. */
     ap_device_query(0, &context->device);
     if (context->device.ordinal >= 0 && context->device.unusable_reason[0] == '\0')
@@ -223,6 +252,8 @@ int main(int argc, char **argv) {
     args.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     args.plugin_dirs = calloc((size_t)argc + 1, sizeof(*args.plugin_dirs));
     if (args.plugin_dirs == NULL) return ENG_EXIT_ERROR;
+    /* Progress must show in a pipe or a log file as it happens, not when the buffer fills. */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     eng_context context = {&args, NULL, NULL, {0}};
     ap_config *config = NULL;
     char config_buffer[PATH_MAX + 64];
@@ -249,10 +280,14 @@ int main(int argc, char **argv) {
         goto out;
     }
     context.config = config;
-    printf("attnplug-engine: config %s, seed %llu, %d layers, batch %d, prompts up to %d tokens, "
-           "%d decode steps\n",
-           args.config_path, (unsigned long long)args.seed, args.layers, args.batch,
-           args.prompt_len, args.steps);
+    code = eng_check_layers(&context);
+    if (code >= 0) goto out;
+    code = ENG_EXIT_ERROR;
+    printf("attnplug-engine: config %s, seed %llu, %d layer%s, batch %d, prompts up to %d "
+           "token%s, %d decode step%s\n",
+           args.config_path, (unsigned long long)args.seed, args.layers, eng_plural(args.layers),
+           args.batch, args.prompt_len, eng_plural(args.prompt_len), args.steps,
+           eng_plural(args.steps));
     code = eng_open(&context, config);
     if (code < 0) code = eng_run_models(&context);
 out:

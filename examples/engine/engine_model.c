@@ -24,6 +24,7 @@ typedef struct eng_run {
     eng_batch batch;
     void *snapshot[4];  /* host copy of the last layer's cache before the checked forward */
     eng_shadow *shadow; /* --kv-dtype: the bf16-cache twin, else NULL */
+    char error[512];    /* what an allocation of the engine's own failed on */
 } eng_run;
 
 static double eng_now_ms(void) {
@@ -64,8 +65,11 @@ static void eng_print_walk(const ap_config_rule *rule, const ap_selection *walk)
 
 /* A failed ap_config_open is "no backend can serve this model here" when the walk tried every
  * backend of the rule, chose none, and each refusal is a capability/device/absence one. A
- * backend that passed the checks and then failed to open is a real error. */
-static int eng_is_known_refusal(const ap_config_rule *rule, const ap_selection *walk) {
+ * backend that passed the checks and then failed to open is a real error, and so is a config
+ * error (a rule none of whose backends any plugin provides). */
+static int eng_is_known_refusal(ap_status status, const ap_config_rule *rule,
+                                const ap_selection *walk) {
+    if (status == AP_ERR_CONFIG) return 0;
     if (walk == NULL || ap_selection_chosen(walk) != NULL) return 0;
     if (ap_selection_count(walk) != rule->num_backends) return 0;
     for (size_t i = 0; i < ap_selection_count(walk); i++) {
@@ -90,8 +94,11 @@ static eng_outcome eng_run_open(eng_run *run, const ap_model *model) {
     eng_print_walk(run->rule, walk);
     eng_outcome outcome = ENG_RAN;
     if (status != AP_OK) {
-        int known = eng_is_known_refusal(run->rule, walk);
-        printf("  %s: %s\n", known ? "no backend can serve this model here" : "error",
+        int known = eng_is_known_refusal(status, run->rule, walk);
+        printf("  %s: %s\n",
+               known                     ? "no backend can serve this model here"
+               : status == AP_ERR_CONFIG ? "config error"
+                                         : "error",
                ap_status_name(status));
         eng_print_lines(ap_last_error(), "      ");
         outcome = known ? ENG_NO_BACKEND : ENG_FAILED;
@@ -122,20 +129,39 @@ static eng_outcome eng_run_place(eng_run *run) {
     return ENG_RAN;
 }
 
+/* Say in run->error what failed to allocate (the engine's own calls leave no core error). */
+static ap_status eng_run_fail(eng_run *run, ap_status status, const char *what, double bytes) {
+    const char *cause = status == AP_ERR_OUT_OF_MEMORY ? "out of memory"
+                        : status == AP_ERR_CUDA        ? eng_mem_error()
+                                                       : ap_status_name(status);
+    snprintf(run->error, sizeof(run->error), "%s for %s: %.1f MiB", cause, what,
+             bytes / (1024.0 * 1024.0));
+    return status;
+}
+
 /* Sequences, one cache per layer (unless skip_kv) and the layer parameters. */
 static ap_status eng_run_allocate(eng_run *run, int32_t steps) {
     const eng_args *args = run->context->args;
     const ap_model *m = run->model;
     ap_status status = eng_sequences_make(&run->seqs, &run->rng, args->batch, args->prompt_len,
                                           steps, m->page_size);
-    if (status != AP_OK) return status;
+    if (status != AP_OK)
+        return eng_run_fail(run, status, "the sequences' page tables",
+                            (double)args->batch * (args->prompt_len + steps) * sizeof(int32_t));
     run->layers = calloc((size_t)m->num_layers, sizeof(ap_layer));
-    if (run->layers == NULL) return AP_ERR_OUT_OF_MEMORY;
+    if (run->layers == NULL)
+        return eng_run_fail(run, AP_ERR_OUT_OF_MEMORY, "the layers",
+                            (double)m->num_layers * sizeof(ap_layer));
     ap_kv_spec spec = {sizeof(ap_kv_spec), 0, 0, 0, 0};
     if (!run->skip_kv) {
         run->caches = calloc((size_t)m->num_layers, sizeof(eng_cache));
-        if (run->caches == NULL) return AP_ERR_OUT_OF_MEMORY;
-        if ((status = ap_instance_kv_spec(run->instance, &spec)) != AP_OK) return status;
+        if (run->caches == NULL)
+            return eng_run_fail(run, AP_ERR_OUT_OF_MEMORY, "the caches",
+                                (double)m->num_layers * sizeof(eng_cache));
+        if ((status = ap_instance_kv_spec(run->instance, &spec)) != AP_OK) {
+            snprintf(run->error, sizeof(run->error), "%s", ap_last_error());
+            return status;
+        }
     }
     for (int32_t l = 0; l < m->num_layers; l++) {
         ap_layer *layer = &run->layers[l];
@@ -148,7 +174,15 @@ static ap_status eng_run_allocate(eng_run *run, int32_t steps) {
         layer->window_left = -1;
         if (run->skip_kv) continue;
         status = eng_cache_make(&run->caches[l], m, &spec, run->seqs.num_pages, &run->memory);
-        if (status != AP_OK) return status;
+        if (status != AP_OK) {
+            char what[96];
+            snprintf(what, sizeof(what), "the KV cache of layer %d (%d pages)", l,
+                     run->seqs.num_pages);
+            return eng_run_fail(run, status, what,
+                                (double)(spec.k_bytes_per_page + spec.v_bytes_per_page +
+                                         2 * spec.scale_bytes_per_page) *
+                                    run->seqs.num_pages);
+        }
         layer->kv = &run->caches[l].kv;
     }
     if (args->kv_dtype != AP_DTYPE_NONE && args->kv_dtype != AP_DTYPE_BF16 && !run->skip_kv) {
@@ -162,8 +196,8 @@ static ap_status eng_run_allocate(eng_run *run, int32_t steps) {
         const eng_cache *c = &run->caches[0];
         double mib = (double)(c->k_bytes + c->v_bytes + 2 * c->scale_bytes) * m->num_layers /
                      (1024.0 * 1024.0);
-        printf("  KV cache: %d layers x %d pages of %d tokens, %.2f MiB in %s memory\n",
-               m->num_layers, run->seqs.num_pages, m->page_size, mib,
+        printf("  KV cache: %d layer%s x %d pages of %d tokens, %.2f MiB in %s memory\n",
+               m->num_layers, eng_plural(m->num_layers), run->seqs.num_pages, m->page_size, mib,
                run->memory.on_device ? "device" : "host");
     } else {
         printf("  KV cache: none (embedding model, prefix caching off: skip-KV mode)\n");
@@ -273,10 +307,10 @@ static eng_outcome eng_run_check(eng_run *run, ap_forward_mode mode) {
     }
     double limit = eng_check_tolerance(run->model->kv_dtype);
     int pass = isfinite(error) && error <= limit;
-    printf("  check vs cpu_ref (layer %d, %s, %d sequences): rel L2 error %.3e (limit %.0e): "
+    printf("  check vs cpu_ref (layer %d, %s, %d sequence%s): rel L2 error %.3e (limit %.0e): "
            "%s\n",
-           last, mode == AP_MODE_EXTEND ? "prefill" : "last decode step", run->seqs.num_seqs, error,
-           limit, pass ? "ok" : "FAIL");
+           last, mode == AP_MODE_EXTEND ? "prefill" : "last decode step", run->seqs.num_seqs,
+           eng_plural(run->seqs.num_seqs), error, limit, pass ? "ok" : "FAIL");
     return pass ? ENG_RAN : ENG_FAILED;
 }
 
@@ -306,21 +340,23 @@ static ap_status eng_run_step(eng_run *run, ap_forward_mode mode, int checked, d
 }
 
 static void eng_print_rate(const char *what, int64_t tokens, int32_t layers, double ms) {
-    printf("  %s: %lld tokens x %d layers in %.3f ms: %.0f tokens/s\n", what, (long long)tokens,
-           layers, ms, ms > 0.0 ? (double)tokens / (ms / 1e3) : 0.0);
+    printf("  %s: %lld token%s x %d layer%s in %.3f ms: %.0f tokens/s\n", what, (long long)tokens,
+           eng_plural(tokens), layers, eng_plural(layers), ms,
+           ms > 0.0 ? (double)tokens / (ms / 1e3) : 0.0);
 }
 
 /* The prefill, then the decode steps; the last forward is the one checked. */
 static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
     const ap_model *m = run->model;
     double ms = 0.0;
-    printf("  batch: %d sequences, prompt lengths", run->seqs.num_seqs);
+    printf("  batch: %d sequence%s, prompt length%s", run->seqs.num_seqs,
+           eng_plural(run->seqs.num_seqs), eng_plural(run->seqs.num_seqs));
     int64_t prompt_tokens = 0;
     for (int32_t i = 0; i < run->seqs.num_seqs; i++) {
         printf(" %d", run->seqs.prompt_lens[i]);
         prompt_tokens += run->seqs.prompt_lens[i];
     }
-    printf(" (%lld tokens)\n", (long long)prompt_tokens);
+    printf(" (%lld token%s)\n", (long long)prompt_tokens, eng_plural(prompt_tokens));
     if (eng_run_step(run, AP_MODE_EXTEND, 1, &ms) != AP_OK) return ENG_FAILED;
     eng_print_rate("prefill", run->batch.batch.num_tokens, m->num_layers, ms);
     /* The prefill is checked too: extend and decode are different kernels. */
@@ -339,7 +375,8 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
         eng_print_rate(label, run->seqs.num_seqs, m->num_layers, ms);
         total_ms += ms;
     }
-    printf("  decode: %d steps, %.3f ms/step mean, %.0f tokens/s\n", steps, total_ms / steps,
+    printf("  decode: %d step%s, %.3f ms/step mean, %.0f tokens/s\n", steps, eng_plural(steps),
+           total_ms / steps,
            total_ms > 0.0 ? (double)steps * run->seqs.num_seqs / (total_ms / 1e3) : 0.0);
     if (!eng_run_output_finite(run)) {
         printf("  error: the last decode output holds NaN or inf\n");
@@ -388,8 +425,16 @@ eng_outcome eng_model_run(eng_context *context, const ap_model_preset *preset) {
         name_hash = (name_hash ^ (unsigned char)*c) * 0x100000001b3ull;
     eng_rng_seed(&run.rng, context->args->seed ^ name_hash);
     ap_model model = eng_model_for_run(context->args, preset);
+    /* The shape as the backend will see it: the rule's options (KV dtype, page size) applied,
+     * --kv-dtype over them. */
+    const ap_config_rule *rule = ap_config_match(context->config, model.name);
+    ap_options shown = {.struct_size = sizeof shown}; /* page size 0, no dtype: the model's */
+    if (rule != NULL) shown = rule->options;
+    if (context->args->kv_dtype != AP_DTYPE_NONE) shown.kv_dtype = context->args->kv_dtype;
+    ap_model applied;
+    ap_model_apply_options(&model, &shown, &applied);
     char shape[256];
-    ap_model_describe(&model, shape, sizeof(shape));
+    ap_model_describe(&applied, shape, sizeof(shape));
     printf("\n== %s: %s (of %d)\n", model.name, shape, preset->model.num_layers);
     eng_outcome outcome = eng_run_open(&run, &model);
     if (outcome != ENG_RAN) return outcome;
@@ -407,8 +452,7 @@ eng_outcome eng_model_run(eng_context *context, const ap_model_preset *preset) {
         if (run.model->embedding) printf("  embedding model: prefill only, no decode\n");
         ap_status status = eng_run_allocate(&run, steps);
         if (status != AP_OK) {
-            printf("  error: allocating: %s: %s\n", ap_status_name(status),
-                   status == AP_ERR_CUDA ? eng_mem_error() : ap_last_error());
+            printf("  error: allocating: %s: %s\n", ap_status_name(status), run.error);
             outcome = ENG_FAILED;
         } else {
             outcome = eng_run_steps(&run, steps);

@@ -186,7 +186,50 @@ static void test_create_failure_walks_on(void **state) {
     if (result.status != AP_OK) fail_msg("%s", result.message);
     assert_string_equal(ap_instance_backend(result.instance), "good");
     assert_string_equal(ap_selection_chosen(result.selection), "good");
+    /* The walk keeps the one that failed to open, with create's status and message. */
+    assert_int_equal(ap_selection_count(result.selection), 2);
+    test_verdict_is(result.selection, 0, "create_fails", AP_ERR_OUT_OF_MEMORY);
+    assert_string_equal(ap_selection_verdict(result.selection, 0)->reasons,
+                        "passed the checks, but backend 'create_fails': create failed: fixture "
+                        "'create_fails' fails create on purpose");
+    test_verdict_is(result.selection, 1, "good", AP_OK);
     test_open_free(&result);
+}
+
+/* create() answering AP_OK without an instance, or a status that is none, is a failure to
+ * open like any other: in the walk with its reason, and the walk goes on. */
+static void test_create_lies_in_walk(void **state) {
+    (void)state;
+    ap_registry *own = test_registry_make();
+    char path[PATH_MAX];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/%s", test_env("AP_TEST_HOSTILE_DIR"),
+                 i == 0 ? "create_null.so" : "create_odd_status.so");
+        assert_int_equal(ap_registry_load_file(own, path), AP_OK);
+    }
+    ap_config *config = test_parse("version: 1\nrules:\n  - match: \"*\"\n"
+                                   "    backends: [create_null, trtllm_mha, create_odd_status, "
+                                   "cpu_ref]\n");
+    ap_model model = test_model("m");
+    ap_instance *instance = NULL;
+    ap_selection *walk = NULL;
+    if (ap_config_open(config, own, &model, &cpu, &instance, &walk) != AP_OK)
+        fail_msg("%s", ap_last_error());
+    assert_string_equal(ap_instance_backend(instance), "cpu_ref");
+    assert_int_equal(ap_selection_count(walk), 4);
+    test_verdict_is(walk, 0, "create_null", AP_ERR_INTERNAL);
+    assert_string_equal(ap_selection_verdict(walk, 0)->reasons,
+                        "passed the checks, but backend 'create_null': create returned AP_OK but "
+                        "no instance (NULL)");
+    test_verdict_is(walk, 1, "trtllm_mha", AP_ERR_NOT_FOUND);
+    test_verdict_is(walk, 2, "create_odd_status", AP_ERR_INTERNAL);
+    assert_contains(ap_selection_verdict(walk, 2)->reasons, "returned status 12345");
+    test_verdict_is(walk, 3, "cpu_ref", AP_OK);
+    assert_string_equal(ap_selection_chosen(walk), "cpu_ref");
+    ap_instance_close(instance);
+    ap_selection_destroy(walk);
+    ap_config_destroy(config);
+    assert_int_equal(ap_registry_destroy(own), AP_OK);
 }
 
 static void test_create_failure_single(void **state) {
@@ -199,6 +242,10 @@ static void test_create_failure_single(void **state) {
     assert_int_equal(result.status, AP_ERR_OUT_OF_MEMORY);
     assert_starts_with(result.message, "t.yaml:4:14: rule '*' for model 'm': ");
     assert_contains(result.message, "fixture 'create_fails' fails create on purpose");
+    /* Not "usable, chosen": the walk says it failed to open. */
+    assert_int_equal(ap_selection_count(result.selection), 1);
+    test_verdict_is(result.selection, 0, "create_fails", AP_ERR_OUT_OF_MEMORY);
+    assert_null(ap_selection_chosen(result.selection));
     test_open_free(&result);
 
     /* A list whose only candidates fail create says so, with each reason. */
@@ -214,6 +261,11 @@ static void test_create_failure_single(void **state) {
     assert_contains(result.message, "fixture 'create_fails' fails create on purpose");
     assert_contains(result.message, "the others cannot serve: ");
     assert_contains(result.message, "no plugin provides backend 'trtllm_mha'");
+    assert_int_equal(ap_selection_count(result.selection), 2);
+    test_verdict_is(result.selection, 0, "trtllm_mha", AP_ERR_NOT_FOUND);
+    test_verdict_is(result.selection, 1, "create_fails", AP_ERR_OUT_OF_MEMORY);
+    assert_contains(ap_selection_verdict(result.selection, 1)->reasons, "passed the checks, but ");
+    assert_null(ap_selection_chosen(result.selection));
     test_open_free(&result);
 }
 
@@ -258,28 +310,47 @@ static void test_open_arguments(void **state) {
     ap_config_destroy(config);
 }
 
-/* An unknown name whose plugin file was refused: the message says which file and why. */
-static void test_unknown_names_refused_file(void **state) {
+/* A backend disabled by AP_BACKENDS_DISABLE is known, not absent: the walk says it is disabled
+ * and by which pattern; as the only backend allowed it is a refusal, not an unknown name. */
+static void test_disabled_backend(void **state) {
     (void)state;
-    assert_int_equal(setenv("AP_BACKENDS_DISABLE", "good", 1), 0);
+    assert_int_equal(setenv("AP_BACKENDS_DISABLE", "nothing,go?d", 1), 0);
     ap_registry *own = test_registry_make();
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/good.so", test_env("AP_TEST_FIXTURE_DIR"));
     ap_status loaded = ap_registry_load_file(own, path);
     assert_int_equal(unsetenv("AP_BACKENDS_DISABLE"), 0);
     assert_int_equal(loaded, AP_ERR_REFUSED);
+    char disabled[PATH_MAX + 128];
+    snprintf(disabled, sizeof disabled,
+             "disabled by AP_BACKENDS_DISABLE (pattern 'go?d'): backend 'good' in [%s]", path);
 
     ap_config *config = test_parse("version: 1\nrules:\n  - match: \"*\"\n    backend: good\n");
     ap_model model = test_model("m");
     ap_instance *instance = NULL;
-    assert_int_equal(ap_config_open(config, own, &model, &cpu, &instance, NULL), AP_ERR_CONFIG);
-    char expected[PATH_MAX + 128];
-    snprintf(expected, sizeof expected,
-             "t.yaml:4:14: unknown backend 'good' (loaded: cpu_ref; %s provides it but was "
-             "refused: ",
-             path);
-    assert_starts_with(ap_last_error(), expected);
-    assert_contains(ap_last_error(), "AP_BACKENDS_DISABLE");
+    ap_selection *walk = NULL;
+    assert_int_equal(ap_config_open(config, own, &model, &cpu, &instance, &walk), AP_ERR_REFUSED);
+    assert_contains(ap_last_error(), disabled);
+    test_verdict_is(walk, 0, "good", AP_ERR_REFUSED);
+    assert_string_equal(ap_selection_verdict(walk, 0)->reasons, disabled);
+    ap_selection_destroy(walk);
+    ap_config_destroy(config);
+
+    /* In a list (even one whose other names are all unknown) it is walked past with the reason. */
+    config = test_parse("version: 1\nrules:\n  - match: \"*\"\n"
+                        "    backends: [good, trtllm_mha, cpu_ref]\n");
+    assert_int_equal(ap_config_open(config, own, &model, &cpu, &instance, &walk), AP_OK);
+    test_verdict_is(walk, 0, "good", AP_ERR_REFUSED);
+    assert_string_equal(ap_selection_verdict(walk, 0)->reasons, disabled);
+    test_verdict_is(walk, 1, "trtllm_mha", AP_ERR_NOT_FOUND);
+    test_verdict_is(walk, 2, "cpu_ref", AP_OK);
+    ap_instance_close(instance);
+    ap_selection_destroy(walk);
+    ap_config_destroy(config);
+    config = test_parse("version: 1\nrules:\n  - match: \"*\"\n    backends: [good, trtllm_mha]\n");
+    assert_int_equal(ap_config_open(config, own, &model, &cpu, &instance, &walk), AP_ERR_REFUSED);
+    test_verdict_is(walk, 0, "good", AP_ERR_REFUSED);
+    ap_selection_destroy(walk);
     ap_config_destroy(config);
     assert_int_equal(ap_registry_destroy(own), AP_OK);
 }
@@ -296,7 +367,8 @@ int main(void) {
         cmocka_unit_test(test_create_failure_single),
         cmocka_unit_test(test_no_rule),
         cmocka_unit_test(test_open_arguments),
-        cmocka_unit_test(test_unknown_names_refused_file),
+        cmocka_unit_test(test_create_lies_in_walk),
+        cmocka_unit_test(test_disabled_backend),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

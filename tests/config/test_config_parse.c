@@ -369,6 +369,44 @@ static void test_load_large_file(void **state) {
     assert_int_equal(rmdir(dir.path), 0);
 }
 
+/* The size limit is 16 MiB inclusive: a file of exactly 16,777,216 bytes loads, one byte more
+ * is refused with the limit named. */
+static void test_load_size_limit(void **state) {
+    (void)state;
+    const size_t limit = 16u << 20;
+    test_dir dir;
+    test_dir_make(&dir);
+    char *text = malloc(limit + 2);
+    assert_non_null(text);
+    size_t used =
+        (size_t)snprintf(text, limit, "version: 1\nrules: [{match: \"*\", backend: a}]\n");
+    /* Comment lines of 64 bytes fill the rest, the last one cut to land on the exact size. */
+    while (used < limit) {
+        size_t line = limit - used < 64 ? limit - used : 64;
+        memset(text + used, '#', line - 1);
+        text[used + line - 1] = '\n';
+        used += line;
+    }
+    text[limit] = '\0';
+    const char *path = test_write(&dir, "limit.yaml", text);
+    ap_config *config = NULL;
+    if (ap_config_load(path, &config) != AP_OK) fail_msg("%s", ap_last_error());
+    assert_int_equal(ap_config_rule_count(config), 1);
+    ap_config_destroy(config);
+    test_remove(&dir, "limit.yaml");
+
+    text[limit] = '\n';
+    text[limit + 1] = '\0';
+    path = test_write(&dir, "over.yaml", text);
+    free(text);
+    config = NULL;
+    assert_int_equal(ap_config_load(path, &config), AP_ERR_CONFIG);
+    assert_null(config);
+    assert_contains(ap_last_error(), "is larger than 16777216 bytes");
+    test_remove(&dir, "over.yaml");
+    assert_int_equal(rmdir(dir.path), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_spec_example),
@@ -381,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_load_relative_path),
         cmocka_unit_test(test_load_errors_name_the_path),
         cmocka_unit_test(test_load_large_file),
+        cmocka_unit_test(test_load_size_limit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

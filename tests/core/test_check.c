@@ -246,6 +246,15 @@ static void test_forward_tensors(void **state) {
     s->fwd.q.t.data = NULL;
     FORWARD_FAILS(s, AP_ERR_INVALID_ARGUMENT, "args.q has shape [4][4][8] but no data");
     s->fwd.q.t.data = data;
+    /* A start between two float32 elements; a whole number of elements is fine. */
+    s->fwd.q.t.byte_offset = 6;
+    FORWARD_FAILS(s, AP_ERR_INVALID_ARGUMENT,
+                  "args.q has byte_offset 6, not a multiple of its 4-byte element");
+    s->fwd.k.t.byte_offset = 2;
+    s->fwd.q.t.byte_offset = 0;
+    FORWARD_FAILS(s, AP_ERR_INVALID_ARGUMENT,
+                  "args.k has byte_offset 2, not a multiple of its 4-byte element");
+    s->fwd.k.t.byte_offset = 0;
     TC_ASSERT_OK(ap_instance_forward_extend(s->inst, &s->layer.layer, a, NULL));
 }
 

@@ -179,6 +179,25 @@ static void test_kv_spec_and_hooks(void **state) {
     plugin.vt->destroy(backend);
 }
 
+/* 2^16 tokens x 2^17 KV heads x 2 bytes x 2^30 dims is 2^64 bytes: refused, not wrapped to 0. */
+static void test_kv_spec_overflow(void **state) {
+    (void)state;
+    fx_msg msg;
+    fx_msg_init(&msg);
+    ap_model m = good_model();
+    m.kv_dtype = AP_DTYPE_BF16;
+    m.page_size = 1 << 16;
+    m.num_qo_heads = m.num_kv_heads = 1 << 17;
+    m.head_dim_qk = m.head_dim_v = 1 << 30;
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    ap_kv_spec spec = {.struct_size = sizeof spec};
+    assert_int_equal(plugin.vt->get_kv_spec(backend, &spec, &msg.buf), AP_ERR_INVALID_ARGUMENT);
+    assert_string_equal(msg.text, "cpu_ref: a KV page of 65536 tokens x 131072 KV heads x head "
+                                  "dims 1073741824/1073741824 does not fit in size_t bytes");
+    plugin.vt->destroy(backend);
+}
+
 /* A small valid scenario to break one thing of. */
 static sc_case small_case(void) {
     sc_case c = {
@@ -421,10 +440,10 @@ int main(void) {
     fx_seed_init();
     if (fx_plugin_open(&plugin) != 0) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_negotiation), cmocka_unit_test(test_descriptor_and_caps),
-        cmocka_unit_test(test_validate),    cmocka_unit_test(test_kv_spec_and_hooks),
-        cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_call_order),
-        cmocka_unit_test(test_indptr_wrap),
+        cmocka_unit_test(test_negotiation),      cmocka_unit_test(test_descriptor_and_caps),
+        cmocka_unit_test(test_validate),         cmocka_unit_test(test_kv_spec_and_hooks),
+        cmocka_unit_test(test_kv_spec_overflow), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_call_order),       cmocka_unit_test(test_indptr_wrap),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_plugin_close(&plugin);

@@ -97,13 +97,13 @@ expect_line "$work/elsewhere.txt" '^attnplug-engine: config /.*/models\.yaml,' "
 
 # One model by name; a model with no backend alone is a failure (nothing ran); bad input.
 run_status 0 "$work/one.txt" -- "$engine" --model Qwen/Qwen3-Embedding-8B --batch 2 --prompt-len 8
-expect_line "$work/one.txt" '^engine: 1 models ran, 0 had no backend' "--model runs one model"
+expect_line "$work/one.txt" "^engine: 1 model ran, 0 had no backend" "--model runs one model"
 # DeepSeek-V3 with 16 heads per GPU (tensor parallelism 8), through --model-spec.
 run_status 0 "$work/tp8.txt" -- "$engine" --model deepseek-ai/DeepSeek-V3 --model-spec qo_heads=16 \
     --steps 2 --batch 2 --prompt-len 40
 expect_line "$work/tp8.txt" '^== deepseek-ai/DeepSeek-V3: mla 16q heads, kv_lora 512' "--model-spec sets 16 heads"
 expect_line "$work/tp8.txt" '^  chunked prefix: [0-9]+ cached prompt tokens, [2-9] chunks' "TP 8: several prefix chunks"
-expect_line "$work/tp8.txt" '^engine: 1 models ran, 0 had no backend' "DeepSeek-V3 at TP 8 runs"
+expect_line "$work/tp8.txt" '^engine: 1 model ran, 0 had no backend' "DeepSeek-V3 at TP 8 runs"
 run_status 2 "$work/badspec.txt" -- "$engine" --model-spec qo_heads=x
 expect_line "$work/badspec.txt" "bad value 'x' for model-spec key 'qo_heads'" "a bad --model-spec is a usage error"
 # A model whose rule has no backend that can serve it alone: nothing ran, exit 1.

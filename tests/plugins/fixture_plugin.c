@@ -1,9 +1,17 @@
 /* fixture_plugin.c: one tiny CPU backend, built many times over with a defect chosen by macros. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "plugin_api.h"
 
-/* Defaults make the good plugin; each fixture's c_args override one thing. */
+/* Defaults make the good plugin; each fixture's c_args override one thing. Hostile text is
+ * spelled here: escapes do not survive the trip through a build file's command line. */
+#ifdef FIXTURE_CTRL_NAME
+#define FIXTURE_NAME "evil\n\033[31mname\a"
+#endif
+#ifdef FIXTURE_CTRL_DESCRIPTION
+#define FIXTURE_DESCRIPTION "fine\r\033[2Jforged line\n"
+#endif
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "good"
 #endif
@@ -13,6 +21,11 @@
 #ifndef FIXTURE_ABI_MINOR
 #define FIXTURE_ABI_MINOR AP_ABI_VERSION_MINOR
 #endif
+#ifndef FIXTURE_DESCRIPTION
+#define FIXTURE_DESCRIPTION "test fixture " FIXTURE_NAME
+#endif
+/* Text no terminal should receive raw: a forged line, a colour change, a bell, a clear screen. */
+#define FIXTURE_HOSTILE_TEXT "bad\n\033[31mforged: all good\033[0m\a\r\033[2J"
 #ifndef FIXTURE_VTABLE_SIZE
 #define FIXTURE_VTABLE_SIZE sizeof(ap_vtable)
 #endif
@@ -36,17 +49,39 @@ struct ap_backend {
 static ap_status fixture_validate(const ap_model *model, const ap_options *options,
                                   const ap_device *device, ap_msgbuf *reasons) {
     (void)model, (void)options, (void)device, (void)reasons;
+#ifdef FIXTURE_CTRL_MESSAGES
+    /* Refuses page size 8 only, so the same plugin can also reach create. */
+    if (model->page_size == 8) {
+        ap_msgbuf_add(reasons, "page size 8: " FIXTURE_HOSTILE_TEXT);
+        return AP_ERR_UNSUPPORTED;
+    }
+#endif
     return AP_OK;
 }
 
 static ap_status fixture_create(const ap_model *model, const ap_options *options,
                                 const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
     (void)options, (void)device;
-#ifdef FIXTURE_CREATE_FAILS
+#if defined(FIXTURE_CREATE_FAILS)
     (void)model;
     *out = NULL;
     ap_msgbuf_add(msg, "fixture '%s' fails create on purpose", FIXTURE_NAME);
     return AP_ERR_OUT_OF_MEMORY;
+#elif defined(FIXTURE_CREATE_NULL)
+    (void)model, (void)msg;
+    *out = NULL;
+    return AP_OK;
+#elif defined(FIXTURE_CREATE_STATUS)
+    (void)model;
+    *out = NULL;
+    ap_msgbuf_add(msg, "fixture '%s' answers a status no core knows", FIXTURE_NAME);
+    return (ap_status)FIXTURE_CREATE_STATUS;
+#elif defined(FIXTURE_CTRL_MESSAGES)
+    (void)model;
+    *out = NULL;
+    ap_msgbuf_add(msg, "create: " FIXTURE_HOSTILE_TEXT);
+    ap_msgbuf_add(msg, "second line");
+    return AP_ERR_REFUSED;
 #else
     ap_backend *backend = malloc(sizeof *backend);
     if (backend == NULL) {
@@ -122,7 +157,7 @@ static const ap_descriptor fixture_descriptor = {
     .struct_size = sizeof(ap_descriptor),
     .name = FIXTURE_NAME,
     .version = "0.0.1",
-    .description = "test fixture " FIXTURE_NAME,
+    .description = FIXTURE_DESCRIPTION,
     .caps = &fixture_caps,
     .vtable = &fixture_vtable,
 };
@@ -147,6 +182,15 @@ FIXTURE_ENTRY_VISIBILITY ap_status ap_plugin_negotiate(const ap_negotiate_offer 
 #else
     (void)msg;
     reply->descriptor = &fixture_descriptor;
+#ifdef FIXTURE_LONG_NAME
+    /* The same descriptor under a 10 KB name, of valid characters. */
+    static char long_name[10 * 1024 + 1];
+    static ap_descriptor long_descriptor;
+    memset(long_name, 'a', sizeof long_name - 1);
+    long_descriptor = fixture_descriptor;
+    long_descriptor.name = long_name;
+    reply->descriptor = &long_descriptor;
+#endif
     return AP_OK;
 #endif
 }

@@ -259,7 +259,7 @@ static void test_backends_disable(void **state) {
     for (size_t i = 0; i < 3; i++) {
         ap_file_record record = test_record(registry, test_path(broken, disabled[i]));
         assert_int_equal(record.status, AP_ERR_REFUSED);
-        assert_contains(record.message, "disabled by AP_BACKENDS_DISABLE='no_such,[cd]*'");
+        assert_contains(record.message, "disabled by AP_BACKENDS_DISABLE (pattern '[cd]*')");
         assert_contains(record.message, test_path(broken, disabled[i]));
         assert_non_null(record.backend);
     }
@@ -292,10 +292,44 @@ static void test_backends_disable(void **state) {
     assert_int_equal(ap_registry_destroy(registry), AP_OK);
 }
 
+/* Entries named like plugins that are not files (a link loop, a dangling link, a FIFO, a
+ * folder) are not opened, and each is recorded with its reason instead of vanishing. */
+static void test_odd_entries_recorded(void **state) {
+    (void)state;
+    char *dir = test_odd_dir_make();
+    const char *dirs[] = {dir};
+    ap_registry *registry = test_registry_scanned(dirs, 1);
+    assert_int_equal(ap_registry_file_count(registry), TEST_ODD_COUNT);
+    assert_int_equal(ap_registry_backend_count(registry), 0);
+    for (size_t i = 0; i < TEST_ODD_COUNT; i++) {
+        const char *path = test_path(dir, test_odd_entries[i].name);
+        ap_file_record record = test_record(registry, path);
+        assert_int_equal(record.status, AP_ERR_LOAD);
+        assert_null(record.backend);
+        char expected[4200];
+        snprintf(expected, sizeof expected, "skipped [%s]: %s", path, test_odd_entries[i].reason);
+        assert_string_equal(record.message, expected);
+    }
+    /* A second scan records nothing twice. */
+    assert_int_equal(ap_registry_scan(registry), AP_OK);
+    assert_int_equal(ap_registry_file_count(registry), TEST_ODD_COUNT);
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
+    /* Handed over by path, a FIFO is refused at once (opening it to read would wait for a
+     * writer forever), and so is a folder. */
+    registry = test_registry(NULL, 0, AP_REGISTRY_NO_DEFAULT_PATHS);
+    assert_int_equal(ap_registry_load_file(registry, test_path(dir, "fifo.so")), AP_ERR_LOAD);
+    assert_contains(ap_last_error(), "not a regular file");
+    assert_int_equal(ap_registry_load_file(registry, test_path(dir, "folder.so")), AP_ERR_LOAD);
+    assert_contains(ap_last_error(), "not a regular file");
+    assert_int_equal(ap_registry_destroy(registry), AP_OK);
+    test_odd_dir_remove(dir);
+}
+
 int main(void) {
     env_clear();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_host_dirs_before_added, env_reset),
+        cmocka_unit_test_teardown(test_odd_entries_recorded, env_reset),
         cmocka_unit_test_teardown(test_same_folder_twice, env_reset),
         cmocka_unit_test_teardown(test_plugin_path_replaces, env_reset),
         cmocka_unit_test_teardown(test_add_plugin_path_and_build_tree, env_reset),

@@ -1,32 +1,11 @@
 /* test_instance.c: a plugin whose create fails is reported, and no plugin unloads under an instance. */
 #include "test_support.h"
 
-static ap_model test_model(void) {
-    ap_model model = {
-        .struct_size = sizeof(ap_model),
-        .name = "fixture-model",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 8,
-        .num_kv_heads = 2,
-        .head_dim_qk = 64,
-        .head_dim_v = 64,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = AP_DTYPE_BF16,
-        .page_size = 16,
-        .num_layers = 1,
-        .causal = 1,
-        .max_batch = 4,
-        .max_tokens = 64,
-        .max_kv_len = 1024,
-    };
-    return model;
-}
-
 static void test_create_fails(void **state) {
     (void)state;
     const char *dir = test_dir("AP_TEST_BROKEN_DIR");
     ap_registry *registry = test_registry_scanned(&dir, 1);
-    ap_model model = test_model();
+    ap_model model = test_fixture_model();
     ap_device cpu;
     ap_device_cpu(&cpu, "");
     ap_instance *instance = (ap_instance *)&model; /* must come back NULL */
@@ -43,7 +22,7 @@ static void test_no_unload_under_live_instance(void **state) {
     (void)state;
     const char *dir = test_dir("AP_TEST_BROKEN_DIR");
     ap_registry *registry = test_registry_scanned(&dir, 1);
-    ap_model model = test_model();
+    ap_model model = test_fixture_model();
     ap_device cpu;
     ap_device_cpu(&cpu, "");
     ap_instance *instance = NULL;

@@ -31,7 +31,7 @@ static const expected_record broken_expected[] = {
      NULL,
      {"serves ABI 1.2", "core offers 1.1", "minor version is newer"}},
     {"no_entry.so", AP_ERR_MISSING_SYMBOL, NULL, {"no entry point [ap_plugin_negotiate]"}},
-    {"not_elf.so", AP_ERR_LOAD, NULL, {"invalid ELF header"}},
+    {"not_elf.so", AP_ERR_LOAD, NULL, {"not an ELF file"}},
     {"null_decode.so", AP_ERR_MISSING_SYMBOL, NULL, {"required entry 'forward_decode' is NULL"}},
     {"small_vtable.so",
      AP_ERR_MISSING_SYMBOL,

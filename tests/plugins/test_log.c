@@ -6,7 +6,7 @@
 /* The expected messages below spell the versions out; revisit them when the ABI moves. */
 _Static_assert(AP_ABI_VERSION_MAJOR == 1 && AP_ABI_VERSION_MINOR == 1, "update expected versions");
 
-/* Run a scan of the broken folder and a missing one with stderr captured; return what it said. */
+/* Run a scan of two folders with stderr captured; return what it said. */
 static char *scan_capturing_stderr(const char *dir, const char *missing) {
     FILE *capture = tmpfile();
     assert_non_null(capture);
@@ -62,6 +62,21 @@ static void test_load_category(void **state) {
     free(text);
 }
 
+/* Entries the scan skips are explained too, one line each with the reason. */
+static void test_load_category_skips(void **state) {
+    (void)state;
+    char *dir = test_odd_dir_make();
+    char *text = scan_capturing_stderr(dir, test_dir("AP_TEST_SECOND_DIR"));
+    char line[8192];
+    for (size_t i = 0; i < TEST_ODD_COUNT; i++) {
+        snprintf(line, sizeof line, "attnplug[load]: skipped [%s]: %s\n",
+                 test_path(dir, test_odd_entries[i].name), test_odd_entries[i].reason);
+        assert_contains(text, line);
+    }
+    free(text);
+    test_odd_dir_remove(dir);
+}
+
 static void test_quiet_without_load(void **state) {
     (void)state;
     const char *dir = test_dir("AP_TEST_BROKEN_DIR");
@@ -74,7 +89,8 @@ static void test_quiet_without_load(void **state) {
  * it must explain the scan, with AP_DEBUG=select,config,instance it must say nothing. */
 int main(int argc, char **argv) {
     int expect_load = argc > 1 && strcmp(argv[1], "load") == 0;
-    const struct CMUnitTest loud[] = {cmocka_unit_test(test_load_category)};
+    const struct CMUnitTest loud[] = {cmocka_unit_test(test_load_category),
+                                      cmocka_unit_test(test_load_category_skips)};
     const struct CMUnitTest quiet[] = {cmocka_unit_test(test_quiet_without_load)};
     return expect_load ? cmocka_run_group_tests(loud, NULL, NULL)
                        : cmocka_run_group_tests(quiet, NULL, NULL);

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -63,6 +65,67 @@ static inline int test_has_record(const ap_registry *registry, const char *path)
         if (strcmp(record.path, path) == 0) return 1;
     }
     return 0;
+}
+
+/* A small GQA model every fixture plugin accepts: bf16, page 16. */
+static inline ap_model test_fixture_model(void) {
+    ap_model model = {
+        .struct_size = sizeof(ap_model),
+        .name = "fixture-model",
+        .kind = AP_ATTN_MHA,
+        .num_qo_heads = 8,
+        .num_kv_heads = 2,
+        .head_dim_qk = 64,
+        .head_dim_v = 64,
+        .dtype = AP_DTYPE_BF16,
+        .kv_dtype = AP_DTYPE_BF16,
+        .page_size = 16,
+        .num_layers = 1,
+        .causal = 1,
+        .max_batch = 4,
+        .max_tokens = 64,
+        .max_kv_len = 1024,
+    };
+    return model;
+}
+
+/* Entries named like plugins that no loader can open, and what the scan must say of each. */
+static const struct {
+    const char *name;
+    const char *reason;
+} test_odd_entries[] = {
+    {"dangling.so", "a dangling symbolic link (its target does not exist)"},
+    {"fifo.so", "a FIFO, not a regular file"},
+    {"folder.so", "a folder, not a plugin file"},
+    {"loop.so", "a symbolic link loop"},
+};
+#define TEST_ODD_COUNT (sizeof test_odd_entries / sizeof test_odd_entries[0])
+
+/* A fresh folder holding the entries above; test_odd_dir_remove deletes it. */
+static inline char *test_odd_dir_make(void) {
+    char *dir = strdup("/tmp/ap-test-odd-XXXXXX");
+    if (dir == NULL || mkdtemp(dir) == NULL) fail_msg("cannot make a temporary folder");
+    char path[4096], target[4096];
+    snprintf(path, sizeof path, "%s/dangling.so", dir);
+    snprintf(target, sizeof target, "%s/no_such_target.so", dir);
+    if (symlink(target, path) != 0) fail_msg("symlink [%s]", path);
+    snprintf(path, sizeof path, "%s/fifo.so", dir);
+    if (mkfifo(path, 0600) != 0) fail_msg("mkfifo [%s]", path);
+    snprintf(path, sizeof path, "%s/folder.so", dir);
+    if (mkdir(path, 0700) != 0) fail_msg("mkdir [%s]", path);
+    snprintf(path, sizeof path, "%s/loop.so", dir);
+    if (symlink("loop.so", path) != 0) fail_msg("symlink [%s]", path);
+    return dir;
+}
+
+static inline void test_odd_dir_remove(char *dir) {
+    char path[4096];
+    for (size_t i = 0; i < TEST_ODD_COUNT; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, test_odd_entries[i].name);
+        if (unlink(path) != 0) rmdir(path);
+    }
+    rmdir(dir);
+    free(dir);
 }
 
 #define assert_contains(haystack, needle) \
