@@ -8,16 +8,6 @@
 
 #define FIL_DATA(t) ((char *)(t)->data + (t)->byte_offset)
 
-static int fil_dl_dtype_is(DLDataType t, ap_dtype want) {
-    if (t.lanes != 1) return 0;
-    switch (want) {
-        case AP_DTYPE_BF16: return t.code == kDLBfloat && t.bits == 16;
-        case AP_DTYPE_F16: return t.code == kDLFloat && t.bits == 16;
-        case AP_DTYPE_F32: return t.code == kDLFloat && t.bits == 32;
-        default: return 0;
-    }
-}
-
 /* A device tensor of `ndim` dims with the given shape and dtype, on our GPU, 16-byte aligned.
  * Rows (the last dim) are always dense; `dense` = 1 asks the whole tensor to be dense, else the
  * first dims may have any stride that keeps rows 16-byte aligned. strides_out gets the strides
@@ -34,7 +24,7 @@ static ap_status fil_tensor_check(const DLTensor *t, const char *what, int ndim,
         ap_msgbuf_add(msg, FIL_NAME ": tensor %s is not on CUDA device %d", what, ordinal);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    if (!fil_dl_dtype_is(t->dtype, dtype)) {
+    if (!ap_dtype_is_dl(t->dtype, dtype)) {
         ap_msgbuf_add(msg,
                       FIL_NAME ": tensor %s has DLPack dtype (code %u, %u bits, %u lanes), "
                                "not the model's",

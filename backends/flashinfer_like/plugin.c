@@ -202,24 +202,11 @@ static const ap_descriptor fil_descriptor = {
     .vtable = &fil_vtable,
 };
 
-AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
-                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
-    if (offer == NULL || reply == NULL || offer->struct_size < sizeof(ap_negotiate_offer) ||
-        reply->struct_size < sizeof(ap_negotiate_reply)) {
-        ap_msgbuf_add(msg, FIL_NAME ": negotiation needs an offer and a reply with struct_size");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    volatile uint32_t our_minor = AP_ABI_VERSION_MINOR; /* with minor 0 the test is moot */
-    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
-        ap_msgbuf_add(msg, FIL_NAME ": built for ABI %d.%d, the core offers %u.%u",
-                      AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR, offer->core_abi_major,
-                      offer->core_abi_minor);
-        return AP_ERR_ABI_MISMATCH;
-    }
+/* The caps' arch list is parsed from the build's AP_CUDA_ARCHS once, at the first negotiation. */
+static const ap_descriptor *fil_descriptor_ready(void) {
     pthread_once(&fil_archs_once, fil_archs_parse);
     fil_caps.num_archs = fil_num_archs;
-    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
-    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
-    reply->descriptor = &fil_descriptor;
-    return AP_OK;
+    return &fil_descriptor;
 }
+
+AP_PLUGIN_DEFINE(fil_descriptor_ready())

@@ -209,7 +209,7 @@ static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forwar
                                     int64_t dq, int64_t dv, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int64_t t = instance->batch_num_tokens, hq = m->num_qo_heads;
-    DLDataType act = ap_dl_of(m->dtype);
+    DLDataType act = ap_dtype_to_dl(m->dtype);
     ap_status status =
         ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, AP_DENSE);
     if (status == AP_OK)
@@ -229,7 +229,7 @@ static ap_status ap_check_forward_kv(const ap_instance *instance, const ap_forwa
                                      int64_t hk, int64_t dk, int64_t dv, int v_optional,
                                      ap_msgbuf *msg) {
     int64_t t = instance->batch_num_tokens;
-    DLDataType act = ap_dl_of(instance->model.dtype);
+    DLDataType act = ap_dtype_to_dl(instance->model.dtype);
     if (a->k == NULL && a->v != NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.v is given without args.k");
     if (a->k != NULL && a->v == NULL && !v_optional)

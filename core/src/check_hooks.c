@@ -53,7 +53,7 @@ static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_a
                                          int64_t t, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int mla = m->kind == AP_ATTN_MLA;
-    DLDataType act = ap_dl_of(m->dtype);
+    DLDataType act = ap_dtype_to_dl(m->dtype);
     int64_t hq = mla ? AP_ANY : m->num_qo_heads, dq = mla ? AP_ANY : m->head_dim_qk;
     int64_t hk = mla ? AP_ANY : m->num_kv_heads, dk = mla ? AP_ANY : m->head_dim_qk;
     int64_t dv = mla ? AP_ANY : m->head_dim_v;
@@ -168,7 +168,8 @@ ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *a
                                  "a chunked prefill",
                                  (int)m->qk_nope_head_dim, (int)m->v_head_dim);
         return ap_check_pack_tensors(instance, a, m->num_qo_heads, m->qk_nope_head_dim,
-                                     m->qk_rope_head_dim, m->v_head_dim, ap_dl_of(m->dtype), msg);
+                                     m->qk_rope_head_dim, m->v_head_dim, ap_dtype_to_dl(m->dtype),
+                                     msg);
     }
     /* A reference backend may offer the pack to an MHA model (to test a GPU kernel against it):
      * then the model fixes no dim, and the inputs must agree with each other, in one float

@@ -88,7 +88,6 @@ ap_status eng_tensor_upload(eng_tensor *tensor, const eng_memory *memory);
 ap_status eng_tensor_download(eng_tensor *tensor, const eng_memory *memory);
 float eng_tensor_get(const eng_tensor *tensor, size_t index); /* host copy, as float */
 size_t eng_tensor_count(const eng_tensor *tensor);
-DLDataType eng_dl_dtype(ap_dtype dtype);
 
 /* ---- batches and the paged cache (engine_batch.c) ------------------------------------------ */
 
