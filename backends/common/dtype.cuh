@@ -48,7 +48,7 @@ __device__ __forceinline__ uint32_t ap_fp8x2_to_half2_bits(uint16_t two_bytes) {
 }
 
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
-// ap_float_to_fp8_e4m3 (host_numeric.h) gives the same bits.
+// ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }

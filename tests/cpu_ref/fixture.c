@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 
 int fx_plugin_open(fx_plugin *plugin) {
     memset(plugin, 0, sizeof *plugin);
