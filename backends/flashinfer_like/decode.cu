@@ -518,6 +518,16 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);
     ap_status status = ap_cuda_launch_status(FIL_WHO, "fil_decode_kernel", msg);
     if (status != AP_OK || plan->num_merges == 0) return status;
-    return fil_decode_merge_run(plan, params->q_dtype, group, kv->head_dim, params->num_qo_heads,
-                                params->out, params->lse, stream, msg);
+    ap_kit_merge_args merge;
+    merge.merges = plan->merges;
+    merge.num_merges = plan->num_merges;
+    merge.partial_out = plan->partial_out;
+    merge.partial_lse = plan->partial_lse;
+    merge.out_dtype = params->q_dtype;
+    merge.group = group;
+    merge.head_dim = kv->head_dim;
+    merge.num_qo_heads = params->num_qo_heads;
+    merge.out = params->out;
+    merge.lse = params->lse;
+    return ap_kit_merge_states_run(&merge, stream, FIL_WHO, msg);
 }

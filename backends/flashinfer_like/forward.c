@@ -163,7 +163,7 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     ap_status st = fil_layer_check(b, layer, msg);
     if (st != AP_OK || b->plan.num_tokens == 0) return st; /* an empty batch: nothing to run */
     st = fil_args_check(b, args, strides, msg);
-    if (st == AP_OK) st = fil_rt_set_device(b->device_ordinal, msg);
+    if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK || !args->save_kv) return st;
     const ap_kv_cache *kv = layer->kv;
     fil_append_params ap = {
@@ -296,7 +296,7 @@ ap_status fil_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv
     }
     fil_append_rope_params p = {0};
     ap_status st = fil_append_kv_check(b, layer, args, &p, msg);
-    if (st == AP_OK) st = fil_rt_set_device(b->device_ordinal, msg);
+    if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK) return st;
     const ap_kv_cache *kv = layer->kv;
     int64_t rows = args->cos_sin->shape[0];

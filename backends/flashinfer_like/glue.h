@@ -32,12 +32,7 @@ struct ap_backend {
     int32_t split_kv;       /* 1: decode splits long sequences over several warps */
     int32_t max_workers;    /* decode warps resident at once on the whole GPU */
     int32_t target_workers; /* decode warps the split aims for (decode_warps_per_sm * SMs) */
-    /* the batch plan: built in plan_host (pinned), copied to plan_dev once per batch */
-    void *plan_host;
-    void *plan_dev;
-    size_t plan_bytes;
-    void *plan_copied; /* event: the last copy out of plan_host has finished */
-    int plan_copy_pending;
+    ap_kit_plan_buffer plan_buffer; /* the batch plan: built on the host, one copy per batch */
     /* decode partial states */
     float *partial_out;
     float *partial_lse;

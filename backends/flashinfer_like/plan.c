@@ -34,7 +34,7 @@ static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
     l.segs = fil_align16((s.workers + 1) * sizeof(int32_t));
     l.seg_partial = l.segs + fil_align16(s.segs * sizeof(fil_decode_seg));
     l.merges = l.seg_partial + fil_align16(s.segs * sizeof(int32_t));
-    l.slots = l.merges + fil_align16(s.merges * sizeof(fil_decode_merge));
+    l.slots = l.merges + fil_align16(s.merges * sizeof(ap_kit_merge));
     l.end = l.slots + fil_align16(s.tokens * sizeof(int32_t));
     return l;
 }
@@ -164,7 +164,7 @@ typedef struct fil_split {
     int32_t *indptr;
     fil_decode_seg *segs;
     int32_t *seg_partial;
-    fil_decode_merge *merges;
+    ap_kit_merge *merges;
     int32_t num_workers, num_segs, num_merges, num_partials;
 } fil_split;
 
@@ -210,8 +210,8 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
         }
         if (k == 1) continue;
         for (int32_t h = 0; h < hk; h++)
-            s->merges[s->num_merges++] = (fil_decode_merge){i, h, first_partial + (int32_t)(h * k),
-                                                            first_partial + (int32_t)((h + 1) * k)};
+            s->merges[s->num_merges++] = (ap_kit_merge){i, h, first_partial + (int32_t)(h * k),
+                                                        first_partial + (int32_t)((h + 1) * k)};
         s->num_partials += (int32_t)(hk * k);
     }
     if (s->num_partials > 2 * b->max_workers) {
@@ -251,7 +251,7 @@ static void fil_plan_compact(char *base, fil_plan_layout from, fil_plan_layout t
                              fil_plan_sizes used) {
     memmove(base + to.segs, base + from.segs, used.segs * sizeof(fil_decode_seg));
     memmove(base + to.seg_partial, base + from.seg_partial, used.segs * sizeof(int32_t));
-    memmove(base + to.merges, base + from.merges, used.merges * sizeof(fil_decode_merge));
+    memmove(base + to.merges, base + from.merges, used.merges * sizeof(ap_kit_merge));
     memmove(base + to.slots, base + from.slots, used.tokens * sizeof(int32_t));
 }
 
@@ -261,12 +261,9 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
     if (st == AP_OK) st = fil_batch_check_seqs(b, batch, msg);
     if (st != AP_OK) return st;
     /* the previous batch's copy must have left the pinned buffer before it is rewritten */
-    if (b->plan_copy_pending) {
-        st = fil_rt_event_wait(b->plan_copied, msg);
-        if (st != AP_OK) return st;
-        b->plan_copy_pending = 0;
-    }
-    char *host = b->plan_host;
+    st = ap_kit_plan_buffer_begin(&b->plan_buffer, FIL_NAME, msg);
+    if (st != AP_OK) return st;
+    char *host = b->plan_buffer.host;
     const fil_plan_layout cap = fil_layout_of(fil_plan_bounds(&b->model, b->max_workers));
     st = fil_plan_slots(b, batch, (int32_t *)(host + cap.slots), msg);
     if (st != AP_OK) return st;
@@ -274,7 +271,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
     fil_split split = {(int32_t *)(host + cap.indptr),
                        (fil_decode_seg *)(host + cap.segs),
                        (int32_t *)(host + cap.seg_partial),
-                       (fil_decode_merge *)(host + cap.merges),
+                       (ap_kit_merge *)(host + cap.merges),
                        0,
                        0,
                        0,
@@ -291,12 +288,10 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
                            (size_t)split.num_merges, (size_t)batch->num_tokens};
     const fil_plan_layout lay = fil_layout_of(used);
     fil_plan_compact(host, cap, lay, used);
-    st = fil_rt_copy_to_device(b->plan_dev, host, lay.end, stream, msg);
-    if (st == AP_OK) st = fil_rt_event_record(b->plan_copied, stream, msg);
+    st = ap_kit_plan_buffer_upload(&b->plan_buffer, lay.end, stream, FIL_NAME, msg);
     if (st != AP_OK) return st;
-    b->plan_copy_pending = 1;
 
-    char *dev = b->plan_dev;
+    char *dev = b->plan_buffer.dev;
     fil_batch_plan *p = &b->plan;
     p->mode = batch->mode;
     p->num_seqs = batch->num_seqs;
@@ -312,7 +307,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         .worker_indptr = (const int32_t *)(dev + lay.indptr),
         .segs = (const fil_decode_seg *)(dev + lay.segs),
         .seg_partial = (const int32_t *)(dev + lay.seg_partial),
-        .merges = (const fil_decode_merge *)(dev + lay.merges),
+        .merges = (const ap_kit_merge *)(dev + lay.merges),
         .partial_out = b->partial_out,
         .partial_lse = b->partial_lse,
     };

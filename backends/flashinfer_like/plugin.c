@@ -1,43 +1,11 @@
 /* plugin.c: flashinfer_like's entry: negotiation, caps, and the instance's life (create, destroy). */
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "glue.h"
 
 #define FIL_VERSION "0.1.0"
 
-#ifndef AP_CUDA_ARCHS
-#error "AP_CUDA_ARCHS (the build's GPU targets, e.g. \"90a\") must be defined by the build"
-#endif
-
 /* ---- capabilities -------------------------------------------------------------------------- */
-
-#define FIL_MAX_ARCHS 16
-static ap_arch_target fil_archs[FIL_MAX_ARCHS];
-static size_t fil_num_archs;
-static pthread_once_t fil_archs_once = PTHREAD_ONCE_INIT;
-
-/* The build's targets, "90a,90,ptx90", as caps: "90a" is sm_90a SASS, "90" sm_90 SASS and
- * "ptx90" compute_90 PTX; the same spelling meson's cuda-archs option turns into -gencode. */
-static void fil_archs_parse(void) {
-    const char *p = AP_CUDA_ARCHS;
-    while (*p != '\0' && fil_num_archs < FIL_MAX_ARCHS) {
-        ap_arch_kind kind = AP_ARCH_SASS;
-        if (strncmp(p, "ptx", 3) == 0) {
-            kind = AP_ARCH_PTX;
-            p += 3;
-        }
-        int sm = 0;
-        while (*p >= '0' && *p <= '9') sm = sm * 10 + (*p++ - '0');
-        if (*p == 'a') {
-            kind = AP_ARCH_SASS_SPECIFIC;
-            p++;
-        }
-        if (sm > 0) fil_archs[fil_num_archs++] = (ap_arch_target){sm, kind};
-        while (*p != '\0' && *p != ',') p++; /* skip anything unknown up to the next entry */
-        if (*p == ',') p++;
-    }
-}
 
 static const int32_t fil_page_sizes[] = {1, 2, 4, 8, 16, 32, 64, 128};
 static const int32_t fil_head_dims[] = {64, 128, 256};
@@ -45,8 +13,8 @@ static const int32_t fil_head_dims[] = {64, 128, 256};
 static ap_caps fil_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CUDA,
-    .archs = fil_archs,
-    .num_archs = 0, /* set at negotiation from AP_CUDA_ARCHS */
+    .archs = NULL, /* the build's targets, set at negotiation (ap_kit_cuda_archs) */
+    .num_archs = 0,
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16),
     .kv_dtypes =
@@ -65,14 +33,11 @@ static ap_caps fil_caps = {
 
 static void fil_destroy(ap_backend *b) {
     if (b == NULL) return;
-    if (fil_rt_set_device(b->device_ordinal, NULL) == AP_OK && b->plan_copied != NULL)
-        fil_rt_event_wait(b->plan_copied, NULL); /* no copy may still read plan_host */
-    fil_rt_event_destroy(b->plan_copied);
-    fil_rt_pinned_free(b->plan_host);
-    fil_rt_device_free(b->plan_dev);
-    fil_rt_device_free(b->partial_out);
-    fil_rt_device_free(b->partial_lse);
-    fil_rt_device_free(b->extend_dev);
+    ap_kit_set_device(b->device_ordinal, FIL_NAME, NULL); /* the frees act on our device */
+    ap_kit_plan_buffer_free(&b->plan_buffer);
+    ap_kit_device_free(b->partial_out);
+    ap_kit_device_free(b->partial_lse);
+    ap_kit_device_free(b->extend_dev);
     free(b->extend_host);
     free(b);
 }
@@ -81,16 +46,14 @@ static void fil_destroy(ap_backend *b) {
  * decode's partial states (at most two per worker, see plan.c) and extend's plan buffers. */
 static ap_status fil_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
-    b->plan_bytes = fil_plan_capacity(m, b->max_workers);
-    ap_status st = fil_rt_pinned_alloc(b->plan_bytes, &b->plan_host, msg);
-    if (st == AP_OK) st = fil_rt_device_alloc(b->plan_bytes, &b->plan_dev, msg);
-    if (st == AP_OK) st = fil_rt_event_create(&b->plan_copied, msg);
+    ap_status st = ap_kit_plan_buffer_alloc(&b->plan_buffer, fil_plan_capacity(m, b->max_workers),
+                                            FIL_NAME, msg);
     size_t partials = 2 * (size_t)b->max_workers * (size_t)b->group;
     if (st == AP_OK)
-        st = fil_rt_device_alloc(partials * (size_t)m->head_dim_qk * sizeof(float),
-                                 (void **)&b->partial_out, msg);
+        st = ap_kit_device_alloc(partials * (size_t)m->head_dim_qk * sizeof(float),
+                                 (void **)&b->partial_out, FIL_NAME, msg);
     if (st == AP_OK)
-        st = fil_rt_device_alloc(partials * sizeof(float), (void **)&b->partial_lse, msg);
+        st = ap_kit_device_alloc(partials * sizeof(float), (void **)&b->partial_lse, FIL_NAME, msg);
     if (st != AP_OK) return st;
     b->extend_bytes = fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk,
                                             m->num_qo_heads, m->num_kv_heads);
@@ -103,7 +66,7 @@ static ap_status fil_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
         ap_msgbuf_add(msg, FIL_NAME ": out of host memory (%zu bytes)", b->extend_bytes);
         return AP_ERR_OUT_OF_MEMORY;
     }
-    return fil_rt_device_alloc(b->extend_bytes, &b->extend_dev, msg);
+    return ap_kit_device_alloc(b->extend_bytes, &b->extend_dev, FIL_NAME, msg);
 }
 
 static ap_status fil_create(const ap_model *model, const ap_options *options,
@@ -127,7 +90,7 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
     b->device_ordinal = device->ordinal;
     b->group = model->num_qo_heads / model->num_kv_heads;
     b->split_kv = fil_option_split_kv(options);
-    st = fil_rt_set_device(device->ordinal, msg);
+    st = ap_kit_set_device(device->ordinal, FIL_NAME, msg);
     if (st == AP_OK)
         st = fil_decode_max_workers(model->head_dim_qk, model->dtype, model->kv_dtype,
                                     device->sm_count, &b->max_workers, msg);
@@ -168,7 +131,7 @@ static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *s
         ap_msgbuf_add(msg, FIL_NAME ": init_metadata needs an instance and a batch");
         return AP_ERR_INVALID_ARGUMENT;
     }
-    ap_status st = fil_rt_set_device(b->device_ordinal, msg);
+    ap_status st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK) return st;
     return fil_plan_batch(b, batch, stream, msg);
 }
@@ -202,10 +165,9 @@ static const ap_descriptor fil_descriptor = {
     .vtable = &fil_vtable,
 };
 
-/* The caps' arch list is parsed from the build's AP_CUDA_ARCHS once, at the first negotiation. */
+/* The caps' arch table is the build's target list, parsed once by the kit. */
 static const ap_descriptor *fil_descriptor_ready(void) {
-    pthread_once(&fil_archs_once, fil_archs_parse);
-    fil_caps.num_archs = fil_num_archs;
+    fil_caps.num_archs = ap_kit_cuda_archs(&fil_caps.archs);
     return &fil_descriptor;
 }
 

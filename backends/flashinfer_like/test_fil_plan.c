@@ -6,18 +6,18 @@
 #include "glue.h"
 #include "test_fil_expect.h"
 
-/* plan.c's runtime calls, replaced: the "device" buffer is host memory here. */
-ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg) {
-    (void)event, (void)msg;
+/* The kit's runtime calls under plan.c, replaced: the "device" buffer is host memory here. */
+ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)who, (void)msg;
     return AP_OK;
 }
-ap_status fil_rt_event_record(void *event, void *stream, ap_msgbuf *msg) {
-    (void)event, (void)stream, (void)msg;
+ap_status ap_kit_event_record(void *event, void *stream, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)stream, (void)who, (void)msg;
     return AP_OK;
 }
-ap_status fil_rt_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
-                                ap_msgbuf *msg) {
-    (void)stream, (void)msg;
+ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                const char *who, const char *what, ap_msgbuf *msg) {
+    (void)stream, (void)who, (void)what, (void)msg;
     memcpy(dst, src, bytes);
     return AP_OK;
 }
@@ -49,9 +49,9 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
     b.target_workers = target;
     b.split_kv = split;
     b.group = 4;
-    b.plan_bytes = fil_plan_capacity(&b.model, max_workers);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, max_workers);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = malloc(b.plan_buffer.bytes);
     int32_t *qo = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
     int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
     int32_t *last = malloc(sizeof(int32_t) * (size_t)num_seqs);
@@ -111,7 +111,7 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
     EXPECT(bad == 0, "%s: %zu tokens not covered exactly once", what, bad);
     int32_t partials = 0;
     for (int32_t m = 0; m < p->num_merges; m++) {
-        fil_decode_merge g = p->merges[m];
+        ap_kit_merge g = p->merges[m];
         EXPECT(g.first_partial == partials && g.end_partial - g.first_partial >= 2,
                "%s: merge %d owns partials [%d, %d)", what, m, g.first_partial, g.end_partial);
         for (int32_t s = 0; s < p->worker_indptr[p->num_workers]; s++) {
@@ -135,7 +135,7 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
     printf("%-28s workers %5d merges %4d partials %5d direct %5d\n", what, p->num_workers,
            p->num_merges, partials, direct);
     free(cover), free(pages), free(last), free(indptr), free(qo);
-    free(b.plan_host), free(b.plan_dev);
+    free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
 /* A batch that breaks a rule gets AP_ERR_SHAPE_MISMATCH naming the sequence. */
@@ -148,9 +148,9 @@ static void check_refusal(void) {
                          .max_batch = 2,
                          .max_tokens = 2};
     b.max_workers = b.target_workers = 8;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = malloc(b.plan_buffer.bytes);
     int32_t qo[3] = {0, 1, 2}, indptr[3] = {0, 1, 2}, pages[2] = {0, 1}, last[2] = {5, 7};
     int32_t lens[2] = {5, 8}; /* sequence 1: one page holding 7 tokens is not 8 */
     ap_batch batch = {.struct_size = sizeof batch,
@@ -173,7 +173,7 @@ static void check_refusal(void) {
     EXPECT(fil_plan_batch(&b, &batch, NULL, &msg) == AP_ERR_SHAPE_MISMATCH &&
                strstr(text, "sequence 1") != NULL,
            "the inconsistent sequence named, got '%s'", text);
-    free(b.plan_host), free(b.plan_dev);
+    free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
 /* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: 0, 5, INT32_MIN, -1,
@@ -188,9 +188,9 @@ static void check_wrap(ap_forward_mode mode) {
                          .max_batch = 4,
                          .max_tokens = 10};
     b.max_workers = b.target_workers = 8;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = malloc(b.plan_buffer.bytes);
     int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10}, pages[10] = {0};
     int32_t last[4] = {1, 1, 1, 1}, lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
     /* decode: one token each, the wrap in kv_page_indptr alone (0, 1, INT32_MIN, -1, 1) */
@@ -217,7 +217,7 @@ static void check_wrap(ap_forward_mode mode) {
     ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
     EXPECT(st == AP_ERR_SHAPE_MISMATCH && strstr(text, "indptr") != NULL,
            "%s: wrapped indptr refused, got %d '%s'", decode ? "decode" : "extend", (int)st, text);
-    free(b.plan_host), free(b.plan_dev);
+    free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
 /* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
@@ -234,9 +234,9 @@ static void check_decode_len_limit(void) {
                          .max_tokens = 1};
     b.max_workers = b.target_workers = 8;
     b.split_kv = 1;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = malloc(b.plan_buffer.bytes);
     int32_t *pages = calloc((size_t)pages_needed, sizeof *pages);
     const int32_t lens[2] = {INT32_MAX - 2 * FIL_DECODE_TILE + 1, INT32_MAX - 2 * FIL_DECODE_TILE};
     for (int i = 0; i < 2; i++) {
@@ -264,7 +264,7 @@ static void check_decode_len_limit(void) {
         EXPECT(st == want, "decode seq_len %d: status %d, want %d '%s'", lens[i], (int)st,
                (int)want, text);
     }
-    free(pages), free(b.plan_host), free(b.plan_dev);
+    free(pages), free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
 int main(void) {

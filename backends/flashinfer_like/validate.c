@@ -74,40 +74,9 @@ static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refu
                   m->kv_dtype == AP_DTYPE_NVFP4 ? " (nvfp4 is not implemented)" : "");
 }
 
-/* Decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
- * sm_89; the build targets sm_90, so anything older cannot run it anyway. */
-static void fil_validate_device(const ap_device *device, ap_msgbuf *reasons, int *refused) {
-    if (device == NULL) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": no device given");
-        return;
-    }
-    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": needs a CUDA GPU%s%s",
-                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
-        return;
-    }
-    if (device->cc_major < 9) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": compute capability %d.%d is below 9.0", device->cc_major,
-                      device->cc_minor);
-    }
-    if (device->sm_count <= 0) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": the device reports %d SMs", device->sm_count);
-    }
-}
-
 int fil_option_split_kv(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 1;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "split_kv") == 0 && kv->value != NULL &&
-            strcmp(kv->value, "off") == 0)
-            return 0;
-    }
-    return 1;
+    const char *value = ap_kit_option(options, "split_kv");
+    return value == NULL || strcmp(value, "off") != 0;
 }
 
 /* decode_warps_per_sm: how many decode warps per SM the split aims for (1..16), default 4:
@@ -122,15 +91,8 @@ static int fil_parse_warps_per_sm(const char *value) {
 }
 
 int32_t fil_option_warps_per_sm(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return FIL_DEFAULT_WARPS_PER_SM;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "decode_warps_per_sm") == 0) {
-            int n = fil_parse_warps_per_sm(kv->value);
-            if (n > 0) return n;
-        }
-    }
-    return FIL_DEFAULT_WARPS_PER_SM;
+    int n = fil_parse_warps_per_sm(ap_kit_option(options, "decode_warps_per_sm"));
+    return n > 0 ? n : FIL_DEFAULT_WARPS_PER_SM;
 }
 
 /* Backend-specific options, both tuning knobs for measurements:
@@ -186,7 +148,9 @@ ap_status fil_validate(const ap_model *model, const ap_options *options, const a
     int refused = 0;
     fil_validate_shape(model, reasons, &refused);
     fil_validate_dtypes(model, reasons, &refused);
-    fil_validate_device(device, reasons, &refused);
+    /* decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
+     * sm_89; the build targets sm_90, so anything older cannot run it anyway */
+    if (ap_kit_device_refuses(device, 9, FIL_NAME, reasons)) refused = 1;
     fil_validate_options(options, reasons, &refused);
     if (!refused && fil_extend_check_config(model->head_dim_qk, model->dtype, model->kv_dtype,
                                             model->num_qo_heads, model->num_kv_heads,
