@@ -11,11 +11,14 @@
 #include <type_traits>
 
 #include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/softmax_state.cuh"
 #include "extend.h"
 #include "extend_internal.h"
+
+#define FIL_WHO "flashinfer_like extend"
 
 namespace {
 
@@ -548,19 +551,11 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess) devices_ready.fetch_or(bit);
     }
-    if (err != cudaSuccess) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: cannot allow %zu bytes of shared memory: %s",
-                      smem, cudaGetErrorString(err));
-        return AP_ERR_CUDA;
-    }
+    ap_status st =
+        ap_cuda_status(err, FIL_WHO, "cudaFuncSetAttribute(max dynamic shared memory)", msg);
+    if (st != AP_OK) return st;
     fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS><<<num_blocks, kThreads, smem, stream>>>(a);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: launch failed (head_dim %d): %s", D,
-                      cudaGetErrorString(err));
-        return AP_ERR_CUDA;
-    }
-    return AP_OK;
+    return ap_cuda_launch_status(FIL_WHO, "fil_extend_kernel", msg);
 }
 
 #ifdef FIL_EXTEND_VARIANTS

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 #include <stdlib.h>
 
+#include "../common/cuda_status.cuh"
 #include "extend.h"
 #include "extend_internal.h"
 
@@ -136,11 +137,8 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
         cudaError_t err =
             cudaMemcpyAsync(args->device_buffer, items, count * sizeof(fil_extend_item),
                             cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
-        if (err != cudaSuccess) {
-            ap_msgbuf_add(msg, "extend plan: copying %zu work items to the GPU failed: %s", count,
-                          cudaGetErrorString(err));
-            return AP_ERR_CUDA;
-        }
+        st = ap_cuda_status(err, "extend plan", "cudaMemcpyAsync of the work items", msg);
+        if (st != AP_OK) return st;
     }
     plan->num_items = (int32_t)count;
     plan->tile_rows = rows;
