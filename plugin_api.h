@@ -341,7 +341,23 @@ typedef enum ap_forward_mode {
  * New token j of sequence i sits at position prefix + j of its sequence. For an embedding
  * batch that skips the cache the page arrays may be NULL.
  * Device arrays are device pointers for GPU backends; the *_host mirrors are host pointers
- * that a backend with caps.needs_host_mirrors reads in init_metadata (cpu_ref reads only them). */
+ * that a backend with caps.needs_host_mirrors reads in init_metadata (cpu_ref reads only them).
+ *
+ * The core's promise: before init_metadata it checks, and a backend may trust,
+ *  - struct_size covers ABI 1.0; mode is extend or decode; 1 <= num_seqs <= model.max_batch;
+ *    1 <= num_tokens <= model.max_tokens; decode: no embedding model, num_tokens == num_seqs;
+ *  - qo_indptr and seq_lens set; the three page arrays set (NULL only for an embedding model on
+ *    an AP_FEATURE_EMBEDDING_SKIP_KV backend); every host mirror set when caps say
+ *    needs_host_mirrors.
+ * When the host mirrors are given, also: both indptrs start at 0, never decrease and end at
+ * num_tokens / num_pages_total; every q_len is 1 in decode; q_len <= seq_len <= model.max_kv_len;
+ * max_q_len and max_seq_len are the maxima; EVERY SEQUENCE HAS AT LEAST ONE PAGE (an empty
+ * sequence is not sent; a sequence with no page is refused) and its pages hold exactly seq_len
+ * (the formula above, last in 1..page_size); every page index >= 0. Each forward's layer cache
+ * is then checked to hold the largest page index. The device arrays are not read: without host
+ * mirrors (graph replay) they reach the backend unchecked. A backend checks only its own,
+ * stricter limits; one that indexes host arrays by the batch may check again for a third-party
+ * core (the CUDA kit's ap_kit_batch_check states the same rules). */
 typedef struct ap_batch {
     size_t struct_size;
     ap_forward_mode mode;
@@ -384,7 +400,16 @@ typedef struct ap_layer {
  *   lse [num_tokens][num_qo_heads] float32, natural log of the softmax denominator over the
  *       scaled logits (optional: NULL)
  * save_kv = 1 writes k/v into the cache (quantized when it is fp8/nvfp4) before attending.
- * MLA decode: q holds q_nope (absorbed, kv_lora_rank wide) and q_rope the rope part. */
+ * MLA decode: q holds q_nope (absorbed, kv_lora_rank wide) and q_rope the rope part.
+ *
+ * The core's promise: before forward_* it checks, and a backend may trust, that a batch of this
+ * mode is planned; struct_size covers ABI 1.0; save_kv is 0 or 1 (1 only when the plan had all
+ * page arrays); the layer and its cache are the model's (layout, dtype, page size, heads, dims,
+ * pages enough for the batch's largest page index, fp8 scales finite and > 0); every given
+ * tensor has the shape above with num_tokens of the planned batch, the model's dtype (lse
+ * float32), no negative dim, the instance's device (kDLCUDA with its ordinal, or kDLCPU), and
+ * q, out, lse, k, v dense; k and v come together. Not checked: data pointers' alignment beyond
+ * the element, and a backend's own limits (softcap, window, head dims): those are its to check. */
 typedef struct ap_forward_args {
     size_t struct_size;
     const DLTensor *q;

@@ -53,6 +53,23 @@ int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char
                           ap_msgbuf *reasons);
 
 /* ---------------------------------------------------------------------------------------------
+ * The batch, from its host mirrors (kit_batch.c), for a plan that indexes by it
+ * ------------------------------------------------------------------------------------------- */
+
+/* The batch rules of plugin_api.h's promise that a plan's indexing depends on, checked once more
+ * from the host mirrors: the core checks them before init_metadata, but a third-party core may
+ * not, and a plan that trusted a wrapped indptr would write outside its arrays. Checks the mode,
+ * the counts against the model's max_batch and max_tokens, that every array and mirror is set,
+ * both indptrs (from 0 to their totals, never decreasing: compared before subtracting, so int32
+ * wrap cannot pass), per sequence 0 <= q_len <= seq_len (exactly 1 in decode) and
+ * seq_len == (pages - 1) * page_size + last_page_len with pages >= 1 (no sequence without a
+ * page), and every page index >= 0 with its slots below 2^31. *max_page receives the largest
+ * page index. Returns AP_ERR_INVALID_ARGUMENT or AP_ERR_SHAPE_MISMATCH with a message naming the
+ * sequence or the entry. */
+ap_status ap_kit_batch_check(const ap_batch *batch, const ap_model *model, int32_t *max_page,
+                             const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
  * The batch plan buffer (kit_plan_buffer.c): a plan is written in pinned host memory and moved to
  * the device in one copy per batch, shared by every layer. The next plan waits until the last
  * copy has left the host buffer.

@@ -56,9 +56,9 @@ ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype k
 size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
                              int32_t num_qo_heads, int32_t num_kv_heads);
 
-/* Builds the work list from the host mirrors, checks the batch arrays (AP_ERR_SHAPE_MISMATCH
- * with a message naming the sequence), and copies the list to device_buffer on `stream` (a
- * cudaStream_t or NULL). host_scratch may be reused as soon as this returns when it is pageable;
+/* Builds the work list from the host mirrors of a batch that passed ap_kit_batch_check (kit.h)
+ * and copies it to device_buffer on `stream` (a cudaStream_t or NULL); AP_ERR_UNSUPPORTED for a
+ * sequence past the kernel's int32 positions. host_scratch may be reused as soon as this returns when it is pageable;
  * when it is pinned, only after `stream` has passed this point. */
 ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg);

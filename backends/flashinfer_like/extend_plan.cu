@@ -57,26 +57,14 @@ static int extend_item_compare(const void *lhs, const void *rhs) {
     return x->q_start < y->q_start ? -1 : (x->q_start > y->q_start);
 }
 
-// The KV length of sequence i, or -1 (with a message) when its arrays are inconsistent.
+// The KV length of sequence i (the batch passed ap_kit_batch_check), or -1 with a message when
+// it passes what the kernel's int32 positions reach.
 static int64_t extend_seq_kv_len(const fil_extend_plan_args *args, int32_t i, ap_msgbuf *msg) {
-    const int32_t q_len = args->qo_indptr_host[i + 1] - args->qo_indptr_host[i];
     const int32_t pages = args->kv_page_indptr_host[i + 1] - args->kv_page_indptr_host[i];
-    const int32_t last = args->kv_last_page_len_host[i];
-    if (q_len < 0 || pages < 0) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d has %d new tokens and %d pages", i, q_len,
-                      pages);
-        return -1;
-    }
-    if (q_len == 0) return 0;
-    if (pages < 1 || last < 1 || last > args->page_size) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d has %d pages, last page holding %d of %d", i,
-                      pages, last, args->page_size);
-        return -1;
-    }
-    const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + last;
-    if (kv_len < q_len || kv_len > INT32_MAX - FIL_EXTEND_TILE_KV) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d holds %lld tokens but has %d new ones", i,
-                      (long long)kv_len, q_len);
+    const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + args->kv_last_page_len_host[i];
+    if (kv_len > INT32_MAX - FIL_EXTEND_TILE_KV) {
+        ap_msgbuf_add(msg, "extend plan: sequence %d holds %lld tokens, more than %d", i,
+                      (long long)kv_len, INT32_MAX - FIL_EXTEND_TILE_KV);
         return -1;
     }
     return kv_len;
@@ -110,7 +98,7 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     size_t count = 0;
     for (int32_t i = 0; i < args->num_seqs; ++i) {
         const int64_t kv_len = extend_seq_kv_len(args, i, msg);
-        if (kv_len < 0) return AP_ERR_SHAPE_MISMATCH;
+        if (kv_len < 0) return AP_ERR_UNSUPPORTED;
         const int32_t q_len = args->qo_indptr_host[i + 1] - args->qo_indptr_host[i];
         const int64_t prefix = kv_len - q_len;
         for (int32_t t0 = 0; t0 < q_len; t0 += tile_tokens) {

@@ -43,109 +43,24 @@ size_t fil_plan_capacity(const ap_model *model, int32_t max_workers) {
     return fil_layout_of(fil_plan_bounds(model, max_workers)).end;
 }
 
-/* ---- checks of the batch's host mirrors ----------------------------------------------------- */
+/* ---- the batch's own limits (the kit checked the batch rules) -------------------------------- */
 
-static ap_status fil_batch_check_arrays(const ap_backend *b, const ap_batch *batch,
-                                        ap_msgbuf *msg) {
-    if (batch->struct_size < sizeof(ap_batch)) {
-        ap_msgbuf_add(msg, FIL_NAME ": ap_batch struct_size %zu < %zu", batch->struct_size,
-                      sizeof(ap_batch));
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (batch->mode != AP_MODE_DECODE && batch->mode != AP_MODE_EXTEND) {
-        ap_msgbuf_add(msg, FIL_NAME ": unknown batch mode %d", (int)batch->mode);
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (batch->num_seqs < 0 || batch->num_seqs > b->model.max_batch || batch->num_tokens < 0 ||
-        batch->num_tokens > b->model.max_tokens) {
-        ap_msgbuf_add(msg,
-                      FIL_NAME ": %d sequences and %d tokens exceed the model's limits "
-                               "(%d sequences, %d tokens)",
-                      batch->num_seqs, batch->num_tokens, b->model.max_batch, b->model.max_tokens);
-        return AP_ERR_SHAPE_MISMATCH;
-    }
-    if (batch->qo_indptr_host == NULL || batch->kv_page_indptr_host == NULL ||
-        batch->kv_page_indices_host == NULL || batch->kv_last_page_len_host == NULL ||
-        batch->seq_lens_host == NULL || batch->qo_indptr == NULL || batch->kv_page_indptr == NULL ||
-        batch->kv_page_indices == NULL || batch->kv_last_page_len == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": the batch needs qo_indptr, the page arrays (device and "
-                                    "host mirrors) and seq_lens_host");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    const int32_t *qo = batch->qo_indptr_host;
-    const int32_t *pages = batch->kv_page_indptr_host;
-    if (qo[0] != 0 || qo[batch->num_seqs] != batch->num_tokens || pages[0] != 0 ||
-        pages[batch->num_seqs] != batch->num_pages_total || batch->num_pages_total < 0) {
-        ap_msgbuf_add(msg,
-                      FIL_NAME ": qo_indptr must run from 0 to num_tokens %d and "
-                               "kv_page_indptr from 0 to num_pages_total %d",
-                      batch->num_tokens, batch->num_pages_total);
-        return AP_ERR_SHAPE_MISMATCH;
-    }
-    return AP_OK;
-}
-
-/* Per sequence: q_len >= 0 (exactly 1 in decode), seq_len >= q_len, and the pages hold seq_len:
- * (pages - 1) * page_size + last_page_len == seq_len, or no page for an empty sequence. */
-static ap_status fil_batch_check_seqs(const ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
-    const int32_t ps = b->model.page_size;
-    for (int32_t i = 0; i < batch->num_seqs; i++) {
-        /* compared before subtracting: a difference that wraps would pass as >= 0, and the
-         * slots and page reads below would follow it outside the arrays */
-        if (batch->qo_indptr_host[i + 1] < batch->qo_indptr_host[i] ||
-            batch->kv_page_indptr_host[i + 1] < batch->kv_page_indptr_host[i]) {
-            ap_msgbuf_add(msg, FIL_NAME ": qo_indptr or kv_page_indptr decreases at sequence %d",
-                          i);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        int32_t q_len = batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
+/* The decode kernel's int32 token cursor steps up to 2 tiles past a position. */
+static ap_status fil_batch_check_limits(const ap_batch *batch, ap_msgbuf *msg) {
+    for (int32_t i = 0; batch->mode == AP_MODE_DECODE && i < batch->num_seqs; i++) {
         int32_t seq_len = batch->seq_lens_host[i];
-        int32_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
-        int32_t last = batch->kv_last_page_len_host[i];
-        if (q_len < 0 || (batch->mode == AP_MODE_DECODE && q_len != 1) || seq_len < q_len) {
-            ap_msgbuf_add(msg, FIL_NAME ": sequence %d has %d new tokens and seq_len %d%s", i,
-                          q_len, seq_len,
-                          batch->mode == AP_MODE_DECODE ? " (decode needs exactly 1 new)" : "");
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        /* the decode kernel's int32 token cursor steps up to 2 tiles past a position */
-        if (batch->mode == AP_MODE_DECODE && seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
+        if (seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
             ap_msgbuf_add(msg, FIL_NAME ": sequence %d: decode serves at most %d tokens, not %d", i,
                           INT32_MAX - 2 * FIL_DECODE_TILE, seq_len);
             return AP_ERR_UNSUPPORTED;
         }
-        int ok = pages >= 0 && (pages == 0 ? seq_len == 0
-                                           : last >= 1 && last <= ps &&
-                                                 (int64_t)(pages - 1) * ps + last == seq_len);
-        if (!ok) {
-            ap_msgbuf_add(msg,
-                          FIL_NAME ": sequence %d: %d pages of %d with last_page_len %d do "
-                                   "not hold seq_len %d",
-                          i, pages, ps, last, seq_len);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
     }
     return AP_OK;
 }
 
-/* The largest page index (checked against each layer's cache in the forward calls) and the
- * slot of every new token: page * page_size + offset of position seq_len - q_len + j. */
-static ap_status fil_plan_slots(ap_backend *b, const ap_batch *batch, int32_t *slots,
-                                ap_msgbuf *msg) {
+/* The slot of every new token: page * page_size + offset of position seq_len - q_len + j. */
+static void fil_plan_slots(const ap_backend *b, const ap_batch *batch, int32_t *slots) {
     const int32_t ps = b->model.page_size;
-    int32_t max_page = -1;
-    for (int32_t p = 0; p < batch->num_pages_total; p++) {
-        int32_t page = batch->kv_page_indices_host[p];
-        if (page < 0 || (int64_t)page * ps + ps - 1 > INT32_MAX) {
-            ap_msgbuf_add(msg,
-                          FIL_NAME ": page index %d (entry %d) is negative or its slots pass "
-                                   "2^31",
-                          page, p);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        if (page > max_page) max_page = page;
-    }
-    b->plan.max_page_index = max_page;
     for (int32_t i = 0; i < batch->num_seqs; i++) {
         const int32_t *seq_pages = batch->kv_page_indices_host + batch->kv_page_indptr_host[i];
         int32_t q0 = batch->qo_indptr_host[i], q_len = batch->qo_indptr_host[i + 1] - q0;
@@ -155,7 +70,6 @@ static ap_status fil_plan_slots(ap_backend *b, const ap_batch *batch, int32_t *s
             slots[q0 + j] = seq_pages[pos / ps] * ps + pos % ps;
         }
     }
-    return AP_OK;
 }
 
 /* ---- split-KV decode ------------------------------------------------------------------------ */
@@ -257,16 +171,15 @@ static void fil_plan_compact(char *base, fil_plan_layout from, fil_plan_layout t
 
 ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg) {
     b->plan.ready = 0;
-    ap_status st = fil_batch_check_arrays(b, batch, msg);
-    if (st == AP_OK) st = fil_batch_check_seqs(b, batch, msg);
+    ap_status st = ap_kit_batch_check(batch, &b->model, &b->plan.max_page_index, FIL_NAME, msg);
+    if (st == AP_OK) st = fil_batch_check_limits(batch, msg);
     if (st != AP_OK) return st;
     /* the previous batch's copy must have left the pinned buffer before it is rewritten */
     st = ap_kit_plan_buffer_begin(&b->plan_buffer, FIL_NAME, msg);
     if (st != AP_OK) return st;
     char *host = b->plan_buffer.host;
     const fil_plan_layout cap = fil_layout_of(fil_plan_bounds(&b->model, b->max_workers));
-    st = fil_plan_slots(b, batch, (int32_t *)(host + cap.slots), msg);
-    if (st != AP_OK) return st;
+    fil_plan_slots(b, batch, (int32_t *)(host + cap.slots));
 
     fil_split split = {(int32_t *)(host + cap.indptr),
                        (fil_decode_seg *)(host + cap.segs),

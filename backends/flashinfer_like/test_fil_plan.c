@@ -220,6 +220,45 @@ static void check_wrap(ap_forward_mode mode) {
     free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
+/* plugin_api.h's batch rules: every sequence has at least one page, so an empty extend sequence
+ * (q_len 0, seq_len 0) without one is refused as the core and cpu_ref refuse it. */
+static void check_zero_page(void) {
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_kv_heads = 1,
+                         .page_size = 16,
+                         .max_batch = 2,
+                         .max_tokens = 2};
+    b.max_workers = b.target_workers = 8;
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = malloc(b.plan_buffer.bytes);
+    int32_t qo[3] = {0, 1, 1}, indptr[3] = {0, 1, 1}, pages[1] = {0}, last[2] = {1, 1};
+    int32_t lens[2] = {1, 0};
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_EXTEND,
+                      .num_seqs = 2,
+                      .num_tokens = 1,
+                      .num_pages_total = 1,
+                      .qo_indptr = qo,
+                      .kv_page_indptr = indptr,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = lens,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = lens};
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_ERR_SHAPE_MISMATCH && strstr(text, "sequence 1: 0 pages") != NULL,
+           "a sequence without a page refused, got %d '%s'", (int)st, text);
+    free(b.plan_buffer.host), free(b.plan_buffer.dev);
+}
+
 /* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
  * (pos + 32 steps past INT32_MAX): refused, while one just below the limit plans. Page 0 is named
  * over and over, which the batch rules allow. */
@@ -283,6 +322,7 @@ int main(void) {
     check_wrap(AP_MODE_DECODE);
     check_wrap(AP_MODE_EXTEND);
     check_decode_len_limit();
+    check_zero_page();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }

@@ -344,6 +344,36 @@ static void test_indptr_wrap(void **state) {
     plugin.vt->destroy(backend);
 }
 
+/* plugin_api.h's batch rules: every sequence has at least one page. An empty sequence (q_len 0,
+ * seq_len 0) with no page is refused as the core refuses it, naming the sequence. */
+static void test_zero_page_sequence(void **state) {
+    (void)state;
+    ap_model m = good_model();
+    m.page_size = 1;
+    m.dtype = AP_DTYPE_F32;
+    m.kv_dtype = AP_DTYPE_BF16;
+    fx_msg msg;
+    fx_msg_init(&msg);
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    int32_t qo[3] = {0, 1, 1}, indptr[3] = {0, 1, 1}, indices[1] = {0}, last[2] = {1, 1};
+    int32_t seq_lens[2] = {1, 0};
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_EXTEND,
+                      .num_seqs = 2,
+                      .num_tokens = 1,
+                      .num_pages_total = 1,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = indices,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = seq_lens};
+    assert_int_equal(plugin.vt->init_metadata(backend, &batch, NULL, &msg.buf),
+                     AP_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg.text, "sequence 1: 0 pages"));
+    plugin.vt->destroy(backend);
+}
+
 static void test_call_order(void **state) {
     (void)state;
     sc_case c = small_case();
@@ -376,7 +406,7 @@ int main(void) {
         cmocka_unit_test(test_negotiation), cmocka_unit_test(test_descriptor_and_caps),
         cmocka_unit_test(test_validate),    cmocka_unit_test(test_kv_spec_and_hooks),
         cmocka_unit_test(test_bad_input),   cmocka_unit_test(test_call_order),
-        cmocka_unit_test(test_indptr_wrap),
+        cmocka_unit_test(test_indptr_wrap), cmocka_unit_test(test_zero_page_sequence),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_plugin_close(&plugin);
