@@ -124,6 +124,32 @@ typedef struct ap_kit_merge_args {
 ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream, const char *who,
                                   ap_msgbuf *msg);
 
+/* ---------------------------------------------------------------------------------------------
+ * The KV append (paged_append.cu): new tokens' K and V written into their slots of an NHD cache,
+ * copied (16-bit cache of the input's type) or quantized (fp8 e4m3: stored = sat(x / scale),
+ * a true division, the same bits as host_numeric.h's ap_float_to_fp8_e4m3).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ap_kit_append_args {
+    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
+    const void *v; /*   aligned; strides of the first two dims in elements below */
+    int64_t k_stride_token, k_stride_head;
+    int64_t v_stride_token, v_stride_head;
+    ap_dtype in_dtype; /* BF16 or F16 */
+    void *k_pages;     /* NHD cache of kv_dtype: [page][slot][head][head_dim] */
+    void *v_pages;
+    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
+    int32_t num_kv_heads;
+    int32_t head_dim; /* a multiple of 8 */
+    float k_scale;
+    float v_scale;
+    const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
+    int32_t num_tokens;
+} ap_kit_append_args;
+
+ap_status ap_kit_paged_append_run(const ap_kit_append_args *args, void *stream, const char *who,
+                                  ap_msgbuf *msg);
+
 #ifdef __cplusplus
 }
 #endif

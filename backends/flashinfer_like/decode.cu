@@ -10,6 +10,7 @@
 #include "../common/mma.cuh"
 #include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
 #include "fil.h"
 
 #define FIL_WHO "flashinfer_like decode"
@@ -39,13 +40,6 @@ template <int HEAD_DIM, typename KV> struct DecodeShape {
     static constexpr int row_step = 32 / chunks;
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
 };
-
-// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ f(row) so that the 8 rows an ldmatrix
-// reads at one logical chunk fall into 8 different bank groups (rows of >= 128 bytes: the row's
-// low 3 bits; 64-byte rows pack two to a 128-byte line: bits 1..2).
-template <int CHUNKS> __device__ __forceinline__ int swizzle(int row, int chunk) {
-    return CHUNKS >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
-}
 
 struct DecodeArgs {
     const void *q; // [num_seqs][num_qo_heads][head_dim]
@@ -128,7 +122,7 @@ __device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage
         bool valid = t.slot[i] >= 0;
         int64_t src =
             valid ? ((int64_t)t.slot[i] * a.num_kv_heads + t.head) * S::row_bytes + chunk * 16 : 0;
-        uint32_t dst = row * S::row_bytes + swizzle<S::chunks>(row, chunk) * 16;
+        uint32_t dst = row * S::row_bytes + ap_swizzle<S::chunks>(row, chunk) * 16;
         ap_cp_async_16(stage_k + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage_v + dst, a.v_pages + src, valid);
     }
@@ -213,7 +207,7 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
                 ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                                      ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
@@ -229,7 +223,7 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
             for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
                 uint32_t r[4];
                 ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
+                                      ap_swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
                 const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
                 ap_mma_16816<MT>(s[b][0], a, r[0], r[2]);
                 ap_mma_16816<MT>(s[b][1], a, r[1], r[3]);
@@ -288,8 +282,9 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
-                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r,
+                                     stage_v + lrow_off[b] +
+                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens
@@ -308,8 +303,9 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 16; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
-                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r,
+                                     stage_v + lrow_off[b] +
+                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
                 const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
                 ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
             }
@@ -511,7 +507,7 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     a.num_kv_heads = kv->num_kv_heads;
     a.group = group;
     a.log2_page_size = log2_page;
-    a.scale_log2 = params->sm_scale * 1.4426950408889634f * (fp8 ? kv->k_scale : 1.f);
+    a.scale_log2 = params->sm_scale * ap_log2e * (fp8 ? kv->k_scale : 1.f);
     a.v_scale = fp8 ? kv->v_scale : 1.f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int blocks = (plan->num_workers + kWarps - 1) / kWarps;

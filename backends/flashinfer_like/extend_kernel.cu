@@ -15,6 +15,7 @@
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
 #include "extend.h"
 #include "extend_internal.h"
 
@@ -71,10 +72,9 @@ struct extend_cta {
     int rows_used; // tile_tokens * group
 };
 
-// Shared-memory tiles hold rows of 16-bit elements in 16-byte chunks; chunk c of row r sits at
-// c ^ (r % 8), so the 8 rows an ldmatrix phase reads hit 8 different bank groups.
+// Byte offset of chunk `chunk` of row `row` in a tile of D 16-bit elements a row (swizzle.cuh).
 template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-    return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+    return static_cast<uint32_t>(row * (D * 2) + (ap_swizzle<D * 2 / 16>(row, chunk) << 4));
 }
 
 // An operand whose lane reads chunk 2kk + c of row r + 16i (r % 8 = lane % 8, c in {0, 1})
@@ -668,7 +668,7 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
         (p->kv.page_size & (p->kv.page_size - 1)) == 0 ? __builtin_ctz(p->kv.page_size) : -1;
     a.tile_tokens = plan->tile_tokens;
     a.causal = p->causal != 0;
-    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * 1.4426950408889634f;
+    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * ap_log2e;
     a.v_scale = fp8 ? p->kv.v_scale : 1.f;
 
     const int num_blocks = plan->num_items * p->kv.num_kv_heads;

@@ -82,29 +82,6 @@ ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *p
                          ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
- * KV append (append.cu): the new tokens' K and V written into their cache slots.
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct fil_append_params {
-    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
-    const void *v; /*   aligned; strides of the first two dims in elements below */
-    int64_t k_stride_token, k_stride_head;
-    int64_t v_stride_token, v_stride_head;
-    ap_dtype in_dtype; /* BF16 or F16 */
-    void *k_pages;     /* NHD cache of kv_dtype (see fil_paged_kv) */
-    void *v_pages;
-    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
-    int32_t num_kv_heads;
-    int32_t head_dim;
-    float k_scale;
-    float v_scale;
-    const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
-    int32_t num_tokens;
-} fil_append_params;
-
-ap_status fil_append_run(const fil_append_params *params, void *stream, ap_msgbuf *msg);
-
-/* ---------------------------------------------------------------------------------------------
  * The append_kv/1 hook (append_rope.cu): RoPE on q and k, k and v quantized into their cache
  * slots, in one kernel. Bit-exact with cpu_ref's rope.c: float32 rotation without fused
  * multiply-add, k quantized once, fp8 as sat_e4m3(x / scale) with a float32 division.

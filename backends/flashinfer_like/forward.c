@@ -68,7 +68,7 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK || !args->save_kv) return st;
     const ap_kv_cache *kv = layer->kv;
-    fil_append_params ap = {
+    ap_kit_append_args ap = {
         .k = FIL_DATA(args->k),
         .v = FIL_DATA(args->v),
         .k_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_qk, /* dense (the core) */
@@ -86,7 +86,7 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
         .slots = b->plan.slots,
         .num_tokens = b->plan.num_tokens,
     };
-    return fil_append_run(&ap, stream, msg);
+    return ap_kit_paged_append_run(&ap, stream, FIL_NAME, msg);
 }
 
 static fil_attn_params fil_params_of(const ap_backend *b, const ap_layer *layer,
