@@ -9,27 +9,13 @@
 #include <cmocka.h>
 
 #include "scenario.h"
+#include "tests/common/test_model.h"
 
 static fx_plugin plugin;
 
 static ap_model good_model(void) {
-    ap_model m = {
-        .struct_size = sizeof(ap_model),
-        .name = "test/model",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 8,
-        .num_kv_heads = 2,
-        .head_dim_qk = 128,
-        .head_dim_v = 64,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = AP_DTYPE_FP8_E4M3,
-        .page_size = 16,
-        .num_layers = 2,
-        .causal = 1,
-        .max_batch = 4,
-        .max_tokens = 256,
-        .max_kv_len = 1024,
-    };
+    ap_model m = ap_test_model("test/model", 8, 2, 128, 64, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3);
+    m.max_tokens = 256;
     return m;
 }
 

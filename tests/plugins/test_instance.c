@@ -1,24 +1,10 @@
 /* test_instance.c: a plugin whose create fails is reported, and no plugin unloads under an instance. */
 #include "test_support.h"
+#include "tests/common/test_model.h"
 
 static ap_model test_model(void) {
-    ap_model model = {
-        .struct_size = sizeof(ap_model),
-        .name = "fixture-model",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 8,
-        .num_kv_heads = 2,
-        .head_dim_qk = 64,
-        .head_dim_v = 64,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = AP_DTYPE_BF16,
-        .page_size = 16,
-        .num_layers = 1,
-        .causal = 1,
-        .max_batch = 4,
-        .max_tokens = 64,
-        .max_kv_len = 1024,
-    };
+    ap_model model = ap_test_model("fixture-model", 8, 2, 64, 64, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    model.num_layers = 1;
     return model;
 }
 

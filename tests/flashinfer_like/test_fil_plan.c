@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "glue.h"
+#include "backends/flashinfer_like/glue.h"
 #include "test_fil_expect.h"
 
 /* The kit's runtime calls under plan.c, replaced: the "device" buffer is host memory here. */
