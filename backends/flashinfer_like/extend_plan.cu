@@ -10,8 +10,8 @@ extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype,
                                              int32_t num_qo_heads, int32_t num_kv_heads,
                                              int32_t page_size, ap_msgbuf *reasons) {
     ap_status st = AP_OK;
-    if (fil_extend_default_tile_rows(head_dim) == 0) {
-        ap_msgbuf_add(reasons, "extend: head_dim %d is not 64, 128 or 256", head_dim);
+    if (!fil_head_dim_served(head_dim)) {
+        ap_msgbuf_add(reasons, "extend: head_dim %d is not " FIL_HEAD_DIMS_TEXT, head_dim);
         st = AP_ERR_UNSUPPORTED;
     }
     if (q_dtype != AP_DTYPE_BF16 && q_dtype != AP_DTYPE_F16) {
@@ -24,9 +24,9 @@ extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype,
         st = AP_ERR_UNSUPPORTED;
     }
     if (num_kv_heads <= 0 || num_qo_heads <= 0 || num_qo_heads % num_kv_heads != 0 ||
-        num_qo_heads / num_kv_heads > 8) {
-        ap_msgbuf_add(reasons, "extend: %d query heads over %d KV heads is not a group of 1..8",
-                      num_qo_heads, num_kv_heads);
+        num_qo_heads / num_kv_heads > FIL_MAX_GROUP) {
+        ap_msgbuf_add(reasons, "extend: %d query heads over %d KV heads is not a group of 1..%d",
+                      num_qo_heads, num_kv_heads, FIL_MAX_GROUP);
         st = AP_ERR_UNSUPPORTED;
     }
     if (page_size < 1) {
@@ -42,7 +42,7 @@ extern "C" size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, i
                                         int32_t num_qo_heads, int32_t num_kv_heads) {
     const int32_t rows = fil_extend_default_tile_rows(head_dim);
     if (rows == 0 || max_tokens < 0 || max_batch < 0 || num_kv_heads <= 0 || num_qo_heads <= 0 ||
-        num_qo_heads % num_kv_heads != 0 || num_qo_heads / num_kv_heads > 8)
+        num_qo_heads % num_kv_heads != 0 || num_qo_heads / num_kv_heads > FIL_MAX_GROUP)
         return 0;
     // The smallest tile a plan may pick (benchmark builds offer 64 rows for every head dim).
     const int32_t min_tokens = 64 / (num_qo_heads / num_kv_heads);

@@ -3,6 +3,7 @@
 #define AP_FIL_H
 
 #include "backends/common/kit.h"
+#include "fil_limits.h"
 #include "plugin_api.h"
 
 #ifdef __cplusplus
@@ -48,7 +49,6 @@ typedef struct fil_attn_params {
 
 #define FIL_DECODE_TILE 16 /* the planner's unit: segments start on multiples of it */
 #define FIL_DECODE_WARPS 4 /* warps per CTA; each warp is an independent worker */
-#define FIL_MAX_GROUP 8    /* query heads per KV head the decode kernel serves */
 
 /* One segment: tokens [begin, end) of sequence `seq` under KV head `kv_head`. */
 typedef struct fil_decode_seg {

@@ -7,8 +7,8 @@
 
 /* ---- capabilities -------------------------------------------------------------------------- */
 
-static const int32_t fil_page_sizes[] = {1, 2, 4, 8, 16, 32, 64, 128};
-static const int32_t fil_head_dims[] = {64, 128, 256};
+static const int32_t fil_page_sizes[] = {FIL_PAGE_SIZES};
+static const int32_t fil_head_dims[] = {FIL_HEAD_DIMS};
 
 static ap_caps fil_caps = {
     .struct_size = sizeof(ap_caps),
