@@ -6,7 +6,7 @@
 #include "../common/paged_kv.cuh"
 #include "fil.h"
 
-#define FIL_WHO "flashinfer_like append_kv"
+#define FIL_WHO FIL_NAME ": append_kv"
 
 namespace {
 

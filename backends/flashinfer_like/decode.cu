@@ -13,7 +13,7 @@
 #include "../common/swizzle.cuh"
 #include "fil.h"
 
-#define FIL_WHO "flashinfer_like decode"
+#define FIL_WHO FIL_NAME ": decode"
 
 namespace {
 

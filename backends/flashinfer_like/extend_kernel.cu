@@ -19,7 +19,7 @@
 #include "extend.h"
 #include "extend_internal.h"
 
-#define FIL_WHO "flashinfer_like extend"
+#define FIL_WHO FIL_NAME ": extend"
 
 namespace {
 
@@ -596,7 +596,7 @@ ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cu
         case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
         default: break;
     }
-    ap_msgbuf_add(msg, "flashinfer_like extend: head_dim %d is not built", head_dim);
+    ap_msgbuf_add(msg, FIL_WHO ": head_dim %d is not built", head_dim);
     return AP_ERR_UNSUPPORTED;
 }
 
@@ -618,7 +618,7 @@ extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_row
 extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
                                     void *stream, ap_msgbuf *msg) {
     if (p == NULL || plan == NULL) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: NULL params or plan");
+        ap_msgbuf_add(msg, FIL_WHO ": NULL params or plan");
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st =
@@ -629,22 +629,22 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
         plan->num_kv_heads != p->kv.num_kv_heads || plan->causal != (p->causal != 0) ||
         !fil_extend_tile_rows_built(plan->head_dim, plan->tile_rows)) {
         ap_msgbuf_add(msg,
-                      "flashinfer_like extend: the plan (head_dim %d, heads %d/%d, causal %d) "
-                      "does not match the call (head_dim %d, heads %d/%d, causal %d)",
+                      FIL_WHO ": the plan (head_dim %d, heads %d/%d, causal %d) "
+                              "does not match the call (head_dim %d, heads %d/%d, causal %d)",
                       plan->head_dim, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
                       p->kv.head_dim, p->num_qo_heads, p->kv.num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
     }
     if (plan->num_items == 0) return AP_OK;
     if ((int64_t)plan->num_items * p->kv.num_kv_heads > INT_MAX) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: %d work items x %d KV heads is too many CTAs",
+        ap_msgbuf_add(msg, FIL_WHO ": %d work items x %d KV heads is too many CTAs",
                       plan->num_items, p->kv.num_kv_heads);
         return AP_ERR_UNSUPPORTED;
     }
     if (p->q == NULL || p->out == NULL || p->kv.k_pages == NULL || p->kv.v_pages == NULL ||
         p->qo_indptr == NULL || p->kv.kv_page_indptr == NULL || p->kv.kv_page_indices == NULL ||
         p->kv.kv_last_page_len == NULL) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: a tensor or batch array is NULL");
+        ap_msgbuf_add(msg, FIL_WHO ": a tensor or batch array is NULL");
         return AP_ERR_INVALID_ARGUMENT;
     }
 

@@ -11,26 +11,30 @@ extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype,
                                              int32_t page_size, ap_msgbuf *reasons) {
     ap_status st = AP_OK;
     if (!fil_head_dim_served(head_dim)) {
-        ap_msgbuf_add(reasons, "extend: head_dim %d is not " FIL_HEAD_DIMS_TEXT, head_dim);
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: head_dim %d is not " FIL_HEAD_DIMS_TEXT,
+                      head_dim);
         st = AP_ERR_UNSUPPORTED;
     }
     if (q_dtype != AP_DTYPE_BF16 && q_dtype != AP_DTYPE_F16) {
-        ap_msgbuf_add(reasons, "extend: query dtype %s is not bf16 or fp16", ap_dtype_str(q_dtype));
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: query dtype %s is not bf16 or fp16",
+                      ap_dtype_str(q_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (kv_dtype != q_dtype && kv_dtype != AP_DTYPE_FP8_E4M3) {
-        ap_msgbuf_add(reasons, "extend: KV dtype %s is neither the query dtype nor fp8_e4m3",
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": extend: KV dtype %s is neither the query dtype nor fp8_e4m3",
                       ap_dtype_str(kv_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (num_kv_heads <= 0 || num_qo_heads <= 0 || num_qo_heads % num_kv_heads != 0 ||
         num_qo_heads / num_kv_heads > FIL_MAX_GROUP) {
-        ap_msgbuf_add(reasons, "extend: %d query heads over %d KV heads is not a group of 1..%d",
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": extend: %d query heads over %d KV heads is not a group of 1..%d",
                       num_qo_heads, num_kv_heads, FIL_MAX_GROUP);
         st = AP_ERR_UNSUPPORTED;
     }
     if (page_size < 1) {
-        ap_msgbuf_add(reasons, "extend: page size %d is not >= 1", page_size);
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: page size %d is not >= 1", page_size);
         st = AP_ERR_UNSUPPORTED;
     }
     return st;
@@ -63,7 +67,7 @@ static int64_t extend_seq_kv_len(const fil_extend_plan_args *args, int32_t i, ap
     const int32_t pages = args->kv_page_indptr_host[i + 1] - args->kv_page_indptr_host[i];
     const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + args->kv_last_page_len_host[i];
     if (kv_len > INT32_MAX - FIL_EXTEND_TILE_KV) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d holds %lld tokens, more than %d", i,
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: sequence %d holds %lld tokens, more than %d", i,
                       (long long)kv_len, INT32_MAX - FIL_EXTEND_TILE_KV);
         return -1;
     }
@@ -76,7 +80,7 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
         (args->num_seqs > 0 && (args->qo_indptr_host == NULL || args->kv_page_indptr_host == NULL ||
                                 args->kv_last_page_len_host == NULL)) ||
         args->host_scratch == NULL || args->device_buffer == NULL) {
-        ap_msgbuf_add(msg, "extend plan: NULL argument or negative batch size");
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: NULL argument or negative batch size");
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st =
@@ -86,8 +90,8 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     const int32_t rows =
         args->tile_rows == 0 ? fil_extend_default_tile_rows(args->head_dim) : args->tile_rows;
     if (!fil_extend_tile_rows_built(args->head_dim, rows)) {
-        ap_msgbuf_add(msg, "extend plan: no kernel of %d rows per CTA for head_dim %d", rows,
-                      args->head_dim);
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: no kernel of %d rows per CTA for head_dim %d",
+                      rows, args->head_dim);
         return AP_ERR_UNSUPPORTED;
     }
     const int32_t group = args->num_qo_heads / args->num_kv_heads;
@@ -104,8 +108,8 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
         for (int32_t t0 = 0; t0 < q_len; t0 += tile_tokens) {
             if (count == capacity) {
                 ap_msgbuf_add(msg,
-                              "extend plan: more than %zu work items; the buffer is %zu "
-                              "bytes (size it with fil_extend_plan_bytes)",
+                              FIL_NAME ": extend plan: more than %zu work items; the buffer is %zu "
+                                       "bytes (size it with fil_extend_plan_bytes)",
                               capacity, args->buffer_bytes);
                 return AP_ERR_SHAPE_MISMATCH;
             }
@@ -125,7 +129,8 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
         cudaError_t err =
             cudaMemcpyAsync(args->device_buffer, items, count * sizeof(fil_extend_item),
                             cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
-        st = ap_cuda_status(err, "extend plan", "cudaMemcpyAsync of the work items", msg);
+        st =
+            ap_cuda_status(err, FIL_NAME ": extend plan", "cudaMemcpyAsync of the work items", msg);
         if (st != AP_OK) return st;
     }
     plan->num_items = (int32_t)count;

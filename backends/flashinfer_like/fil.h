@@ -10,6 +10,9 @@
 extern "C" {
 #endif
 
+/* Every message starts with the backend's name, once, then the step: "flashinfer_like: decode: ...". */
+#define FIL_NAME "flashinfer_like"
+
 /* The paged KV cache as the kernels read it (layout NHD, see plugin_api.h). */
 typedef struct fil_paged_kv {
     const void *k_pages; /* [num_pages][page_size][num_kv_heads][head_dim] of kv_dtype */

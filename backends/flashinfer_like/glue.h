@@ -5,7 +5,6 @@
 #include "extend.h"
 #include "fil.h"
 
-#define FIL_NAME "flashinfer_like"
 #define FIL_DECODE_MIN_TILES 8 /* fewest KV tiles a decode worker gets when splitting */
 
 /* The plan of the batch last given to init_metadata. Device arrays live in the instance's plan
