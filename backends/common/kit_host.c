@@ -1,4 +1,4 @@
-/* kit_host.c: the build's GPU targets as caps, option lookup and the device checks of validate(). */
+/* kit_host.c: the build's GPU targets as caps, option lookup, the device checks of validate(). */
 #include <pthread.h>
 #include <string.h>
 

@@ -10,7 +10,8 @@
 extern "C" {
 #endif
 
-/* Every message starts with the backend's name, once, then the step: "flashinfer_like: decode: ...". */
+/* Every message starts with the backend's name, once, then the step:
+ * "flashinfer_like: decode: ...". */
 #define FIL_NAME "flashinfer_like"
 
 /* The paged KV cache as the kernels read it (layout NHD, see plugin_api.h). */
