@@ -13,7 +13,7 @@ namespace {
 constexpr int kVec = 8; // elements per lane: one 16-byte load of a 16-bit row
 constexpr int kThreads = 256;
 
-struct RopeArgs {
+struct rope_args {
     const uint8_t *q; // may alias q_out
     uint8_t *q_out;
     const uint8_t *k;
@@ -99,7 +99,7 @@ template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &
 // of range is left alone (the core checks host arrays; device arrays cannot be checked without
 // a sync, and a bad index must never write outside the cache).
 template <typename IN, typename KV>
-__global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const rope_args a) {
     extern __shared__ float staged[]; // [kThreads * kVec]
     const int lpr = a.lanes_per_row;
     const int lane = threadIdx.x % lpr;
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
 constexpr int kRowsPerThread = 4;
 
 template <typename IN, typename KV, bool kNeox>
-__global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const rope_args a) {
     const int lane = threadIdx.x & (a.lanes_per_row - 1);
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const Ro
 // loads are aligned; the staged kernel takes the rest. FIL_APPEND_ROPE_STAGED_ONLY (the bench's
 // side-by-side build, never the plugin's) sends every call to the staged kernel.
 template <typename IN, typename KV>
-void fil_append_rope_pick(const RopeArgs &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
+void fil_append_rope_pick(const rope_args &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
     if (!rows)
         fil_append_rope_kernel<IN, KV><<<grid, kThreads, smem, s>>>(a);
     else if (a.is_neox)
@@ -274,7 +274,7 @@ void fil_append_rope_pick(const RopeArgs &a, bool rows, dim3 grid, size_t smem, 
 }
 
 template <typename IN>
-ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, bool rows, dim3 grid,
+ap_status fil_append_rope_launch(const rope_args &a, ap_dtype kv_dtype, bool rows, dim3 grid,
                                  size_t smem, cudaStream_t s, ap_msgbuf *msg) {
     switch (kv_dtype) {
         case AP_DTYPE_BF16: fil_append_rope_pick<IN, __nv_bfloat16>(a, rows, grid, smem, s); break;
@@ -302,7 +302,7 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
         return AP_ERR_UNSUPPORTED;
     }
     if (p->num_tokens == 0) return AP_OK;
-    RopeArgs a;
+    rope_args a;
     a.q = static_cast<const uint8_t *>(p->q);
     a.q_out = static_cast<uint8_t *>(p->q_out);
     a.k = static_cast<const uint8_t *>(p->k);

@@ -25,7 +25,7 @@ constexpr int kSmemPerWarpTarget = 24 * 1024; // enough bytes in flight with two
 // tokens as blocks of 16 (the mma's k): fp8 takes 32 per step (up to D128), halving the
 // per-step softmax and bookkeeping that its doubled instructions per byte would otherwise
 // leave exposed, and giving the warp two independent mma chains.
-template <int HEAD_DIM, typename KV> struct DecodeShape {
+template <int HEAD_DIM, typename KV> struct decode_shape {
     static constexpr bool is_fp8 = sizeof(KV) == 1;
     static constexpr int tile = is_fp8 && HEAD_DIM <= 128 ? 32 : 16;
     static constexpr int blocks = tile / 16;
@@ -41,7 +41,7 @@ template <int HEAD_DIM, typename KV> struct DecodeShape {
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
 };
 
-struct DecodeArgs {
+struct decode_args {
     const void *q; // [num_seqs][num_qo_heads][head_dim]
     void *out;     // same shape
     float *lse;    // [num_seqs][num_qo_heads] or NULL
@@ -64,13 +64,13 @@ struct DecodeArgs {
 };
 
 // Where a stream of tiles stands: segment index and the first token of the current tile.
-struct Cursor {
+struct decode_cursor {
     int seg, seg_stop;
     int seq, head, pos, begin, end;
     const int32_t *pages; // this sequence's page list
 };
 
-__device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
+__device__ __forceinline__ void cursor_enter(decode_cursor &c, const decode_args &a) {
     if (c.seg >= c.seg_stop) return;
     int4 s = __ldg(a.segs + c.seg);
     c.seq = s.x;
@@ -80,7 +80,8 @@ __device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
     c.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + c.seq);
 }
 
-template <int TILE> __device__ __forceinline__ void cursor_next(Cursor &c, const DecodeArgs &a) {
+template <int TILE>
+__device__ __forceinline__ void cursor_next(decode_cursor &c, const decode_args &a) {
     c.pos += TILE;
     if (c.pos >= c.end) {
         c.seg++;
@@ -90,15 +91,16 @@ template <int TILE> __device__ __forceinline__ void cursor_next(Cursor &c, const
 
 // The cache slots of the rows a lane copies for one tile, looked up one step before the copy is
 // issued so the page-table reads overlap the math of the current tile.
-template <class S> struct TileSlots {
+template <class S> struct tile_rows {
     bool active;
     int head;
     int slot[S::rows_per_lane]; // -1: past the segment's end (zero-filled)
 };
 
 template <class S>
-__device__ __forceinline__ TileSlots<S> tile_slots(const Cursor &c, const DecodeArgs &a, int lane) {
-    TileSlots<S> t;
+__device__ __forceinline__ tile_rows<S> tile_slots(const decode_cursor &c, const decode_args &a,
+                                                   int lane) {
+    tile_rows<S> t;
     t.active = c.seg < c.seg_stop;
     t.head = c.head;
 #pragma unroll
@@ -111,8 +113,8 @@ __device__ __forceinline__ TileSlots<S> tile_slots(const Cursor &c, const Decode
 }
 
 template <class S>
-__device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage_k,
-                                           const DecodeArgs &a, int lane) {
+__device__ __forceinline__ void tile_issue(const tile_rows<S> &t, uint32_t stage_k,
+                                           const decode_args &a, int lane) {
     if (!t.active) return;
     const int chunk = lane % S::chunks;
     const uint32_t stage_v = stage_k + S::tile_bytes;
@@ -131,15 +133,15 @@ __device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage
 // The online-softmax state of one warp over its current segment. Lane (g = lane/4, t = lane%4)
 // holds query head g's running max m and its share of the denominator l (its 4 tokens of each
 // step), and O^T fragments: acc[j] = O^T rows (head dims) of block j, columns heads 2t, 2t+1.
-template <int HEAD_DIM> struct WarpState {
+template <int HEAD_DIM> struct warp_state {
     uint32_t q[HEAD_DIM / 16][2]; // A fragments of Q (rows g >= group are zero)
     float acc[HEAD_DIM / 16][4];
     float m, l;
 };
 
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Cursor &c,
-                                            const DecodeArgs &a, int lane) {
+__device__ __forceinline__ void state_begin(warp_state<HEAD_DIM> &st, const decode_cursor &c,
+                                            const decode_args &a, int lane) {
     const int g = lane >> 2, t = lane & 3;
     const bool has_head = g < a.group;
     const QT *qrow =
@@ -147,7 +149,7 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
         ((int64_t)c.seq * a.num_qo_heads + c.head * a.group + (has_head ? g : 0)) * HEAD_DIM;
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
-        if constexpr (DecodeShape<HEAD_DIM, KV>::is_fp8) {
+        if constexpr (decode_shape<HEAD_DIM, KV>::is_fp8) {
             // The fp8 K fragment holds dims 4t..4t+3 (see decode_tile); Q is permuted to match
             // and converted to half, the type the fp8 path multiplies in.
             uint2 raw = has_head ? __ldg(reinterpret_cast<const uint2 *>(qrow + 16 * ks + 4 * t))
@@ -178,9 +180,9 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
 // K's k-index is permuted (thread t holds dims 4t..4t+3 of each 16) and Q is loaded to match;
 // V^T's rows come out as even dims (rows 0-7) and odd dims (rows 8-15) of each 16.
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t stage_k,
+__device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t stage_k,
                                             int valid_tokens, float scale_log2, int lane) {
-    using S = DecodeShape<HEAD_DIM, KV>;
+    using S = decode_shape<HEAD_DIM, KV>;
     using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
     constexpr int NB = S::blocks;
     const int t = lane & 3;
@@ -322,9 +324,9 @@ template <bool FP8> __device__ __forceinline__ int acc_dim(int j, int e, int g) 
 // End of a segment: o = O / l * v_scale and lse2 = m + log2(l) per head, written to the output
 // (natural-log LSE) or, for a pair cut over several warps, to its partial slot.
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void state_finish(const WarpState<HEAD_DIM> &st, const Cursor &c,
-                                             const DecodeArgs &a, int lane) {
-    constexpr bool fp8 = DecodeShape<HEAD_DIM, KV>::is_fp8;
+__device__ __forceinline__ void state_finish(const warp_state<HEAD_DIM> &st, const decode_cursor &c,
+                                             const decode_args &a, int lane) {
+    constexpr bool fp8 = decode_shape<HEAD_DIM, KV>::is_fp8;
     const int g = lane >> 2, t = lane & 3;
     float l = st.l + __shfl_xor_sync(0xffffffffu, st.l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -363,19 +365,19 @@ __device__ __forceinline__ void state_finish(const WarpState<HEAD_DIM> &st, cons
 // buffers: while it computes tile i, tiles i+1 .. i+stages-2 are in flight and the page-table
 // reads of tile i+stages-1 are pending. The stream runs on across segment boundaries.
 template <int HEAD_DIM, typename KV, typename QT>
-__global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArgs a) {
-    using S = DecodeShape<HEAD_DIM, KV>;
+__global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const decode_args a) {
+    using S = decode_shape<HEAD_DIM, KV>;
     extern __shared__ __align__(128) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int worker = blockIdx.x * kWarps + warp;
     if (worker >= a.num_workers) return;
     const uint32_t ring = ap_smem_addr(smem + warp * S::warp_smem);
 
-    Cursor load;
+    decode_cursor load;
     load.seg = __ldg(a.worker_indptr + worker);
     load.seg_stop = __ldg(a.worker_indptr + worker + 1);
     cursor_enter(load, a);
-    Cursor comp = load;
+    decode_cursor comp = load;
 
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
@@ -384,10 +386,10 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
         cursor_next<S::tile>(load, a);
     }
 
-    WarpState<HEAD_DIM> st;
+    warp_state<HEAD_DIM> st;
     int stage = 0;
     while (comp.seg < comp.seg_stop) {
-        const TileSlots<S> next = tile_slots<S>(load, a, lane);
+        const tile_rows<S> next = tile_slots<S>(load, a, lane);
         if (comp.pos == comp.begin) state_begin<HEAD_DIM, KV, QT>(st, comp, a, lane);
         ap_cp_async_wait<S::stages - 2>();
         __syncwarp();
@@ -405,18 +407,18 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
     ap_cp_async_wait<0>();
 }
 
-typedef void (*DecodeKernel)(const DecodeArgs);
+typedef void (*decode_kernel_fn)(const decode_args);
 
-struct DecodeVariant {
-    DecodeKernel kernel;
+struct decode_kernel_info {
+    decode_kernel_fn kernel;
     int smem_bytes;
 };
 
-template <int HEAD_DIM, typename KV, typename QT> DecodeVariant decode_variant() {
-    return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * DecodeShape<HEAD_DIM, KV>::warp_smem};
+template <int HEAD_DIM, typename KV, typename QT> decode_kernel_info decode_variant() {
+    return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * decode_shape<HEAD_DIM, KV>::warp_smem};
 }
 
-template <int HEAD_DIM> DecodeVariant decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
+template <int HEAD_DIM> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
     if (kv_dtype == AP_DTYPE_FP8_E4M3) {
         if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __nv_bfloat16>();
         if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __half>();
@@ -429,7 +431,7 @@ template <int HEAD_DIM> DecodeVariant decode_variant_for(ap_dtype q_dtype, ap_dt
 }
 
 // The small dispatch: the only place that instantiates kernels.
-DecodeVariant decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
     switch (head_dim) {
         case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
         case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
@@ -449,7 +451,7 @@ int log2_exact(int32_t x) {
 extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
                                             int32_t sm_count, int32_t *out, ap_msgbuf *msg) {
     *out = 0;
-    DecodeVariant v = decode_dispatch(head_dim, q_dtype, kv_dtype);
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype);
     if (v.kernel == NULL) {
         ap_msgbuf_add(msg, FIL_WHO ": no kernel for head_dim %d, q dtype %d, kv dtype %d", head_dim,
                       (int)q_dtype, (int)kv_dtype);
@@ -476,7 +478,7 @@ extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, 
 extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan,
                                     void *stream, ap_msgbuf *msg) {
     const fil_paged_kv *kv = &params->kv;
-    DecodeVariant v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
+    decode_kernel_info v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
     const int log2_page = log2_exact(kv->page_size);
     const int group = kv->num_kv_heads > 0 ? params->num_qo_heads / kv->num_kv_heads : 0;
     if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
@@ -489,7 +491,7 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     }
     if (plan->num_workers == 0) return AP_OK;
     const bool fp8 = kv->kv_dtype == AP_DTYPE_FP8_E4M3;
-    DecodeArgs a;
+    decode_args a;
     a.q = params->q;
     a.out = params->out;
     a.lse = params->lse;
