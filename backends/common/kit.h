@@ -53,6 +53,26 @@ int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char
                           ap_msgbuf *reasons);
 
 /* ---------------------------------------------------------------------------------------------
+ * Tensors and the cache (kit_host.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The first element of a DLTensor. */
+static inline void *ap_kit_data(const DLTensor *t) {
+    return (char *)t->data + t->byte_offset;
+}
+
+/* AP_OK when t is NULL or its first element is `alignment`-byte aligned, else AP_ERR_UNSUPPORTED
+ * with a message naming the tensor (the core checks shapes, dtypes and density, not this). */
+ap_status ap_kit_aligned(const DLTensor *t, const char *what, size_t alignment, const char *who,
+                         ap_msgbuf *msg);
+
+/* get_kv_spec for an NHD cache of the model's kv_dtype without scales: a page of K holds
+ * page_size x num_kv_heads x head_dim_qk elements, one of V head_dim_v; bases `alignment`-byte
+ * aligned. */
+ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec *out,
+                             const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
  * The batch, from its host mirrors (kit_batch.c), for a plan that indexes by it
  * ------------------------------------------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
-/* kit_host.c: the build's GPU targets as caps, option lookup, the device checks of validate(). */
+/* kit_host.c: the build's GPU targets as caps, options, device checks, tensor alignment, kv spec. */
 #include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "kit.h"
@@ -72,4 +73,26 @@ int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char
         ap_msgbuf_add(reasons, "%s: the device reports %d SMs", who, device->sm_count);
     }
     return refused;
+}
+
+ap_status ap_kit_aligned(const DLTensor *t, const char *what, size_t alignment, const char *who,
+                         ap_msgbuf *msg) {
+    if (t == NULL || (uintptr_t)ap_kit_data(t) % alignment == 0) return AP_OK;
+    ap_msgbuf_add(msg, "%s: tensor %s must start on a %zu-byte boundary", who, what, alignment);
+    return AP_ERR_UNSUPPORTED;
+}
+
+ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec *out,
+                             const char *who, ap_msgbuf *msg) {
+    if (out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
+        ap_msgbuf_add(msg, "%s: get_kv_spec needs an ap_kv_spec with struct_size set", who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    size_t elem = ap_dtype_size_bits(model->kv_dtype) / 8;
+    size_t per_page = (size_t)model->page_size * (size_t)model->num_kv_heads * elem;
+    out->k_bytes_per_page = per_page * (size_t)model->head_dim_qk;
+    out->v_bytes_per_page = per_page * (size_t)model->head_dim_v;
+    out->scale_bytes_per_page = 0;
+    out->alignment = alignment;
+    return AP_OK;
 }

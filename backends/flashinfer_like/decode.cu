@@ -440,12 +440,6 @@ decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype 
     }
 }
 
-int log2_exact(int32_t x) {
-    int n = 0;
-    while ((1 << n) < x) n++;
-    return (1 << n) == x ? n : -1;
-}
-
 } // namespace
 
 extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
@@ -457,9 +451,7 @@ extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, 
                       (int)q_dtype, (int)kv_dtype);
         return AP_ERR_UNSUPPORTED;
     }
-    ap_status status = ap_cuda_status(
-        cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem_bytes),
-        FIL_WHO, "cudaFuncSetAttribute(max dynamic shared memory)", msg);
+    ap_status status = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, FIL_WHO, msg);
     if (status != AP_OK) return status;
     int blocks = 0;
     status = ap_cuda_status(
@@ -479,7 +471,7 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
                                     void *stream, ap_msgbuf *msg) {
     const fil_paged_kv *kv = &params->kv;
     decode_kernel_info v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
-    const int log2_page = log2_exact(kv->page_size);
+    const int log2_page = ap_page_shift(kv->page_size);
     const int group = kv->num_kv_heads > 0 ? params->num_qo_heads / kv->num_kv_heads : 0;
     if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
         group * kv->num_kv_heads != params->num_qo_heads) {

@@ -14,6 +14,7 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
+#include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
 #include "../common/swizzle.cuh"
 #include "extend.h"
@@ -541,18 +542,9 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
 template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS = kDefaultOpts>
 ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
     constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
-    // The shared-memory opt-in is per device and kernel: set it once for each device seen.
     static std::atomic<uint64_t> devices_ready{0};
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    const uint64_t bit = device < 64 ? 1ull << device : 0;
-    if (err == cudaSuccess && (bit == 0 || !(devices_ready.load() & bit))) {
-        err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err == cudaSuccess) devices_ready.fetch_or(bit);
-    }
-    ap_status st =
-        ap_cuda_status(err, FIL_WHO, "cudaFuncSetAttribute(max dynamic shared memory)", msg);
+    ap_status st = ap_cuda_smem_optin_once(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
+                                           smem, devices_ready, FIL_WHO, msg);
     if (st != AP_OK) return st;
     fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS><<<num_blocks, kThreads, smem, stream>>>(a);
     return ap_cuda_launch_status(FIL_WHO, "fil_extend_kernel", msg);
@@ -664,8 +656,7 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     a.num_kv_heads = p->kv.num_kv_heads;
     a.group = p->num_qo_heads / p->kv.num_kv_heads;
     a.page_size = p->kv.page_size;
-    a.page_shift =
-        (p->kv.page_size & (p->kv.page_size - 1)) == 0 ? __builtin_ctz(p->kv.page_size) : -1;
+    a.page_shift = ap_page_shift(p->kv.page_size);
     a.tile_tokens = plan->tile_tokens;
     a.causal = p->causal != 0;
     a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * ap_log2e;

@@ -9,23 +9,14 @@
  * model and the planned batch (plugin_api.h's promise). Left to a backend: alignment and its own
  * limits. */
 
-#define FIL_DATA(t) ((char *)(t)->data + (t)->byte_offset)
-
 /* The kernels move rows 16 bytes at a time: a dense tensor's rows (head dims 64, 128, 256) stay
  * 16-byte aligned when its base is; lse and index arrays need their element's alignment. */
-static ap_status fil_aligned(const DLTensor *t, const char *what, size_t alignment,
-                             ap_msgbuf *msg) {
-    if (t == NULL || (uintptr_t)FIL_DATA(t) % alignment == 0) return AP_OK;
-    ap_msgbuf_add(msg, FIL_NAME ": tensor %s must start on a %zu-byte boundary", what, alignment);
-    return AP_ERR_UNSUPPORTED;
-}
-
 static ap_status fil_args_aligned(const ap_forward_args *args, ap_msgbuf *msg) {
-    ap_status st = fil_aligned(args->q, "q", 16, msg);
-    if (st == AP_OK) st = fil_aligned(args->out, "out", 16, msg);
-    if (st == AP_OK) st = fil_aligned(args->lse, "lse", sizeof(float), msg);
-    if (st == AP_OK && args->save_kv) st = fil_aligned(args->k, "k", 16, msg);
-    if (st == AP_OK && args->save_kv) st = fil_aligned(args->v, "v", 16, msg);
+    ap_status st = ap_kit_aligned(args->q, "q", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(args->out, "out", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(args->lse, "lse", sizeof(float), FIL_NAME, msg);
+    if (st == AP_OK && args->save_kv) st = ap_kit_aligned(args->k, "k", 16, FIL_NAME, msg);
+    if (st == AP_OK && args->save_kv) st = ap_kit_aligned(args->v, "v", 16, FIL_NAME, msg);
     return st;
 }
 
@@ -69,8 +60,8 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     if (st != AP_OK || !args->save_kv) return st;
     const ap_kv_cache *kv = layer->kv;
     ap_kit_append_args ap = {
-        .k = FIL_DATA(args->k),
-        .v = FIL_DATA(args->v),
+        .k = ap_kit_data(args->k),
+        .v = ap_kit_data(args->v),
         .k_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_qk, /* dense (the core) */
         .k_stride_head = kv->head_dim_qk,
         .v_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_v,
@@ -93,9 +84,9 @@ static fil_attn_params fil_params_of(const ap_backend *b, const ap_layer *layer,
                                      const ap_forward_args *args) {
     const ap_kv_cache *kv = layer->kv;
     return (fil_attn_params){
-        .q = FIL_DATA(args->q),
-        .out = FIL_DATA(args->out),
-        .lse = args->lse != NULL ? (float *)FIL_DATA(args->lse) : NULL,
+        .q = ap_kit_data(args->q),
+        .out = ap_kit_data(args->out),
+        .lse = args->lse != NULL ? (float *)ap_kit_data(args->lse) : NULL,
         .q_dtype = b->model.dtype,
         .num_seqs = b->plan.num_seqs,
         .num_tokens = b->plan.num_tokens,
@@ -143,13 +134,13 @@ ap_status fil_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forw
 static ap_status fil_append_kv_aligned(const ap_layer *layer, const ap_append_kv_args *a,
                                        ap_msgbuf *msg) {
     ap_status st = fil_cache_aligned(layer, msg);
-    if (st == AP_OK) st = fil_aligned(a->k, "k", 16, msg);
-    if (st == AP_OK) st = fil_aligned(a->v, "v", 16, msg);
-    if (st == AP_OK) st = fil_aligned(a->q, "q", 16, msg);
-    if (st == AP_OK) st = fil_aligned(a->q_out, "q_out", 16, msg);
-    if (st == AP_OK) st = fil_aligned(a->cos_sin, "cos_sin", sizeof(float), msg);
-    if (st == AP_OK) st = fil_aligned(a->positions, "positions", sizeof(int32_t), msg);
-    if (st == AP_OK) st = fil_aligned(a->out_loc, "out_loc", sizeof(int32_t), msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->k, "k", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->v, "v", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->q, "q", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->q_out, "q_out", 16, FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->cos_sin, "cos_sin", sizeof(float), FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->positions, "positions", sizeof(int32_t), FIL_NAME, msg);
+    if (st == AP_OK) st = ap_kit_aligned(a->out_loc, "out_loc", sizeof(int32_t), FIL_NAME, msg);
     return st;
 }
 
@@ -165,19 +156,19 @@ ap_status fil_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv
     if (st != AP_OK) return st;
     const ap_kv_cache *kv = layer->kv;
     int64_t rows = args->cos_sin->shape[0];
-    p.q = args->q != NULL ? FIL_DATA(args->q) : NULL;
-    p.q_out = args->q != NULL ? FIL_DATA(args->q_out) : NULL;
-    p.k = FIL_DATA(args->k);
-    p.v = FIL_DATA(args->v);
+    p.q = args->q != NULL ? ap_kit_data(args->q) : NULL;
+    p.q_out = args->q != NULL ? ap_kit_data(args->q_out) : NULL;
+    p.k = ap_kit_data(args->k);
+    p.v = ap_kit_data(args->v);
     p.in_dtype = b->model.dtype;
     p.k_pages = kv->k_pages;
     p.v_pages = kv->v_pages;
     p.kv_dtype = kv->dtype;
-    p.positions = (const int32_t *)FIL_DATA(args->positions);
-    p.out_loc = (const int32_t *)FIL_DATA(args->out_loc);
+    p.positions = (const int32_t *)ap_kit_data(args->positions);
+    p.out_loc = (const int32_t *)ap_kit_data(args->out_loc);
     p.positions_stride = args->positions->strides != NULL ? args->positions->strides[0] : 1;
     p.out_loc_stride = args->out_loc->strides != NULL ? args->out_loc->strides[0] : 1;
-    p.cos_sin = (const float *)FIL_DATA(args->cos_sin);
+    p.cos_sin = (const float *)ap_kit_data(args->cos_sin);
     p.max_position = rows > INT32_MAX ? INT32_MAX : (int32_t)rows; /* positions are int32 */
     p.rotary_dim = args->rotary_dim;
     p.is_neox = args->is_neox;

@@ -107,22 +107,13 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
     return AP_OK;
 }
 
-/* One page: page_size tokens x num_kv_heads x head_dim elements, for K and for V; 256-byte
- * aligned bases keep every 16-byte row chunk aligned. */
+/* An NHD page of K and of V; 256-byte aligned bases keep every 16-byte row chunk aligned. */
 static ap_status fil_get_kv_spec(ap_backend *b, ap_kv_spec *out, ap_msgbuf *msg) {
-    if (b == NULL || out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
-        ap_msgbuf_add(msg, FIL_NAME ": get_kv_spec needs an instance and an ap_kv_spec with "
-                                    "struct_size set");
+    if (b == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": get_kv_spec without an instance");
         return AP_ERR_INVALID_ARGUMENT;
     }
-    const ap_model *m = &b->model;
-    size_t elem = m->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
-    size_t per_page = (size_t)m->page_size * (size_t)m->num_kv_heads * elem;
-    out->k_bytes_per_page = per_page * (size_t)m->head_dim_qk;
-    out->v_bytes_per_page = per_page * (size_t)m->head_dim_v;
-    out->scale_bytes_per_page = 0;
-    out->alignment = 256;
-    return AP_OK;
+    return ap_kit_kv_spec_nhd(&b->model, 256, out, FIL_NAME, msg);
 }
 
 static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *stream,
