@@ -25,11 +25,14 @@ typedef struct fil_extend_plan_args {
     int32_t num_qo_heads;
     int32_t num_kv_heads;
     int32_t causal;
-    int32_t tile_rows;   /* packed query rows per CTA: 0 picks the built one (benchmark builds
+    int32_t tile_rows;      /* packed query rows per CTA: 0 picks the built one (benchmark builds
                           * offer more) */
-    void *host_scratch;  /* buffer_bytes of host memory (pageable is fine) */
-    void *device_buffer; /* buffer_bytes of device memory, 16-byte aligned: the work list */
-    size_t buffer_bytes; /* at least fil_extend_plan_bytes() for this model */
+    void *host_scratch;     /* buffer_bytes of host memory (pageable is fine) */
+    void *device_buffer;    /* buffer_bytes of device memory, 16-byte aligned: the work list */
+    size_t buffer_bytes;    /* at least fil_extend_plan_bytes() for this model */
+    int32_t caller_uploads; /* 1: no copy here; the caller moves host_scratch's first
+                             * num_items * 16 bytes and sets plan->items (the plugin: with its
+                             * plan buffer, one copy per batch) */
 } fil_extend_plan_args;
 
 /* The work list of one batch, shared by every layer: one item per (sequence, query tile), the

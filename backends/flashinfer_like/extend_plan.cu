@@ -79,7 +79,7 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     if (args == NULL || plan == NULL || args->num_seqs < 0 ||
         (args->num_seqs > 0 && (args->qo_indptr_host == NULL || args->kv_page_indptr_host == NULL ||
                                 args->kv_last_page_len_host == NULL)) ||
-        args->host_scratch == NULL || args->device_buffer == NULL) {
+        args->host_scratch == NULL || (args->device_buffer == NULL && !args->caller_uploads)) {
         ap_msgbuf_add(msg, FIL_NAME ": extend plan: NULL argument or negative batch size");
         return AP_ERR_INVALID_ARGUMENT;
     }
@@ -125,7 +125,7 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     }
     qsort(items, count, sizeof(fil_extend_item), extend_item_compare);
 
-    if (count > 0) {
+    if (count > 0 && !args->caller_uploads) {
         cudaError_t err =
             cudaMemcpyAsync(args->device_buffer, items, count * sizeof(fil_extend_item),
                             cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));

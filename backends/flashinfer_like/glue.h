@@ -31,14 +31,11 @@ struct ap_backend {
     int32_t split_kv;       /* 1: decode splits long sequences over several warps */
     int32_t max_workers;    /* decode warps resident at once on the whole GPU */
     int32_t target_workers; /* decode warps the split aims for (decode_warps_per_sm * SMs) */
-    ap_kit_plan_buffer plan_buffer; /* the batch plan: built on the host, one copy per batch */
+    ap_kit_plan_buffer plan_buffer; /* the batch plan (decode split, slots, extend items): one
+                                    * copy per batch */
     /* decode partial states */
     float *partial_out;
     float *partial_lse;
-    /* extend's plan buffers (extend.h) */
-    void *extend_host;
-    void *extend_dev;
-    size_t extend_bytes;
     fil_batch_plan plan;
 };
 

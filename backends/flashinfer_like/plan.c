@@ -1,6 +1,7 @@
 /* plan.c: init_metadata: check a batch, plan split-KV decode and the KV append, copy it once. */
 #include <limits.h>
 
+#include "extend_internal.h"
 #include "glue.h"
 
 static size_t fil_align16(size_t n) {
@@ -9,7 +10,7 @@ static size_t fil_align16(size_t n) {
 
 /* Upper bounds of the plan arrays for this model's largest batch (see fil_decode_split). */
 typedef struct fil_plan_sizes {
-    size_t workers, segs, merges, tokens;
+    size_t workers, segs, merges, tokens, extend_bytes;
 } fil_plan_sizes;
 
 static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
@@ -19,13 +20,16 @@ static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
     s.segs = s.workers;
     s.merges = pairs;
     s.tokens = (size_t)m->max_tokens;
+    s.extend_bytes = fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk,
+                                           m->num_qo_heads, m->num_kv_heads);
     return s;
 }
 
 /* The arrays one after the other, each 16-byte aligned: indptr, segs, seg_partial, merges,
- * slots. The same layout serves the bounds (capacity) and the actual counts (the copy). */
+ * slots, extend's work items. The same layout serves the bounds (capacity) and the actual counts
+ * (the batch's one copy). */
 typedef struct fil_plan_layout {
-    size_t indptr, segs, seg_partial, merges, slots, end;
+    size_t indptr, segs, seg_partial, merges, slots, items, end;
 } fil_plan_layout;
 
 static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
@@ -35,7 +39,8 @@ static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
     l.seg_partial = l.segs + fil_align16(s.segs * sizeof(fil_decode_seg));
     l.merges = l.seg_partial + fil_align16(s.segs * sizeof(int32_t));
     l.slots = l.merges + fil_align16(s.merges * sizeof(ap_kit_merge));
-    l.end = l.slots + fil_align16(s.tokens * sizeof(int32_t));
+    l.items = l.slots + fil_align16(s.tokens * sizeof(int32_t));
+    l.end = l.items + fil_align16(s.extend_bytes);
     return l;
 }
 
@@ -138,8 +143,10 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
 
 /* ---- the plan of one batch ------------------------------------------------------------------ */
 
-static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *stream,
-                                 ap_msgbuf *msg) {
+/* Extend's work list, written into the plan buffer at its capacity offset; the batch's one copy
+ * moves it with the rest, and fil_plan_batch points the plan at its device place. */
+static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *items_host,
+                                 size_t items_bytes, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     fil_extend_plan_args args = {
         .num_seqs = batch->num_seqs,
@@ -152,11 +159,12 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *str
         .num_kv_heads = m->num_kv_heads,
         .causal = m->causal,
         .tile_rows = 0,
-        .host_scratch = b->extend_host,
-        .device_buffer = b->extend_dev,
-        .buffer_bytes = b->extend_bytes,
+        .host_scratch = items_host,
+        .device_buffer = NULL,
+        .buffer_bytes = items_bytes,
+        .caller_uploads = 1,
     };
-    return fil_extend_plan_build(&args, stream, &b->plan.extend, msg);
+    return fil_extend_plan_build(&args, NULL, &b->plan.extend, msg);
 }
 
 /* Moves the arrays planned at their capacity offsets down to the compact layout of `used`, so
@@ -167,6 +175,7 @@ static void fil_plan_compact(char *base, fil_plan_layout from, fil_plan_layout t
     memmove(base + to.seg_partial, base + from.seg_partial, used.segs * sizeof(int32_t));
     memmove(base + to.merges, base + from.merges, used.merges * sizeof(ap_kit_merge));
     memmove(base + to.slots, base + from.slots, used.tokens * sizeof(int32_t));
+    memmove(base + to.items, base + from.items, used.extend_bytes);
 }
 
 ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg) {
@@ -193,12 +202,14 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         st = fil_decode_split(b, batch, &split, msg);
     } else {
         split.indptr[0] = 0;
-        st = fil_plan_extend(b, batch, stream, msg);
+        st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, msg);
     }
     if (st != AP_OK) return st;
 
+    const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;
     fil_plan_sizes used = {(size_t)split.num_workers, (size_t)split.num_segs,
-                           (size_t)split.num_merges, (size_t)batch->num_tokens};
+                           (size_t)split.num_merges, (size_t)batch->num_tokens,
+                           items * sizeof(fil_extend_item)};
     const fil_plan_layout lay = fil_layout_of(used);
     fil_plan_compact(host, cap, lay, used);
     st = ap_kit_plan_buffer_upload(&b->plan_buffer, lay.end, stream, FIL_NAME, msg);
@@ -214,6 +225,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
     p->kv_page_indices = batch->kv_page_indices;
     p->kv_last_page_len = batch->kv_last_page_len;
     p->slots = (const int32_t *)(dev + lay.slots);
+    p->extend.items = dev + lay.items;
     p->decode = (fil_decode_plan){
         .num_workers = split.num_workers,
         .num_merges = split.num_merges,

@@ -37,15 +37,19 @@ static void fil_destroy(ap_backend *b) {
     ap_kit_plan_buffer_free(&b->plan_buffer);
     ap_kit_device_free(b->partial_out);
     ap_kit_device_free(b->partial_lse);
-    ap_kit_device_free(b->extend_dev);
-    free(b->extend_host);
     free(b);
 }
 
-/* Everything the largest batch needs, allocated once: the plan buffers (host pinned + device),
- * decode's partial states (at most two per worker, see plan.c) and extend's plan buffers. */
+/* Everything the largest batch needs, allocated once: the plan buffer (host pinned + device:
+ * decode's split, the append slots, extend's work items) and decode's partial states (at most
+ * two per worker, see plan.c). */
 static ap_status fil_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
+    if (fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk, m->num_qo_heads,
+                              m->num_kv_heads) == 0) {
+        ap_msgbuf_add(msg, FIL_NAME ": extend cannot plan for this model");
+        return AP_ERR_UNSUPPORTED;
+    }
     ap_status st = ap_kit_plan_buffer_alloc(&b->plan_buffer, fil_plan_capacity(m, b->max_workers),
                                             FIL_NAME, msg);
     size_t partials = 2 * (size_t)b->max_workers * (size_t)b->group;
@@ -54,19 +58,7 @@ static ap_status fil_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
                                  (void **)&b->partial_out, FIL_NAME, msg);
     if (st == AP_OK)
         st = ap_kit_device_alloc(partials * sizeof(float), (void **)&b->partial_lse, FIL_NAME, msg);
-    if (st != AP_OK) return st;
-    b->extend_bytes = fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk,
-                                            m->num_qo_heads, m->num_kv_heads);
-    if (b->extend_bytes == 0) {
-        ap_msgbuf_add(msg, FIL_NAME ": extend cannot plan for this model");
-        return AP_ERR_UNSUPPORTED;
-    }
-    b->extend_host = malloc(b->extend_bytes);
-    if (b->extend_host == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": out of host memory (%zu bytes)", b->extend_bytes);
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    return ap_kit_device_alloc(b->extend_bytes, &b->extend_dev, FIL_NAME, msg);
+    return st;
 }
 
 static ap_status fil_create(const ap_model *model, const ap_options *options,

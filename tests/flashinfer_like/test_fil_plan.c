@@ -21,9 +21,26 @@ ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *
     memcpy(dst, src, bytes);
     return AP_OK;
 }
+size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
+                             int32_t num_qo_heads, int32_t num_kv_heads) {
+    (void)head_dim, (void)num_qo_heads, (void)num_kv_heads;
+    return ((size_t)max_tokens + (size_t)max_batch + 1) * 16; /* one item per token at most */
+}
+/* Extend's work list, replaced: one item per sequence, {seq, 0, 100 - seq, 0}, written where
+ * plan.c asks, the copy left to plan.c (what the real one does when caller_uploads is set). */
 ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg) {
-    (void)args, (void)stream, (void)plan, (void)msg;
+    (void)stream, (void)msg;
+    if (!args->caller_uploads || args->buffer_bytes < (size_t)args->num_seqs * 16)
+        return AP_ERR_INVALID_ARGUMENT;
+    int32_t *items = args->host_scratch;
+    for (int32_t i = 0; i < args->num_seqs; i++) {
+        items[4 * i] = i;
+        items[4 * i + 1] = 0;
+        items[4 * i + 2] = 100 - i;
+        items[4 * i + 3] = 0;
+    }
+    plan->num_items = args->num_seqs;
     return AP_OK;
 }
 
@@ -259,6 +276,61 @@ static void check_zero_page(void) {
     free(b.plan_buffer.host), free(b.plan_buffer.dev);
 }
 
+/* An extend batch's work items travel in the plan buffer's one copy: after planning, the
+ * "device" side holds them, 16-byte aligned, after the slots, which are still right. */
+static void check_extend_items(void) {
+    ap_backend b;
+    memset(&b, 0, sizeof b);
+    b.model = (ap_model){.struct_size = sizeof(ap_model),
+                         .num_kv_heads = 1,
+                         .page_size = 4,
+                         .max_batch = 3,
+                         .max_tokens = 8};
+    b.max_workers = b.target_workers = 8;
+    b.plan_buffer.bytes = fil_plan_capacity(&b.model, 8);
+    b.plan_buffer.host = malloc(b.plan_buffer.bytes);
+    b.plan_buffer.dev = calloc(1, b.plan_buffer.bytes);
+    /* three sequences of 2, 3 and 1 new tokens over 5, 3 and 9 cached ones */
+    int32_t qo[4] = {0, 2, 5, 6}, indptr[4] = {0, 2, 3, 6}, pages[6] = {7, 3, 5, 0, 1, 2};
+    int32_t last[3] = {1, 3, 1}, lens[3] = {5, 3, 9};
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_EXTEND,
+                      .num_seqs = 3,
+                      .num_tokens = 6,
+                      .num_pages_total = 6,
+                      .qo_indptr = qo,
+                      .kv_page_indptr = indptr,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = lens,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = lens};
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_OK, "extend plan: status %d '%s'", (int)st, text);
+    const char *dev = b.plan_buffer.dev;
+    const int32_t *items = (const int32_t *)b.plan.extend.items;
+    EXPECT(b.plan.extend.num_items == 3 && (const char *)items > (const char *)b.plan.slots &&
+               ((const char *)items - dev) % 16 == 0 &&
+               (const char *)items + 3 * 16 <= dev + b.plan_buffer.bytes,
+           "items at offset %td of %zu", (const char *)items - dev, b.plan_buffer.bytes);
+    for (int32_t i = 0; i < 3; i++)
+        EXPECT(items[4 * i] == i && items[4 * i + 1] == 0 && items[4 * i + 2] == 100 - i &&
+                   items[4 * i + 3] == 0,
+               "item %d: {%d, %d, %d, %d}", i, items[4 * i], items[4 * i + 1], items[4 * i + 2],
+               items[4 * i + 3]);
+    /* new tokens sit at positions 3, 4 | 0, 1, 2 | 8: page * 4 + offset, the pages 7 3 | 5 | 0 1 2 */
+    const int32_t want[6] = {7 * 4 + 3, 3 * 4 + 0, 5 * 4 + 0, 5 * 4 + 1, 5 * 4 + 2, 2 * 4 + 0};
+    for (int32_t t = 0; t < 6; t++)
+        EXPECT(b.plan.slots[t] == want[t], "token %d: slot %d, want %d", t, b.plan.slots[t],
+               want[t]);
+    free(b.plan_buffer.host), free(b.plan_buffer.dev);
+}
+
 /* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
  * (pos + 32 steps past INT32_MAX): refused, while one just below the limit plans. Page 0 is named
  * over and over, which the batch rules allow. */
@@ -323,6 +395,7 @@ int main(void) {
     check_wrap(AP_MODE_EXTEND);
     check_decode_len_limit();
     check_zero_page();
+    check_extend_items();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
