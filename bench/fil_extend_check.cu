@@ -32,7 +32,7 @@ struct extend_case {
     int variant = 0; // benchmark builds: FIL_EXTEND_VARIANT for bf16 head dim 128
 };
 
-// The tilings a FIL_EXTEND_VARIANTS build offers for bf16 head dim 128 (extend_kernel.cu):
+// The tilings a FIL_EXTEND_VARIANTS build offers for bf16 head dim 128 (fil_extend_variants.cu):
 // variant id, rows per CTA, and what it is.
 struct extend_variant {
     int id, tile_rows;

@@ -5,7 +5,6 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <type_traits>
@@ -550,41 +549,12 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     return ap_cuda_launch_status(FIL_WHO, "fil_extend_kernel", msg);
 }
 
-#ifdef FIL_EXTEND_VARIANTS
-// Benchmark builds: FIL_EXTEND_VARIANT picks other kernel options for bf16 head dim 128 (same
-// 128-row tiling): 4 is the previous default (no kernel options), 5 adds kAlwaysRescale.
-template <typename QT, typename KVT>
-bool extend_variant(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg,
-                    ap_status *st) {
-    const char *env = getenv("FIL_EXTEND_VARIANT");
-    const int variant = env ? atoi(env) : 0;
-    if constexpr (std::is_same<QT, __nv_bfloat16>::value && std::is_same<KVT, QT>::value) {
-        if (variant == 4) {
-            *st = extend_launch<128, 2, 64, 2, QT, KVT, 0>(a, num_blocks, stream, msg);
-            return true;
-        }
-        if (variant == 5) {
-            *st = extend_launch<128, 2, 64, 2, QT, KVT, kPagesEarly | kAlwaysRescale>(a, num_blocks,
-                                                                                      stream, msg);
-            return true;
-        }
-    }
-    return false;
-}
-#endif
-
 template <typename QT, typename KVT>
 ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cudaStream_t stream,
                           ap_msgbuf *msg) {
     switch (head_dim) {
         case 64: return extend_launch<64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        case 128: {
-#ifdef FIL_EXTEND_VARIANTS
-            ap_status st;
-            if (extend_variant<QT, KVT>(a, num_blocks, stream, msg, &st)) return st;
-#endif
-            return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        }
+        case 128: return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
         case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
         default: break;
     }
@@ -607,8 +577,13 @@ extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_row
     return tile_rows != 0 && tile_rows == fil_extend_default_tile_rows(head_dim);
 }
 
-extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
-                                    void *stream, ap_msgbuf *msg) {
+namespace {
+
+// Checks a call against its plan and builds the kernel's arguments: AP_OK with *num_blocks 0
+// when there is nothing to compute.
+ap_status extend_prepare(const fil_attn_params *p, const fil_extend_plan *plan, extend_args *out,
+                         int *num_blocks, ap_msgbuf *msg) {
+    *num_blocks = 0;
     if (p == NULL || plan == NULL) {
         ap_msgbuf_add(msg, FIL_WHO ": NULL params or plan");
         return AP_ERR_INVALID_ARGUMENT;
@@ -641,7 +616,7 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     }
 
     const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
-    extend_args a;
+    extend_args &a = *out;
     a.q = p->q;
     a.out = p->out;
     a.lse = p->lse;
@@ -662,7 +637,19 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * ap_log2e;
     a.v_scale = fp8 ? p->kv.v_scale : 1.f;
 
-    const int num_blocks = plan->num_items * p->kv.num_kv_heads;
+    *num_blocks = plan->num_items * p->kv.num_kv_heads;
+    return AP_OK;
+}
+
+} // namespace
+
+extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    extend_args a;
+    int num_blocks = 0;
+    ap_status st = extend_prepare(p, plan, &a, &num_blocks, msg);
+    if (st != AP_OK || num_blocks == 0) return st;
+    const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
     const int d = p->kv.head_dim;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->q_dtype == AP_DTYPE_BF16)
