@@ -286,19 +286,25 @@ static void test_bad_input(void **state) {
     expect_refusal(break_args_size, AP_ERR_INVALID_ARGUMENT, "args struct_size");
 }
 
+/* An instance on pages of one token (f32 queries, bf16 cache), for the batch-rule tests. */
+static ap_backend *page1_instance(fx_msg *msg) {
+    ap_model m = good_model();
+    m.page_size = 1;
+    m.dtype = AP_DTYPE_F32;
+    m.kv_dtype = AP_DTYPE_BF16;
+    fx_msg_init(msg);
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg->buf), AP_OK);
+    return backend;
+}
+
 /* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: qo_indptr (and
  * kv_page_indptr) 0, 5, INT32_MIN, -1, 10 end at 10, but sequence 1 would start at token
  * INT32_MIN and claim 2^31 - 5 tokens. init_metadata must refuse them, not plan writes there. */
 static void test_indptr_wrap(void **state) {
     (void)state;
-    ap_model m = good_model();
-    m.page_size = 1;
-    m.dtype = AP_DTYPE_F32;
-    m.kv_dtype = AP_DTYPE_BF16;
     fx_msg msg;
-    fx_msg_init(&msg);
-    ap_backend *backend = NULL;
-    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    ap_backend *backend = page1_instance(&msg);
     int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10};
     int32_t seq_lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
     ap_batch extend = {.struct_size = sizeof extend,
@@ -334,14 +340,8 @@ static void test_indptr_wrap(void **state) {
  * seq_len 0) with no page is refused as the core refuses it, naming the sequence. */
 static void test_zero_page_sequence(void **state) {
     (void)state;
-    ap_model m = good_model();
-    m.page_size = 1;
-    m.dtype = AP_DTYPE_F32;
-    m.kv_dtype = AP_DTYPE_BF16;
     fx_msg msg;
-    fx_msg_init(&msg);
-    ap_backend *backend = NULL;
-    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    ap_backend *backend = page1_instance(&msg);
     int32_t qo[3] = {0, 1, 1}, indptr[3] = {0, 1, 1}, indices[1] = {0}, last[2] = {1, 1};
     int32_t seq_lens[2] = {1, 0};
     ap_batch batch = {.struct_size = sizeof batch,
