@@ -73,9 +73,9 @@ uint16_t f16_bits(float x) {
     return b;
 }
 float f16_value(uint16_t b) {
-    __half h;
-    memcpy(&h, &b, 2);
-    return __half2float(h);
+    __half_raw raw;
+    raw.x = b;
+    return __half2float(__half(raw));
 }
 uint16_t to_bits(ap_dtype t, float x) {
     return t == AP_DTYPE_BF16 ? bf16_bits(x) : f16_bits(x);
