@@ -1,14 +1,13 @@
-// extend_plan.cu: the host side of flashinfer_like's extend: what it serves, and the work list.
-#include <cuda_runtime.h>
+/* extend_plan.c: the host side of flashinfer_like's extend: what it serves, and the work list. */
+#include <limits.h>
 #include <stdlib.h>
 
-#include "../common/cuda_status.cuh"
 #include "extend.h"
 #include "extend_internal.h"
 
-extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                             int32_t num_qo_heads, int32_t num_kv_heads,
-                                             int32_t page_size, ap_msgbuf *reasons) {
+ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                  int32_t num_qo_heads, int32_t num_kv_heads, int32_t page_size,
+                                  ap_msgbuf *reasons) {
     ap_status st = AP_OK;
     if (!fil_head_dim_served(head_dim)) {
         ap_msgbuf_add(reasons, FIL_NAME ": extend: head_dim %d is not " FIL_HEAD_DIMS_TEXT,
@@ -40,15 +39,15 @@ extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype,
     return st;
 }
 
-// Each sequence of q_len tokens gives ceil(q_len / tile_tokens) items, so a batch of at most
-// max_tokens tokens over max_batch sequences gives at most max_tokens / tile_tokens + max_batch.
-extern "C" size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
-                                        int32_t num_qo_heads, int32_t num_kv_heads) {
+/* Each sequence of q_len tokens gives ceil(q_len / tile_tokens) items, so a batch of at most
+ * max_tokens tokens over max_batch sequences gives at most max_tokens / tile_tokens + max_batch. */
+size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
+                             int32_t num_qo_heads, int32_t num_kv_heads) {
     const int32_t rows = fil_extend_default_tile_rows(head_dim);
     if (rows == 0 || max_tokens < 0 || max_batch < 0 || num_kv_heads <= 0 || num_qo_heads <= 0 ||
         num_qo_heads % num_kv_heads != 0 || num_qo_heads / num_kv_heads > FIL_MAX_GROUP)
         return 0;
-    // The smallest tile a plan may pick (benchmark builds offer 64 rows for every head dim).
+    /* The smallest tile a plan may pick (benchmark builds offer 64 rows for every head dim). */
     const int32_t min_tokens = 64 / (num_qo_heads / num_kv_heads);
     const size_t items = (size_t)max_tokens / (size_t)min_tokens + (size_t)max_batch + 1;
     return items * sizeof(fil_extend_item);
@@ -61,8 +60,8 @@ static int extend_item_compare(const void *lhs, const void *rhs) {
     return x->q_start < y->q_start ? -1 : (x->q_start > y->q_start);
 }
 
-// The KV length of sequence i (the batch passed ap_kit_batch_check), or -1 with a message when
-// it passes what the kernel's int32 positions reach.
+/* The KV length of sequence i (the batch passed ap_kit_batch_check), or -1 with a message when
+ * it passes what the kernel's int32 positions reach. */
 static int64_t extend_seq_kv_len(const fil_extend_plan_args *args, int32_t i, ap_msgbuf *msg) {
     const int32_t pages = args->kv_page_indptr_host[i + 1] - args->kv_page_indptr_host[i];
     const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + args->kv_last_page_len_host[i];
@@ -74,8 +73,8 @@ static int64_t extend_seq_kv_len(const fil_extend_plan_args *args, int32_t i, ap
     return kv_len;
 }
 
-extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
-                                           fil_extend_plan *plan, ap_msgbuf *msg) {
+ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+                                fil_extend_plan *plan, ap_msgbuf *msg) {
     if (args == NULL || plan == NULL || args->num_seqs < 0 ||
         (args->num_seqs > 0 && (args->qo_indptr_host == NULL || args->kv_page_indptr_host == NULL ||
                                 args->kv_last_page_len_host == NULL)) ||
@@ -126,11 +125,9 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     qsort(items, count, sizeof(fil_extend_item), extend_item_compare);
 
     if (count > 0 && !args->caller_uploads) {
-        cudaError_t err =
-            cudaMemcpyAsync(args->device_buffer, items, count * sizeof(fil_extend_item),
-                            cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
-        st =
-            ap_cuda_status(err, FIL_NAME ": extend plan", "cudaMemcpyAsync of the work items", msg);
+        st = ap_kit_copy_to_device(args->device_buffer, items, count * sizeof(fil_extend_item),
+                                   stream, FIL_NAME ": extend plan",
+                                   "cudaMemcpyAsync of the work items", msg);
         if (st != AP_OK) return st;
     }
     plan->num_items = (int32_t)count;
