@@ -170,6 +170,56 @@ __device__ __forceinline__ void state_begin(warp_state<HEAD_DIM> &st, const deco
     st.l = 0.f;
 }
 
+// Online softmax of one step: per head the new max m' and sum l, P = 2^(s - m'), and O rescaled
+// by 2^(m - m') (see decode_tile).
+template <int HEAD_DIM, typename KV>
+__device__ __forceinline__ void
+decode_tile_softmax(warp_state<HEAD_DIM> &st,
+                    const float (&s)[decode_shape<HEAD_DIM, KV>::blocks][2][4], int valid_tokens,
+                    float scale_log2, int t, float (&p)[decode_shape<HEAD_DIM, KV>::blocks][4]) {
+    constexpr int NB = decode_shape<HEAD_DIM, KV>::blocks;
+    // Lane holds head g's logits of tokens 16b + {2t, 2t+1} (s[b][0]) and 16b + {8+2t, 9+2t}.
+    float x[NB][4];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const int token[4] = {16 * b + 2 * t, 16 * b + 2 * t + 1, 16 * b + 8 + 2 * t,
+                              16 * b + 9 + 2 * t};
+        const float raw[4] = {s[b][0][0], s[b][0][1], s[b][1][0], s[b][1][1]};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[b][i] = token[i] < valid_tokens ? raw[i] * scale_log2 : -INFINITY;
+            tile_max = fmaxf(tile_max, x[b][i]);
+        }
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
+    const float alpha = ap_exp2_approx(st.m - m_new);
+    float p_sum = 0.f;
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            p[b][i] = ap_exp2_approx(x[b][i] - m_new);
+            p_sum += p[b][i];
+        }
+    st.l = st.l * alpha + p_sum;
+    st.m = m_new;
+    // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
+    const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
+    const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+    if (__any_sync(0xffffffffu, alpha != 1.f)) { // after the first steps the max rarely moves
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 16; j++) {
+            st.acc[j][0] *= alpha0;
+            st.acc[j][1] *= alpha1;
+            st.acc[j][2] *= alpha0;
+            st.acc[j][3] *= alpha1;
+        }
+    }
+}
+
 // One step: S::tile tokens of K and V in shared memory (stage_k, then V at + tile_bytes), as
 // blocks of 16 (b = 0 .. blocks-1, rows 16b .. 16b+15).
 //   S = Q K^T (16 x tile: rows are query heads, padded to 16; columns the tokens), then per head
@@ -233,47 +283,8 @@ __device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t s
         }
     }
 
-    // Lane holds head g's logits of tokens 16b + {2t, 2t+1} (s[b][0]) and 16b + {8+2t, 9+2t}.
-    float x[NB][4];
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-        const int token[4] = {16 * b + 2 * t, 16 * b + 2 * t + 1, 16 * b + 8 + 2 * t,
-                              16 * b + 9 + 2 * t};
-        const float raw[4] = {s[b][0][0], s[b][0][1], s[b][1][0], s[b][1][1]};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            x[b][i] = token[i] < valid_tokens ? raw[i] * scale_log2 : -INFINITY;
-            tile_max = fmaxf(tile_max, x[b][i]);
-        }
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
-    const float alpha = ap_exp2_approx(st.m - m_new);
     float p[NB][4];
-    float p_sum = 0.f;
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            p[b][i] = ap_exp2_approx(x[b][i] - m_new);
-            p_sum += p[b][i];
-        }
-    st.l = st.l * alpha + p_sum;
-    st.m = m_new;
-    // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
-    const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
-    const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
-    if (__any_sync(0xffffffffu, alpha != 1.f)) { // after the first steps the max rarely moves
-#pragma unroll
-        for (int j = 0; j < HEAD_DIM / 16; j++) {
-            st.acc[j][0] *= alpha0;
-            st.acc[j][1] *= alpha1;
-            st.acc[j][2] *= alpha0;
-            st.acc[j][3] *= alpha1;
-        }
-    }
+    decode_tile_softmax<HEAD_DIM, KV>(st, s, valid_tokens, scale_log2, t, p);
 
 #pragma unroll
     for (int b = 0; b < NB; b++) {
