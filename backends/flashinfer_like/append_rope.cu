@@ -4,6 +4,7 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/paged_kv.cuh"
+#include "../common/rope.cuh"
 #include "fil.h"
 
 #define FIL_WHO FIL_NAME ": append_kv"
@@ -39,9 +40,7 @@ struct rope_args {
     float v_scale;
 };
 
-// One element of a rotated pair, in float32 with every product and sum rounded on its own
-// (__fmul_rn etc. are never contracted into a fused multiply-add), as cpu_ref's rope.c does:
-//   x_a' = x_a * c - x_b * s,   x_b' = x_b * c + x_a * s
+// Element d of a row staged in shared memory, rotated (rope.cuh) with its partner's value.
 __device__ __forceinline__ float fil_rope_elem(const float *row, int d, int rotary_dim, int neox,
                                                const float *cs) {
     const int half = rotary_dim / 2;
@@ -50,46 +49,7 @@ __device__ __forceinline__ float fil_rope_elem(const float *row, int d, int rota
     const int partner = neox ? (first ? d + half : d - half) : d ^ 1;
     const float c = __ldg(cs + i);
     const float s = __ldg(cs + half + i);
-    const float x = row[d], y = row[partner];
-    return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
-                 : __fadd_rn(__fmul_rn(x, c), __fmul_rn(y, s));
-}
-
-// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
-template <typename KV> struct fil_store8 {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
-            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
-                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
-        }
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-};
-// fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
-// ap_float_to_fp8_e4m3(x / scale).
-template <> struct fil_store8<ap_fp8_e4m3> {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
-        uint32_t w[2] = {0u, 0u};
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                         << (8 * (i & 3));
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
-    }
-};
-
-// 8 16-bit values of one 16-byte load, as floats.
-template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &raw, float *x) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = ap_unpack2<IN>(words[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
+    return ap_rope_rotated(row[d], row[partner], c, s, first);
 }
 
 // A token's rows are its q heads, then its k heads, then its v heads; lanes_per_row lanes of one
@@ -125,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const rope_ar
     const bool valid =
         live && pos >= 0 && pos < a.max_position && slot >= 0 && (int64_t)slot < a.num_slots;
     float x[kVec];
-    fil_unpack8<IN>(raw, x);
+    ap_unpack8<IN>(raw, x);
     const int d0 = lane * kVec;
     const bool rotates = kind != 2 && d0 < a.rotary_dim;
     if (rotates) {
@@ -142,13 +102,13 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const rope_ar
                 x[j] = fil_rope_elem(my_row, d0 + j, a.rotary_dim, a.is_neox, cs);
     }
     if (kind == 0) {
-        fil_store8<IN>::run(a.q_out + src_elem * (int64_t)sizeof(IN), x, 1.0f);
+        ap_store8<IN>::run(a.q_out + src_elem * (int64_t)sizeof(IN), x, 1.0f);
         return;
     }
     const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
     uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-    fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
-                        kind == 1 ? a.k_scale : a.v_scale);
+    ap_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
+                       kind == 1 ? a.k_scale : a.v_scale);
 }
 
 // The rows kernel: one CTA per (token, chunk of up to kRowsPerThread * kThreads / lanes_per_row
@@ -160,6 +120,31 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const rope_ar
 // lie rotary_dim / 16 lanes away in the same row and come by shuffle. Every lane reads and
 // writes only its own 16 bytes, reading before writing, so q_out may alias q.
 constexpr int kRowsPerThread = 4;
+
+// The cos and sin of this lane's 8 dims at `pos` (neox: dims d and d + half share a frequency;
+// interleaved: each pair 2i, 2i+1 shares one), in 16-byte loads.
+template <bool kNeox>
+__device__ __forceinline__ void rope_cos_sin(const rope_args &a, int32_t pos, int d0, bool first,
+                                             float (&c)[kVec], float (&s)[kVec]) {
+    const int half = a.rotary_dim / 2;
+    const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
+    if (kNeox) {
+        const int ci = first ? d0 : d0 - half;
+        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
+        const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
+        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
+        const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
+        c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
+        c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+        s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
+        s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+    } else {
+        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
+        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
+        c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
+        s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
+    }
+}
 
 template <typename IN, typename KV, bool kNeox>
 __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const rope_args a) {
@@ -195,25 +180,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const ro
     const bool rotates = d0 < a.rotary_dim;
     const bool first = kNeox ? d0 < half : true;
     float c[kVec], s[kVec];
-    if (rotates) {
-        const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
-        if (kNeox) {
-            const int ci = first ? d0 : d0 - half;
-            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
-            const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
-            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
-            const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
-            c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
-            c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
-            s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
-            s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
-        } else {
-            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
-            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
-            c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
-            s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
-        }
-    }
+    if (rotates) rope_cos_sin<kNeox>(a, pos, d0, first, c, s);
     const int half_lanes = half / kVec;
     const int partner_lane =
         !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
@@ -230,33 +197,27 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const ro
         if (r >= rows_per_token) continue;
         const int kind = r < a.num_qo_heads ? 0 : (r < a.num_qo_heads + a.num_kv_heads ? 1 : 2);
         float x[kVec];
-        fil_unpack8<IN>(raw[j], x);
+        ap_unpack8<IN>(raw[j], x);
         if (kind != 2 && rotates) {
             float y[kVec];
             if (kNeox) {
-                fil_unpack8<IN>(other, y);
+                ap_unpack8<IN>(other, y);
             } else {
 #pragma unroll
                 for (int i = 0; i < kVec; i++) y[i] = x[i ^ 1];
             }
-            // x_a' = x_a * c - x_b * s, x_b' = x_b * c + x_a * s, each step rounded
-#pragma unroll
-            for (int i = 0; i < kVec; i++) {
-                const bool is_a = kNeox ? first : (i & 1) == 0;
-                x[i] = is_a ? __fsub_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]))
-                            : __fadd_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]));
-            }
+            ap_rope_rotate8<kNeox>(x, y, c, s, first);
         }
         if (kind == 0) {
             const int64_t elem = (token * a.num_qo_heads + r) * a.head_dim + d0;
-            fil_store8<IN>::run(a.q_out + elem * (int64_t)sizeof(IN), x, 1.0f);
+            ap_store8<IN>::run(a.q_out + elem * (int64_t)sizeof(IN), x, 1.0f);
             continue;
         }
         const int head = kind == 1 ? r - a.num_qo_heads : r - a.num_qo_heads - a.num_kv_heads;
         const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
         uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-        fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
-                            kind == 1 ? a.k_scale : a.v_scale);
+        ap_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
+                           kind == 1 ? a.k_scale : a.v_scale);
     }
 }
 
