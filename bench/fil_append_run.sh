@@ -15,8 +15,8 @@ stamp build
     backends/cpu_ref/ap_cpu_ref.so tests/gpu/gpu-harness) >"$OUT/build.log" 2>&1 ||
     { tail -n 30 "$OUT/build.log"; exit 1; }
 SO=$B/backends/flashinfer_like/ap_flashinfer_like.so
-# the bench with the launcher built twice beside it: the previous (staged) kernel only, and as
-# the plugin picks (bench/meson.build)
+# the bench with the launch built twice beside it: the previous (staged) kernel only, and as
+# the plugin picks (bench/fil_append_variants.cu)
 ninja -C $B bench/fil_append_bench >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
 # the fused kernel's SASS: FFMA must be absent from the rotation (only the IEEE division's), the
 # row loads and stores 16 bytes wide, nothing in local memory

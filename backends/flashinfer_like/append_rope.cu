@@ -222,8 +222,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const ro
 }
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
-// loads are aligned; the staged kernel takes the rest. FIL_APPEND_ROPE_STAGED_ONLY (the bench's
-// side-by-side build, never the plugin's) sends every call to the staged kernel.
+// loads are aligned; the staged kernel takes the rest.
 template <typename IN, typename KV>
 void fil_append_rope_pick(const rope_args &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
     if (!rows)
@@ -246,10 +245,9 @@ ap_status fil_append_rope_launch(const rope_args &a, ap_dtype kv_dtype, bool row
         FIL_WHO, rows ? "fil_append_rope_rows_kernel" : "fil_append_rope_kernel", msg);
 }
 
-} // namespace
-
-extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *stream,
-                                         ap_msgbuf *msg) {
+// The launch; allow_rows = false sends every call to the staged kernel (the bench times both).
+ap_status append_rope_run(const fil_append_rope_params *p, bool allow_rows, void *stream,
+                          ap_msgbuf *msg) {
     const bool in_ok = p->in_dtype == AP_DTYPE_BF16 || p->in_dtype == AP_DTYPE_F16;
     const bool kv_ok = p->kv_dtype == AP_DTYPE_BF16 || p->kv_dtype == AP_DTYPE_F16 ||
                        p->kv_dtype == AP_DTYPE_FP8_E4M3;
@@ -293,9 +291,7 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
     bool rows = (p->is_neox ? p->rotary_dim % (2 * kVec) == 0 : p->rotary_dim % kVec == 0) &&
                 reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
                 p->num_tokens <= 0x7fffffff;
-#ifdef FIL_APPEND_ROPE_STAGED_ONLY
-    rows = false;
-#endif
+    rows = rows && allow_rows;
     const int64_t staged_rows_per_cta = kThreads / lpr;
     const int64_t blocks =
         rows ? p->num_tokens : (a.num_rows + staged_rows_per_cta - 1) / staged_rows_per_cta;
@@ -310,4 +306,11 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
     if (p->in_dtype == AP_DTYPE_BF16)
         return fil_append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, rows, grid, smem, s, msg);
     return fil_append_rope_launch<__half>(a, p->kv_dtype, rows, grid, smem, s, msg);
+}
+
+} // namespace
+
+extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *stream,
+                                         ap_msgbuf *msg) {
+    return append_rope_run(p, true, stream, msg);
 }
