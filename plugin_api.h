@@ -8,9 +8,10 @@
  *  - Every struct that crosses the boundary starts with `struct_size`, set by whoever fills it
  *    to sizeof(the struct) as it compiled it. Structs only ever grow at the end; a reader checks
  *    `struct_size` before touching a field that a later minor version added (AP_HAS_FIELD).
- *  - One symbol is exported per plugin: AP_PLUGIN_ENTRY ("ap_plugin_negotiate"). The core calls
- *    it first, offering its ABI version; the plugin answers with the version it serves and its
- *    descriptor, or refuses. Majors must be equal; the plugin's minor may not exceed the core's.
+ *  - One symbol is exported per plugin: AP_PLUGIN_ENTRY ("ap_plugin_negotiate"), written by
+ *    AP_PLUGIN_DEFINE(descriptor). The core calls it first, offering its ABI version; the plugin
+ *    answers with the version it serves and its descriptor, or refuses. Majors must be equal;
+ *    the plugin's minor may not exceed the core's.
  *  - Optional functionality is found by name through get_hook(); the name carries the signature
  *    version ("append_kv/1"), so a changed signature is a new name, never a crash.
  *  - Nothing here aborts or prints. Failing calls return an ap_status and write one line into
@@ -129,12 +130,38 @@ static inline const char *ap_dtype_str(ap_dtype dtype) {
     return (unsigned)dtype < AP_DTYPE_COUNT ? names[dtype] : "unknown";
 }
 
+/* Bits of one element: 32, 16, 8, 4 (nvfp4: the values only, not their block scales); 0 for
+ * none and out-of-range values. */
+static inline size_t ap_dtype_size_bits(ap_dtype dtype) {
+    static const unsigned char bits[AP_DTYPE_COUNT] = {0, 32, 16, 16, 8, 8, 4};
+    return (unsigned)dtype < AP_DTYPE_COUNT ? bits[dtype] : 0;
+}
+
 /* DLPack 0.6 (Debian 12) predates float8 codes. These are DLPack 1.1's numbers, so tensors built
  * by newer producers (PyTorch, JAX) read the same. */
 #ifndef AP_DL_FLOAT8_E4M3FN
 #define AP_DL_FLOAT8_E4M3FN 10
 #define AP_DL_FLOAT8_E5M2 12
 #endif
+
+/* The DLPack type of a tensor holding `dtype` elements: f32, bf16, f16 and the two fp8 formats.
+ * None and nvfp4 (packed pairs with scales, no DLPack code) give lanes 0, which no tensor has. */
+static inline DLDataType ap_dtype_to_dl(ap_dtype dtype) {
+    DLDataType dl;
+    dl.code = kDLFloat;
+    dl.bits = (uint8_t)(dtype == AP_DTYPE_NVFP4 ? 0 : ap_dtype_size_bits(dtype));
+    dl.lanes = (uint16_t)(dl.bits != 0);
+    if (dtype == AP_DTYPE_BF16) dl.code = kDLBfloat;
+    if (dtype == AP_DTYPE_FP8_E4M3) dl.code = AP_DL_FLOAT8_E4M3FN;
+    if (dtype == AP_DTYPE_FP8_E5M2) dl.code = AP_DL_FLOAT8_E5M2;
+    return dl;
+}
+
+/* 1 when a DLPack type is exactly the one ap_dtype_to_dl gives for `dtype`, else 0. */
+static inline int ap_dtype_is_dl(DLDataType dl, ap_dtype dtype) {
+    DLDataType want = ap_dtype_to_dl(dtype);
+    return want.lanes == 1 && dl.lanes == 1 && dl.code == want.code && dl.bits == want.bits;
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Devices and architectures
@@ -314,7 +341,23 @@ typedef enum ap_forward_mode {
  * New token j of sequence i sits at position prefix + j of its sequence. For an embedding
  * batch that skips the cache the page arrays may be NULL.
  * Device arrays are device pointers for GPU backends; the *_host mirrors are host pointers
- * that a backend with caps.needs_host_mirrors reads in init_metadata (cpu_ref reads only them). */
+ * that a backend with caps.needs_host_mirrors reads in init_metadata (cpu_ref reads only them).
+ *
+ * The core's promise: before init_metadata it checks, and a backend may trust,
+ *  - struct_size covers ABI 1.0; mode is extend or decode; 1 <= num_seqs <= model.max_batch;
+ *    1 <= num_tokens <= model.max_tokens; decode: no embedding model, num_tokens == num_seqs;
+ *  - qo_indptr and seq_lens set; the three page arrays set (NULL only for an embedding model on
+ *    an AP_FEATURE_EMBEDDING_SKIP_KV backend); every host mirror set when caps say
+ *    needs_host_mirrors.
+ * When the host mirrors are given, also: both indptrs start at 0, never decrease and end at
+ * num_tokens / num_pages_total; every q_len is 1 in decode; q_len <= seq_len <= model.max_kv_len;
+ * max_q_len and max_seq_len are the maxima; EVERY SEQUENCE HAS AT LEAST ONE PAGE (an empty
+ * sequence is not sent; a sequence with no page is refused) and its pages hold exactly seq_len
+ * (the formula above, last in 1..page_size); every page index >= 0. Each forward's layer cache
+ * is then checked to hold the largest page index. The device arrays are not read: without host
+ * mirrors (graph replay) they reach the backend unchecked. A backend checks only its own,
+ * stricter limits; one that indexes host arrays by the batch may check again for a third-party
+ * core (the CUDA kit's ap_kit_batch_check states the same rules). */
 typedef struct ap_batch {
     size_t struct_size;
     ap_forward_mode mode;
@@ -404,7 +447,18 @@ typedef struct ap_layer {
  * the new tokens, aligned to the end), over the paged latent cache.
  * MLA, MHA form (chunked prefill, forward_extend): q [T][Hq][qk_nope + qk_rope] without q_rope;
  * per-head k [kv][Hq][qk_nope + qk_rope] and v [kv][Hq][v_head_dim] (see ap_batch's ragged K/V
- * source); out [T][Hq][v_head_dim]. */
+ * source); out [T][Hq][v_head_dim].
+ *
+ * The core's promise: before forward_* it checks, and a backend may trust, that a batch of this
+ * mode is planned; struct_size covers ABI 1.0; save_kv is 0 or 1 (1 only when the plan had all
+ * page arrays); the layer and its cache are the model's (layout, dtype, page size, heads, dims,
+ * pages enough for the batch's largest page index, fp8 scales finite and > 0); every given
+ * tensor has the shape above with num_tokens of the planned batch (k and v: num_kv_tokens rows
+ * with the ragged K/V source, where they may also be fp8_e4m3), the model's dtype (lse float32),
+ * no negative dim, the instance's device (kDLCUDA with its ordinal, or kDLCPU), and q, out,
+ * lse, k, v dense (MLA's absorbed q and q_rope: dense rows at any row stride); k and v come
+ * together (MLA's absorbed k alone). Not checked: data pointers' alignment beyond the element,
+ * and a backend's own limits (softcap, window, head dims): those are its to check. */
 typedef struct ap_forward_args {
     size_t struct_size;
     const DLTensor *q;
@@ -490,6 +544,51 @@ typedef struct ap_negotiate_reply {
 
 typedef ap_status (*ap_plugin_negotiate_fn)(const ap_negotiate_offer *offer,
                                             ap_negotiate_reply *reply, ap_msgbuf *msg);
+
+/* The negotiation every plugin does, written once (AP_PLUGIN_DEFINE calls it): the offer and the
+ * reply must hold their ABI 1.0 fields; the core's major must equal ours and its minor may not be
+ * below ours (it would not know our fields). A newer core of the same major gets our minor. */
+static inline ap_status ap_plugin_negotiate_answer(const ap_descriptor *descriptor,
+                                                   const ap_negotiate_offer *offer,
+                                                   ap_negotiate_reply *reply, ap_msgbuf *msg) {
+    const char *name = descriptor != NULL && descriptor->name != NULL ? descriptor->name : "plugin";
+    if (offer == NULL || reply == NULL ||
+        !AP_HAS_FIELD(offer, ap_negotiate_offer, core_abi_minor) ||
+        !AP_HAS_FIELD(reply, ap_negotiate_reply, descriptor)) {
+        ap_msgbuf_add(msg, "%s: negotiation needs an offer and a reply with struct_size set", name);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    uint32_t our_minor = AP_ABI_VERSION_MINOR; /* a variable: with minor 0 the test is moot */
+    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
+        ap_msgbuf_add(msg, "%s: built for plugin ABI %u.%u; the core offers %u.%u", name,
+                      (unsigned)AP_ABI_VERSION_MAJOR, (unsigned)AP_ABI_VERSION_MINOR,
+                      (unsigned)offer->core_abi_major, (unsigned)offer->core_abi_minor);
+        return AP_ERR_ABI_MISMATCH;
+    }
+    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
+    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
+    reply->descriptor = descriptor;
+    return AP_OK;
+}
+
+#ifdef __cplusplus
+#define AP_EXTERN_C extern "C"
+#else
+#define AP_EXTERN_C
+#endif
+
+/* A plugin's one exported entry, from its descriptor: write the descriptor (static storage) and
+ * one line at file scope,
+ *     AP_PLUGIN_DEFINE(&my_descriptor)
+ * The argument is evaluated on each negotiation, so it may be a call that finishes the
+ * descriptor first (flashinfer_like fills its caps' arch list so). */
+#define AP_PLUGIN_DEFINE(descriptor) \
+    AP_EXTERN_C AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate( \
+        const ap_negotiate_offer *offer, ap_negotiate_reply *reply, ap_msgbuf *msg); \
+    AP_EXTERN_C AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate( \
+        const ap_negotiate_offer *offer, ap_negotiate_reply *reply, ap_msgbuf *msg) { \
+        return ap_plugin_negotiate_answer((descriptor), offer, reply, msg); \
+    }
 
 /* ---------------------------------------------------------------------------------------------
  * Optional hooks, found by name. The core resolves each once per instance and wraps it; a host

@@ -3,9 +3,9 @@
 // Opens the plugin file directly (no core), calls the hook on random q, k, v (never zeros) with
 // shuffled cache slots, rotating among enough input sets that a call does not find its inputs in
 // L2, and prints the median time per call and the bytes moved once per second against a
-// device-to-device copy measured in the same process. Beside the hook, it times the launcher of
-// two builds of append_rope.cu linked in (fil_append_rope_run_staged: FIL_APPEND_ROPE_STAGED_ONLY,
-// the previous kernel; fil_append_rope_run_rows: the plugin's choice), twice each, and checks
+// device-to-device copy measured in the same process. Beside the hook, it times append_rope.cu's
+// launch linked in twice (fil_append_variants.cu: fil_append_rope_run_staged, the previous
+// kernel; fil_append_rope_run_rows, the plugin's choice), twice each, and checks
 // that the two write the same bytes with q rotated in place and three tokens out of range.
 // Correctness against cpu_ref is the GPU harness's job (tests/gpu, the append_rope_* cases).
 // Usage: fil_append_bench PLUGIN.so [--runs N]

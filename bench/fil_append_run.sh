@@ -15,14 +15,9 @@ stamp build
     backends/cpu_ref/ap_cpu_ref.so tests/gpu/gpu-harness) >"$OUT/build.log" 2>&1 ||
     { tail -n 30 "$OUT/build.log"; exit 1; }
 SO=$B/backends/flashinfer_like/ap_flashinfer_like.so
-# the launcher built twice beside the bench: the previous (staged) kernel only, and as the plugin
-NV=(nvcc -std=c++17 -O3 -Werror=all-warnings --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -I.)
-{ "${NV[@]}" -c backends/flashinfer_like/append_rope.cu -DFIL_APPEND_ROPE_STAGED_ONLY \
-    -Dfil_append_rope_run=fil_append_rope_run_staged -o $B/ar_staged.o &&
-  "${NV[@]}" -c backends/flashinfer_like/append_rope.cu -Dfil_append_rope_run=fil_append_rope_run_rows \
-    -o $B/ar_rows.o &&
-  "${NV[@]}" -o $B/fil_append_bench bench/fil_append_bench.cu $B/ar_staged.o $B/ar_rows.o -ldl; } \
-    >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
+# the bench with the launch built twice beside it: the previous (staged) kernel only, and as
+# the plugin picks (bench/fil_append_variants.cu)
+ninja -C $B bench/fil_append_bench >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
 # the fused kernel's SASS: FFMA must be absent from the rotation (only the IEEE division's), the
 # row loads and stores 16 bytes wide, nothing in local memory
 cuobjdump -sass $SO >/tmp/sass.txt 2>&1
@@ -40,7 +35,7 @@ echo "harness append seed 2 rc $?"
 timeout 120 $B/tests/gpu/gpu-harness flashinfer_like --filter append --seed 3 "${P[@]}" 2>&1 | tee -a "$OUT/harness.log"
 echo "harness append seed 3 rc $?"
 stamp bench
-$B/fil_append_bench $SO --runs 200 2>&1 | tee "$OUT/bench.log"
+$B/bench/fil_append_bench $SO --runs 200 2>&1 | tee "$OUT/bench.log"
 stamp "harness quick (the forward paths still pass)"
 timeout 150 $B/tests/gpu/gpu-harness flashinfer_like --quick "${P[@]}" >"$OUT/harness_quick.log" 2>&1
 echo "harness quick rc $?"; grep -cE "^PASS" "$OUT/harness_quick.log"; grep -E "^FAIL|passed|failed" "$OUT/harness_quick.log" | head -n 20

@@ -31,11 +31,10 @@ pa=$!
 (meson setup "$W/build-b" "$W/b" -Dcuda=enabled -Dtests=false &&
     ninja -C "$W/build-b" -j 6 backends/flashinfer_like/ap_flashinfer_like.so) >"$W/build-b.log" 2>&1 &
 pb=$!
-nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I"$W/a" -o "$W/fil_decode_bench" \
-    "$W/a/bench/fil_decode_bench.cu" -ldl >"$W/build-bench.log" 2>&1
-rc_bench=$?
 wait $pa
 rc_a=$?
+ninja -C "$W/build-a" bench/fil_decode_bench >"$W/build-bench.log" 2>&1
+rc_bench=$?
 wait $pb
 rc_b=$?
 cat "$W/build-b.log" "$W/build-bench.log" >>"$OUT/build.log"
@@ -46,7 +45,7 @@ if [ $rc_a != 0 ] || [ $rc_b != 0 ] || [ $rc_bench != 0 ]; then
 fi
 SO_A=$W/build-a/backends/flashinfer_like/ap_flashinfer_like.so
 SO_B=$W/build-b/backends/flashinfer_like/ap_flashinfer_like.so
-BENCH=$W/fil_decode_bench
+BENCH=$W/build-a/bench/fil_decode_bench
 
 # per decode kernel: instructions, HMMA, LDSM, cp.async, local memory, fp8 conversions
 for v in a b; do

@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 #include "bench/fil_bench_util.h"
 #include "plugin_api.h"
 

@@ -13,18 +13,9 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,p
 stamp build
 (meson setup $B -Dcuda=enabled && ninja -C $B -j 16 backends/flashinfer_like/ap_flashinfer_like.so \
     backends/cpu_ref/ap_cpu_ref.so && { ninja -C $B -j 16 tests/gpu/gpu-harness || true; }) \
-    >"$OUT/build.log" 2>&1 || {
-    echo "meson build failed; building the plugin alone"; tail -n 30 "$OUT/build.log"
-    mkdir -p $B/backends/flashinfer_like
-    (cd backends/flashinfer_like && for f in *.c; do gcc -std=c11 -O2 -fPIC -fvisibility=hidden \
-        -D_GNU_SOURCE '-DAP_CUDA_ARCHS="90a"' -I../.. -c $f -o $B/$f.o || exit 1; done &&
-     nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Xcompiler=-fPIC,-fvisibility=hidden \
-        -I../.. -shared -Xlinker=--exclude-libs,ALL -o $B/backends/flashinfer_like/ap_flashinfer_like.so \
-        *.cu $B/*.c.o) >>"$OUT/build.log" 2>&1 || { tail -n 30 "$OUT/build.log"; exit 1; }
-}
+    >"$OUT/build.log" 2>&1 || { echo "meson build failed"; tail -n 30 "$OUT/build.log"; exit 1; }
 SO=$B/backends/flashinfer_like/ap_flashinfer_like.so
-nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -I. -o $B/fil_decode_bench \
-    bench/fil_decode_bench.cu -ldl >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
+ninja -C $B bench/fil_decode_bench >>"$OUT/build.log" 2>&1 || { tail -n 20 "$OUT/build.log"; exit 1; }
 cuobjdump -sass $SO >/tmp/sass.txt 2>&1
 # per decode kernel: instructions, HMMA, LDSM, cp.async, local memory, fp8 conversions
 awk '/Function :/ {name=$3} /Function :.*fil_decode_kernel/ {show=1} /Function :/ && !/fil_decode_kernel/ {show=0}
@@ -32,11 +23,11 @@ awk '/Function :/ {name=$3} /Function :.*fil_decode_kernel/ {show=1} /Function :
      if (/LDL|STL/) s[name]++; if (/F2FP|F2F/) f[name]++}
      END {for (k in n) printf "%6d instr %4d HMMA %4d LDSM %4d LDGSTS %3d LDL/STL %4d F2FP  %s\n", n[k], h[k], l[k], g[k], s[k], f[k], k}' /tmp/sass.txt | sort -k14 | tee "$OUT/sass_summary.txt"
 stamp bench
-$B/fil_decode_bench $SO --runs 50 ${FIL_FILTER:+--filter $FIL_FILTER} 2>&1 | tee "$OUT/bench.log"
+$B/bench/fil_decode_bench $SO --runs 50 ${FIL_FILTER:+--filter $FIL_FILTER} 2>&1 | tee "$OUT/bench.log"
 stamp sanitize
-timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $B/fil_decode_bench $SO --filter b3_l77 --runs 2 >"$OUT/sanitize.log" 2>&1
+timeout 40 compute-sanitizer --tool memcheck --error-exitcode 9 $B/bench/fil_decode_bench $SO --filter b3_l77 --runs 2 >"$OUT/sanitize.log" 2>&1
 echo "memcheck rc $?"; tail -n 2 "$OUT/sanitize.log"
-timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 $B/fil_decode_bench $SO --filter b3_l77 --runs 2 >>"$OUT/sanitize.log" 2>&1
+timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 $B/bench/fil_decode_bench $SO --filter b3_l77 --runs 2 >>"$OUT/sanitize.log" 2>&1
 echo "racecheck rc $?"; tail -n 2 "$OUT/sanitize.log"
 if [ -x $B/tests/gpu/gpu-harness ]; then
     stamp harness

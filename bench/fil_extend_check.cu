@@ -32,7 +32,7 @@ struct extend_case {
     int variant = 0; // benchmark builds: FIL_EXTEND_VARIANT for bf16 head dim 128
 };
 
-// The tilings a FIL_EXTEND_VARIANTS build offers for bf16 head dim 128 (extend_kernel.cu):
+// The tilings a FIL_EXTEND_VARIANTS build offers for bf16 head dim 128 (fil_extend_variants.cu):
 // variant id, rows per CTA, and what it is.
 struct extend_variant {
     int id, tile_rows;
@@ -73,9 +73,9 @@ uint16_t f16_bits(float x) {
     return b;
 }
 float f16_value(uint16_t b) {
-    __half h;
-    memcpy(&h, &b, 2);
-    return __half2float(h);
+    __half_raw raw;
+    raw.x = b;
+    return __half2float(__half(raw));
 }
 uint16_t to_bits(ap_dtype t, float x) {
     return t == AP_DTYPE_BF16 ? bf16_bits(x) : f16_bits(x);

@@ -86,7 +86,7 @@ void ap_list_dtypes(uint32_t mask, char *text, size_t size) {
     ap_list list;
     ap_list_start(&list, text, size);
     for (int d = 1; d < AP_DTYPE_COUNT; d++)
-        if (mask & AP_DTYPE_BIT(d)) ap_list_add(&list, "%s", ap_dtype_name((ap_dtype)d));
+        if (mask & AP_DTYPE_BIT(d)) ap_list_add(&list, "%s", ap_dtype_str((ap_dtype)d));
     ap_list_end(&list, "none");
 }
 

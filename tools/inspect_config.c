@@ -23,7 +23,7 @@ static void ap_options_describe(const ap_options *options, char *text, size_t si
     snprintf(text, size,
              "page_size=%s kv_dtype=%s prefix_cache=%s chunked_prefill=%s "
              "cuda_graphs=%s%s%s",
-             page, options->kv_dtype == AP_DTYPE_NONE ? "model" : ap_dtype_name(options->kv_dtype),
+             page, options->kv_dtype == AP_DTYPE_NONE ? "model" : ap_dtype_str(options->kv_dtype),
              ap_tristate_name(options->prefix_cache), ap_tristate_name(options->chunked_prefill),
              ap_tristate_name(options->cuda_graphs), used ? " extra:" : "", extras);
 }
@@ -51,7 +51,7 @@ static void ap_inspect_rule_json(ap_json *json, size_t index, const ap_config_ru
     ap_json_member_int(json, "page_size", rule->options.page_size);
     ap_json_member_string(
         json, "kv_dtype",
-        rule->options.kv_dtype == AP_DTYPE_NONE ? NULL : ap_dtype_name(rule->options.kv_dtype));
+        rule->options.kv_dtype == AP_DTYPE_NONE ? NULL : ap_dtype_str(rule->options.kv_dtype));
     ap_json_member_tristate(json, "prefix_cache", rule->options.prefix_cache);
     ap_json_member_tristate(json, "chunked_prefill", rule->options.chunked_prefill);
     ap_json_member_tristate(json, "cuda_graphs", rule->options.cuda_graphs);

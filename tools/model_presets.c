@@ -231,14 +231,14 @@ void ap_model_describe(const ap_model *model, char *text, size_t size) {
                  "mla %dq heads, kv_lora %d, rope %d, nope %d, v %d, %s, kv=%s, page=%d, "
                  "layers=%d%s",
                  model->num_qo_heads, model->kv_lora_rank, model->qk_rope_head_dim,
-                 model->qk_nope_head_dim, model->v_head_dim, ap_dtype_name(model->dtype),
-                 ap_dtype_name(model->kv_dtype), model->page_size, model->num_layers,
+                 model->qk_nope_head_dim, model->v_head_dim, ap_dtype_str(model->dtype),
+                 ap_dtype_str(model->kv_dtype), model->page_size, model->num_layers,
                  model->embedding ? ", embedding" : "");
         return;
     }
     snprintf(text, size, "mha %dq/%dkv heads, d%d/%d, %s, kv=%s, page=%d, layers=%d%s%s",
              model->num_qo_heads, model->num_kv_heads, model->head_dim_qk, model->head_dim_v,
-             ap_dtype_name(model->dtype), ap_dtype_name(model->kv_dtype), model->page_size,
+             ap_dtype_str(model->dtype), ap_dtype_str(model->kv_dtype), model->page_size,
              model->num_layers, model->causal ? "" : ", non-causal",
              model->embedding ? ", embedding" : "");
 }

@@ -48,9 +48,46 @@ __device__ __forceinline__ uint32_t ap_fp8x2_to_half2_bits(uint16_t two_bytes) {
 }
 
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
-// ap_float_to_fp8_e4m3 (host_numeric.h) gives the same bits.
+// ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
+
+// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
+template <typename KV> struct ap_store8 {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
+            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
+                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
+        }
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+// fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
+// ap_float_to_fp8_e4m3(x / scale).
+template <> struct ap_store8<ap_fp8_e4m3> {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
+        uint32_t w[2] = {0u, 0u};
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                         << (8 * (i & 3));
+        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+    }
+};
+
+// 8 16-bit values of one 16-byte load, as floats.
+template <typename IN> __device__ __forceinline__ void ap_unpack8(const uint4 &raw, float *x) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = ap_unpack2<IN>(words[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
 }
 
 #endif // AP_COMMON_DTYPE_CUH

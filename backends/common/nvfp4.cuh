@@ -9,7 +9,7 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
-#include "nvfp4_host.h"
+#include "backends/numeric/nvfp4_host.h"
 
 // prmt.b32: byte n of the result is byte ((sel >> 4n) & 7) of the 8 bytes hi:lo, for selector
 // nibbles without bit 3 (prmt's sign-replicate mode), which the selectors here never set. Inline

@@ -14,6 +14,11 @@ __device__ __forceinline__ int64_t ap_paged_slot(const int32_t *seq_pages, int32
     return ((int64_t)page << log2_page_size) + offset;
 }
 
+// The shift of a power-of-two page size, or -1 for any other: the host picks the shift path.
+static inline int ap_page_shift(int32_t page_size) {
+    return page_size > 0 && (page_size & (page_size - 1)) == 0 ? __builtin_ctz(page_size) : -1;
+}
+
 // Element offset of the row (slot, head) in an NHD cache with `num_heads` heads of `head_dim`.
 __device__ __forceinline__ int64_t ap_paged_row(int64_t slot, int32_t head, int32_t num_heads,
                                                 int32_t head_dim) {

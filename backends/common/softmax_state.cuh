@@ -14,9 +14,14 @@ __device__ __forceinline__ float ap_softmax_merge_weight(float lse2, float max_l
     return exp2f(lse2 - max_lse2);
 }
 
+// log2(e) and ln(2) as floats: logits are scaled by sm_scale * ap_log2e so exp2 gives e^x, and
+// base-2 log-sum-exps go back to natural logs by ap_ln2. Usable in host code too.
+constexpr float ap_log2e = 1.4426950408889634f;
+constexpr float ap_ln2 = 0.69314718055994531f;
+
 // The base-2 log-sum-exp as the natural log that callers of the ABI get.
 __device__ __forceinline__ float ap_lse2_to_ln(float lse2) {
-    return lse2 * 0.69314718055994531f;
+    return lse2 * ap_ln2;
 }
 
 #endif // AP_COMMON_SOFTMAX_STATE_CUH

@@ -1,8 +1,8 @@
 /* kv_store.c: the paged KV cache: checking a layer's view, slot addressing, (de)quantization. */
 #include <math.h>
 
-#include "backends/common/host_numeric.h"
-#include "backends/common/nvfp4_host.h"
+#include "backends/numeric/host_numeric.h"
+#include "backends/numeric/nvfp4_host.h"
 #include "cpu_ref.h"
 
 size_t cpu_kv_elem_bytes(ap_dtype dtype) {

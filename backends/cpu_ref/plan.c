@@ -49,8 +49,8 @@ static ap_status cpu_plan_check_tokens(const ap_batch *batch, ap_msgbuf *msg) {
 }
 
 /* Page CSR: kv_page_indptr from 0 to num_pages_total, and for each sequence
- * seq_len == (num_pages - 1) * page_size + kv_last_page_len with last in 1..page_size
- * (or no page at all for an empty sequence). */
+ * seq_len == (num_pages - 1) * page_size + kv_last_page_len with last in 1..page_size; every
+ * sequence has at least one page (plugin_api.h's batch rules). */
 static ap_status cpu_plan_check_pages(const ap_batch *batch, int32_t page_size, ap_msgbuf *msg) {
     const int32_t *indptr = batch->kv_page_indptr_host;
     if (batch->kv_page_indices_host == NULL || batch->kv_last_page_len_host == NULL) {
@@ -72,10 +72,8 @@ static ap_status cpu_plan_check_pages(const ap_batch *batch, int32_t page_size, 
         int32_t pages = indptr[i + 1] - indptr[i];
         int32_t seq_len = batch->seq_lens_host[i];
         int32_t last = batch->kv_last_page_len_host[i];
-        int ok =
-            pages >= 0 && (pages == 0 ? seq_len == 0
-                                      : last >= 1 && last <= page_size &&
-                                            (int64_t)(pages - 1) * page_size + last == seq_len);
+        int ok = pages >= 1 && last >= 1 && last <= page_size &&
+                 (int64_t)(pages - 1) * page_size + last == seq_len;
         if (!ok) {
             ap_msgbuf_add(msg,
                           "cpu_ref: sequence %d: %d pages of %d with last_page_len %d do not hold "

@@ -149,25 +149,4 @@ static const ap_descriptor cpu_descriptor = {
     .vtable = &cpu_vtable,
 };
 
-/* The one exported symbol: the core's major must equal ours; we serve our own minor, which the
- * core's may not be below (it would not know our fields). */
-AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
-                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
-    if (offer == NULL || reply == NULL ||
-        offer->struct_size < offsetof(ap_negotiate_offer, core_abi_minor) + sizeof(uint32_t) ||
-        reply->struct_size < offsetof(ap_negotiate_reply, descriptor) + sizeof(void *)) {
-        ap_msgbuf_add(msg, "cpu_ref: negotiation needs an offer and a reply with struct_size set");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    uint32_t our_minor = AP_ABI_VERSION_MINOR; /* a variable: with minor 0 the test is moot */
-    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
-        ap_msgbuf_add(msg, "cpu_ref: built for plugin ABI %u.%u; the core offers %u.%u",
-                      (unsigned)AP_ABI_VERSION_MAJOR, (unsigned)AP_ABI_VERSION_MINOR,
-                      (unsigned)offer->core_abi_major, (unsigned)offer->core_abi_minor);
-        return AP_ERR_ABI_MISMATCH;
-    }
-    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
-    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
-    reply->descriptor = &cpu_descriptor;
-    return AP_OK;
-}
+AP_PLUGIN_DEFINE(&cpu_descriptor)

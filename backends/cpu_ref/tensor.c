@@ -1,5 +1,5 @@
 /* tensor.c: reading and writing elements of host DLTensors of any supported dtype and stride. */
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 #include "cpu_ref.h"
 
 static int cpu_elem_from_dl(DLDataType type, cpu_elem *out) {

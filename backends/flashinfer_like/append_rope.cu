@@ -4,16 +4,17 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/paged_kv.cuh"
+#include "../common/rope.cuh"
 #include "fil.h"
 
-#define FIL_WHO "flashinfer_like append_kv"
+#define FIL_WHO FIL_NAME ": append_kv"
 
 namespace {
 
 constexpr int kVec = 8; // elements per lane: one 16-byte load of a 16-bit row
 constexpr int kThreads = 256;
 
-struct RopeArgs {
+struct rope_args {
     const uint8_t *q; // may alias q_out
     uint8_t *q_out;
     const uint8_t *k;
@@ -39,9 +40,7 @@ struct RopeArgs {
     float v_scale;
 };
 
-// One element of a rotated pair, in float32 with every product and sum rounded on its own
-// (__fmul_rn etc. are never contracted into a fused multiply-add), as cpu_ref's rope.c does:
-//   x_a' = x_a * c - x_b * s,   x_b' = x_b * c + x_a * s
+// Element d of a row staged in shared memory, rotated (rope.cuh) with its partner's value.
 __device__ __forceinline__ float fil_rope_elem(const float *row, int d, int rotary_dim, int neox,
                                                const float *cs) {
     const int half = rotary_dim / 2;
@@ -50,46 +49,7 @@ __device__ __forceinline__ float fil_rope_elem(const float *row, int d, int rota
     const int partner = neox ? (first ? d + half : d - half) : d ^ 1;
     const float c = __ldg(cs + i);
     const float s = __ldg(cs + half + i);
-    const float x = row[d], y = row[partner];
-    return first ? __fsub_rn(__fmul_rn(x, c), __fmul_rn(y, s))
-                 : __fadd_rn(__fmul_rn(x, c), __fmul_rn(y, s));
-}
-
-// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
-template <typename KV> struct fil_store8 {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
-        uint32_t w[4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
-            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
-                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
-        }
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-};
-// fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
-// ap_float_to_fp8_e4m3(x / scale).
-template <> struct fil_store8<ap_fp8_e4m3> {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
-        uint32_t w[2] = {0u, 0u};
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                         << (8 * (i & 3));
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
-    }
-};
-
-// 8 16-bit values of one 16-byte load, as floats.
-template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &raw, float *x) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = ap_unpack2<IN>(words[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
+    return ap_rope_rotated(row[d], row[partner], c, s, first);
 }
 
 // A token's rows are its q heads, then its k heads, then its v heads; lanes_per_row lanes of one
@@ -99,7 +59,7 @@ template <typename IN> __device__ __forceinline__ void fil_unpack8(const uint4 &
 // of range is left alone (the core checks host arrays; device arrays cannot be checked without
 // a sync, and a bad index must never write outside the cache).
 template <typename IN, typename KV>
-__global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const rope_args a) {
     extern __shared__ float staged[]; // [kThreads * kVec]
     const int lpr = a.lanes_per_row;
     const int lane = threadIdx.x % lpr;
@@ -125,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
     const bool valid =
         live && pos >= 0 && pos < a.max_position && slot >= 0 && (int64_t)slot < a.num_slots;
     float x[kVec];
-    fil_unpack8<IN>(raw, x);
+    ap_unpack8<IN>(raw, x);
     const int d0 = lane * kVec;
     const bool rotates = kind != 2 && d0 < a.rotary_dim;
     if (rotates) {
@@ -142,13 +102,13 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
                 x[j] = fil_rope_elem(my_row, d0 + j, a.rotary_dim, a.is_neox, cs);
     }
     if (kind == 0) {
-        fil_store8<IN>::run(a.q_out + src_elem * (int64_t)sizeof(IN), x, 1.0f);
+        ap_store8<IN>::run(a.q_out + src_elem * (int64_t)sizeof(IN), x, 1.0f);
         return;
     }
     const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
     uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-    fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
-                        kind == 1 ? a.k_scale : a.v_scale);
+    ap_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
+                       kind == 1 ? a.k_scale : a.v_scale);
 }
 
 // The rows kernel: one CTA per (token, chunk of up to kRowsPerThread * kThreads / lanes_per_row
@@ -161,8 +121,33 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_kernel(const RopeArg
 // writes only its own 16 bytes, reading before writing, so q_out may alias q.
 constexpr int kRowsPerThread = 4;
 
+// The cos and sin of this lane's 8 dims at `pos` (neox: dims d and d + half share a frequency;
+// interleaved: each pair 2i, 2i+1 shares one), in 16-byte loads.
+template <bool kNeox>
+__device__ __forceinline__ void rope_cos_sin(const rope_args &a, int32_t pos, int d0, bool first,
+                                             float (&c)[kVec], float (&s)[kVec]) {
+    const int half = a.rotary_dim / 2;
+    const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
+    if (kNeox) {
+        const int ci = first ? d0 : d0 - half;
+        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
+        const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
+        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
+        const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
+        c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
+        c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
+        s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
+        s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
+    } else {
+        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
+        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
+        c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
+        s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
+    }
+}
+
 template <typename IN, typename KV, bool kNeox>
-__global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const RopeArgs a) {
+__global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const rope_args a) {
     const int lane = threadIdx.x & (a.lanes_per_row - 1);
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
@@ -195,25 +180,7 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const Ro
     const bool rotates = d0 < a.rotary_dim;
     const bool first = kNeox ? d0 < half : true;
     float c[kVec], s[kVec];
-    if (rotates) {
-        const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
-        if (kNeox) {
-            const int ci = first ? d0 : d0 - half;
-            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
-            const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
-            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
-            const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
-            c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
-            c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
-            s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
-            s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
-        } else {
-            const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
-            const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
-            c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
-            s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
-        }
-    }
+    if (rotates) rope_cos_sin<kNeox>(a, pos, d0, first, c, s);
     const int half_lanes = half / kVec;
     const int partner_lane =
         !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
@@ -230,41 +197,34 @@ __global__ void __launch_bounds__(kThreads) fil_append_rope_rows_kernel(const Ro
         if (r >= rows_per_token) continue;
         const int kind = r < a.num_qo_heads ? 0 : (r < a.num_qo_heads + a.num_kv_heads ? 1 : 2);
         float x[kVec];
-        fil_unpack8<IN>(raw[j], x);
+        ap_unpack8<IN>(raw[j], x);
         if (kind != 2 && rotates) {
             float y[kVec];
             if (kNeox) {
-                fil_unpack8<IN>(other, y);
+                ap_unpack8<IN>(other, y);
             } else {
 #pragma unroll
                 for (int i = 0; i < kVec; i++) y[i] = x[i ^ 1];
             }
-            // x_a' = x_a * c - x_b * s, x_b' = x_b * c + x_a * s, each step rounded
-#pragma unroll
-            for (int i = 0; i < kVec; i++) {
-                const bool is_a = kNeox ? first : (i & 1) == 0;
-                x[i] = is_a ? __fsub_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]))
-                            : __fadd_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]));
-            }
+            ap_rope_rotate8<kNeox>(x, y, c, s, first);
         }
         if (kind == 0) {
             const int64_t elem = (token * a.num_qo_heads + r) * a.head_dim + d0;
-            fil_store8<IN>::run(a.q_out + elem * (int64_t)sizeof(IN), x, 1.0f);
+            ap_store8<IN>::run(a.q_out + elem * (int64_t)sizeof(IN), x, 1.0f);
             continue;
         }
         const int head = kind == 1 ? r - a.num_qo_heads : r - a.num_qo_heads - a.num_kv_heads;
         const int64_t dst_elem = ap_paged_row(slot, head, a.num_kv_heads, a.head_dim) + d0;
         uint8_t *pages = kind == 1 ? a.k_pages : a.v_pages;
-        fil_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
-                            kind == 1 ? a.k_scale : a.v_scale);
+        ap_store8<KV>::run(pages + dst_elem * ap_elem_bytes<KV>::value, x,
+                           kind == 1 ? a.k_scale : a.v_scale);
     }
 }
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
-// loads are aligned; the staged kernel takes the rest. FIL_APPEND_ROPE_STAGED_ONLY (the bench's
-// side-by-side build, never the plugin's) sends every call to the staged kernel.
+// loads are aligned; the staged kernel takes the rest.
 template <typename IN, typename KV>
-void fil_append_rope_pick(const RopeArgs &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
+void fil_append_rope_pick(const rope_args &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
     if (!rows)
         fil_append_rope_kernel<IN, KV><<<grid, kThreads, smem, s>>>(a);
     else if (a.is_neox)
@@ -274,7 +234,7 @@ void fil_append_rope_pick(const RopeArgs &a, bool rows, dim3 grid, size_t smem, 
 }
 
 template <typename IN>
-ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, bool rows, dim3 grid,
+ap_status fil_append_rope_launch(const rope_args &a, ap_dtype kv_dtype, bool rows, dim3 grid,
                                  size_t smem, cudaStream_t s, ap_msgbuf *msg) {
     switch (kv_dtype) {
         case AP_DTYPE_BF16: fil_append_rope_pick<IN, __nv_bfloat16>(a, rows, grid, smem, s); break;
@@ -285,10 +245,9 @@ ap_status fil_append_rope_launch(const RopeArgs &a, ap_dtype kv_dtype, bool rows
         FIL_WHO, rows ? "fil_append_rope_rows_kernel" : "fil_append_rope_kernel", msg);
 }
 
-} // namespace
-
-extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *stream,
-                                         ap_msgbuf *msg) {
+// The launch; allow_rows = false sends every call to the staged kernel (the bench times both).
+ap_status append_rope_run(const fil_append_rope_params *p, bool allow_rows, void *stream,
+                          ap_msgbuf *msg) {
     const bool in_ok = p->in_dtype == AP_DTYPE_BF16 || p->in_dtype == AP_DTYPE_F16;
     const bool kv_ok = p->kv_dtype == AP_DTYPE_BF16 || p->kv_dtype == AP_DTYPE_F16 ||
                        p->kv_dtype == AP_DTYPE_FP8_E4M3;
@@ -302,7 +261,7 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
         return AP_ERR_UNSUPPORTED;
     }
     if (p->num_tokens == 0) return AP_OK;
-    RopeArgs a;
+    rope_args a;
     a.q = static_cast<const uint8_t *>(p->q);
     a.q_out = static_cast<uint8_t *>(p->q_out);
     a.k = static_cast<const uint8_t *>(p->k);
@@ -332,9 +291,7 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
     bool rows = (p->is_neox ? p->rotary_dim % (2 * kVec) == 0 : p->rotary_dim % kVec == 0) &&
                 reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
                 p->num_tokens <= 0x7fffffff;
-#ifdef FIL_APPEND_ROPE_STAGED_ONLY
-    rows = false;
-#endif
+    rows = rows && allow_rows;
     const int64_t staged_rows_per_cta = kThreads / lpr;
     const int64_t blocks =
         rows ? p->num_tokens : (a.num_rows + staged_rows_per_cta - 1) / staged_rows_per_cta;
@@ -349,4 +306,11 @@ extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *
     if (p->in_dtype == AP_DTYPE_BF16)
         return fil_append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, rows, grid, smem, s, msg);
     return fil_append_rope_launch<__half>(a, p->kv_dtype, rows, grid, smem, s, msg);
+}
+
+} // namespace
+
+extern "C" ap_status fil_append_rope_run(const fil_append_rope_params *p, void *stream,
+                                         ap_msgbuf *msg) {
+    return append_rope_run(p, true, stream, msg);
 }

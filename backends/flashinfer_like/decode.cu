@@ -10,9 +10,10 @@
 #include "../common/mma.cuh"
 #include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
 #include "fil.h"
 
-#define FIL_WHO "flashinfer_like decode"
+#define FIL_WHO FIL_NAME ": decode"
 
 namespace {
 
@@ -24,7 +25,7 @@ constexpr int kSmemPerWarpTarget = 24 * 1024; // enough bytes in flight with two
 // tokens as blocks of 16 (the mma's k): fp8 takes 32 per step (up to D128), halving the
 // per-step softmax and bookkeeping that its doubled instructions per byte would otherwise
 // leave exposed, and giving the warp two independent mma chains.
-template <int HEAD_DIM, typename KV> struct DecodeShape {
+template <int HEAD_DIM, typename KV> struct decode_shape {
     static constexpr bool is_fp8 = sizeof(KV) == 1;
     static constexpr int tile = is_fp8 && HEAD_DIM <= 128 ? 32 : 16;
     static constexpr int blocks = tile / 16;
@@ -40,14 +41,7 @@ template <int HEAD_DIM, typename KV> struct DecodeShape {
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
 };
 
-// 16-byte chunk `chunk` of tile row `row` sits at chunk ^ f(row) so that the 8 rows an ldmatrix
-// reads at one logical chunk fall into 8 different bank groups (rows of >= 128 bytes: the row's
-// low 3 bits; 64-byte rows pack two to a 128-byte line: bits 1..2).
-template <int CHUNKS> __device__ __forceinline__ int swizzle(int row, int chunk) {
-    return CHUNKS >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
-}
-
-struct DecodeArgs {
+struct decode_args {
     const void *q; // [num_seqs][num_qo_heads][head_dim]
     void *out;     // same shape
     float *lse;    // [num_seqs][num_qo_heads] or NULL
@@ -70,13 +64,13 @@ struct DecodeArgs {
 };
 
 // Where a stream of tiles stands: segment index and the first token of the current tile.
-struct Cursor {
+struct decode_cursor {
     int seg, seg_stop;
     int seq, head, pos, begin, end;
     const int32_t *pages; // this sequence's page list
 };
 
-__device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
+__device__ __forceinline__ void cursor_enter(decode_cursor &c, const decode_args &a) {
     if (c.seg >= c.seg_stop) return;
     int4 s = __ldg(a.segs + c.seg);
     c.seq = s.x;
@@ -86,7 +80,8 @@ __device__ __forceinline__ void cursor_enter(Cursor &c, const DecodeArgs &a) {
     c.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + c.seq);
 }
 
-template <int TILE> __device__ __forceinline__ void cursor_next(Cursor &c, const DecodeArgs &a) {
+template <int TILE>
+__device__ __forceinline__ void cursor_next(decode_cursor &c, const decode_args &a) {
     c.pos += TILE;
     if (c.pos >= c.end) {
         c.seg++;
@@ -96,15 +91,16 @@ template <int TILE> __device__ __forceinline__ void cursor_next(Cursor &c, const
 
 // The cache slots of the rows a lane copies for one tile, looked up one step before the copy is
 // issued so the page-table reads overlap the math of the current tile.
-template <class S> struct TileSlots {
+template <class S> struct tile_rows {
     bool active;
     int head;
     int slot[S::rows_per_lane]; // -1: past the segment's end (zero-filled)
 };
 
 template <class S>
-__device__ __forceinline__ TileSlots<S> tile_slots(const Cursor &c, const DecodeArgs &a, int lane) {
-    TileSlots<S> t;
+__device__ __forceinline__ tile_rows<S> tile_slots(const decode_cursor &c, const decode_args &a,
+                                                   int lane) {
+    tile_rows<S> t;
     t.active = c.seg < c.seg_stop;
     t.head = c.head;
 #pragma unroll
@@ -117,8 +113,8 @@ __device__ __forceinline__ TileSlots<S> tile_slots(const Cursor &c, const Decode
 }
 
 template <class S>
-__device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage_k,
-                                           const DecodeArgs &a, int lane) {
+__device__ __forceinline__ void tile_issue(const tile_rows<S> &t, uint32_t stage_k,
+                                           const decode_args &a, int lane) {
     if (!t.active) return;
     const int chunk = lane % S::chunks;
     const uint32_t stage_v = stage_k + S::tile_bytes;
@@ -128,7 +124,7 @@ __device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage
         bool valid = t.slot[i] >= 0;
         int64_t src =
             valid ? ((int64_t)t.slot[i] * a.num_kv_heads + t.head) * S::row_bytes + chunk * 16 : 0;
-        uint32_t dst = row * S::row_bytes + swizzle<S::chunks>(row, chunk) * 16;
+        uint32_t dst = row * S::row_bytes + ap_swizzle<S::chunks>(row, chunk) * 16;
         ap_cp_async_16(stage_k + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage_v + dst, a.v_pages + src, valid);
     }
@@ -137,15 +133,15 @@ __device__ __forceinline__ void tile_issue(const TileSlots<S> &t, uint32_t stage
 // The online-softmax state of one warp over its current segment. Lane (g = lane/4, t = lane%4)
 // holds query head g's running max m and its share of the denominator l (its 4 tokens of each
 // step), and O^T fragments: acc[j] = O^T rows (head dims) of block j, columns heads 2t, 2t+1.
-template <int HEAD_DIM> struct WarpState {
+template <int HEAD_DIM> struct warp_state {
     uint32_t q[HEAD_DIM / 16][2]; // A fragments of Q (rows g >= group are zero)
     float acc[HEAD_DIM / 16][4];
     float m, l;
 };
 
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Cursor &c,
-                                            const DecodeArgs &a, int lane) {
+__device__ __forceinline__ void state_begin(warp_state<HEAD_DIM> &st, const decode_cursor &c,
+                                            const decode_args &a, int lane) {
     const int g = lane >> 2, t = lane & 3;
     const bool has_head = g < a.group;
     const QT *qrow =
@@ -153,7 +149,7 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
         ((int64_t)c.seq * a.num_qo_heads + c.head * a.group + (has_head ? g : 0)) * HEAD_DIM;
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
-        if constexpr (DecodeShape<HEAD_DIM, KV>::is_fp8) {
+        if constexpr (decode_shape<HEAD_DIM, KV>::is_fp8) {
             // The fp8 K fragment holds dims 4t..4t+3 (see decode_tile); Q is permuted to match
             // and converted to half, the type the fp8 path multiplies in.
             uint2 raw = has_head ? __ldg(reinterpret_cast<const uint2 *>(qrow + 16 * ks + 4 * t))
@@ -174,6 +170,56 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
     st.l = 0.f;
 }
 
+// Online softmax of one step: per head the new max m' and sum l, P = 2^(s - m'), and O rescaled
+// by 2^(m - m') (see decode_tile).
+template <int HEAD_DIM, typename KV>
+__device__ __forceinline__ void
+decode_tile_softmax(warp_state<HEAD_DIM> &st,
+                    const float (&s)[decode_shape<HEAD_DIM, KV>::blocks][2][4], int valid_tokens,
+                    float scale_log2, int t, float (&p)[decode_shape<HEAD_DIM, KV>::blocks][4]) {
+    constexpr int NB = decode_shape<HEAD_DIM, KV>::blocks;
+    // Lane holds head g's logits of tokens 16b + {2t, 2t+1} (s[b][0]) and 16b + {8+2t, 9+2t}.
+    float x[NB][4];
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int b = 0; b < NB; b++) {
+        const int token[4] = {16 * b + 2 * t, 16 * b + 2 * t + 1, 16 * b + 8 + 2 * t,
+                              16 * b + 9 + 2 * t};
+        const float raw[4] = {s[b][0][0], s[b][0][1], s[b][1][0], s[b][1][1]};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[b][i] = token[i] < valid_tokens ? raw[i] * scale_log2 : -INFINITY;
+            tile_max = fmaxf(tile_max, x[b][i]);
+        }
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
+    const float alpha = ap_exp2_approx(st.m - m_new);
+    float p_sum = 0.f;
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            p[b][i] = ap_exp2_approx(x[b][i] - m_new);
+            p_sum += p[b][i];
+        }
+    st.l = st.l * alpha + p_sum;
+    st.m = m_new;
+    // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
+    const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
+    const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
+    if (__any_sync(0xffffffffu, alpha != 1.f)) { // after the first steps the max rarely moves
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 16; j++) {
+            st.acc[j][0] *= alpha0;
+            st.acc[j][1] *= alpha1;
+            st.acc[j][2] *= alpha0;
+            st.acc[j][3] *= alpha1;
+        }
+    }
+}
+
 // One step: S::tile tokens of K and V in shared memory (stage_k, then V at + tile_bytes), as
 // blocks of 16 (b = 0 .. blocks-1, rows 16b .. 16b+15).
 //   S = Q K^T (16 x tile: rows are query heads, padded to 16; columns the tokens), then per head
@@ -184,9 +230,9 @@ __device__ __forceinline__ void state_begin(WarpState<HEAD_DIM> &st, const Curso
 // K's k-index is permuted (thread t holds dims 4t..4t+3 of each 16) and Q is loaded to match;
 // V^T's rows come out as even dims (rows 0-7) and odd dims (rows 8-15) of each 16.
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t stage_k,
+__device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t stage_k,
                                             int valid_tokens, float scale_log2, int lane) {
-    using S = DecodeShape<HEAD_DIM, KV>;
+    using S = decode_shape<HEAD_DIM, KV>;
     using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
     constexpr int NB = S::blocks;
     const int t = lane & 3;
@@ -213,7 +259,7 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
                 ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                                      ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
@@ -229,7 +275,7 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
             for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
                 uint32_t r[4];
                 ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
+                                      ap_swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
                 const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
                 ap_mma_16816<MT>(s[b][0], a, r[0], r[2]);
                 ap_mma_16816<MT>(s[b][1], a, r[1], r[3]);
@@ -237,47 +283,8 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
         }
     }
 
-    // Lane holds head g's logits of tokens 16b + {2t, 2t+1} (s[b][0]) and 16b + {8+2t, 9+2t}.
-    float x[NB][4];
-    float tile_max = -INFINITY;
-#pragma unroll
-    for (int b = 0; b < NB; b++) {
-        const int token[4] = {16 * b + 2 * t, 16 * b + 2 * t + 1, 16 * b + 8 + 2 * t,
-                              16 * b + 9 + 2 * t};
-        const float raw[4] = {s[b][0][0], s[b][0][1], s[b][1][0], s[b][1][1]};
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            x[b][i] = token[i] < valid_tokens ? raw[i] * scale_log2 : -INFINITY;
-            tile_max = fmaxf(tile_max, x[b][i]);
-        }
-    }
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    const float m_new = fmaxf(st.m, tile_max); // finite: every step has a valid token
-    const float alpha = ap_exp2_approx(st.m - m_new);
     float p[NB][4];
-    float p_sum = 0.f;
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            p[b][i] = ap_exp2_approx(x[b][i] - m_new);
-            p_sum += p[b][i];
-        }
-    st.l = st.l * alpha + p_sum;
-    st.m = m_new;
-    // O^T columns are heads 2t and 2t+1, whose alpha lives with lanes 4*(2t) and 4*(2t+1).
-    const float alpha0 = __shfl_sync(0xffffffffu, alpha, 8 * t);
-    const float alpha1 = __shfl_sync(0xffffffffu, alpha, 8 * t + 4);
-    if (__any_sync(0xffffffffu, alpha != 1.f)) { // after the first steps the max rarely moves
-#pragma unroll
-        for (int j = 0; j < HEAD_DIM / 16; j++) {
-            st.acc[j][0] *= alpha0;
-            st.acc[j][1] *= alpha1;
-            st.acc[j][2] *= alpha0;
-            st.acc[j][3] *= alpha1;
-        }
-    }
+    decode_tile_softmax<HEAD_DIM, KV>(st, s, valid_tokens, scale_log2, t, p);
 
 #pragma unroll
     for (int b = 0; b < NB; b++) {
@@ -288,8 +295,9 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
-                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r,
+                                     stage_v + lrow_off[b] +
+                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens
@@ -308,8 +316,9 @@ __device__ __forceinline__ void decode_tile(WarpState<HEAD_DIM> &st, uint32_t st
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 16; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r, stage_v + lrow_off[b] +
-                                            swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r,
+                                     stage_v + lrow_off[b] +
+                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
                 const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
                 ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
             }
@@ -326,9 +335,9 @@ template <bool FP8> __device__ __forceinline__ int acc_dim(int j, int e, int g) 
 // End of a segment: o = O / l * v_scale and lse2 = m + log2(l) per head, written to the output
 // (natural-log LSE) or, for a pair cut over several warps, to its partial slot.
 template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void state_finish(const WarpState<HEAD_DIM> &st, const Cursor &c,
-                                             const DecodeArgs &a, int lane) {
-    constexpr bool fp8 = DecodeShape<HEAD_DIM, KV>::is_fp8;
+__device__ __forceinline__ void state_finish(const warp_state<HEAD_DIM> &st, const decode_cursor &c,
+                                             const decode_args &a, int lane) {
+    constexpr bool fp8 = decode_shape<HEAD_DIM, KV>::is_fp8;
     const int g = lane >> 2, t = lane & 3;
     float l = st.l + __shfl_xor_sync(0xffffffffu, st.l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -367,19 +376,19 @@ __device__ __forceinline__ void state_finish(const WarpState<HEAD_DIM> &st, cons
 // buffers: while it computes tile i, tiles i+1 .. i+stages-2 are in flight and the page-table
 // reads of tile i+stages-1 are pending. The stream runs on across segment boundaries.
 template <int HEAD_DIM, typename KV, typename QT>
-__global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArgs a) {
-    using S = DecodeShape<HEAD_DIM, KV>;
+__global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const decode_args a) {
+    using S = decode_shape<HEAD_DIM, KV>;
     extern __shared__ __align__(128) uint8_t smem[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int worker = blockIdx.x * kWarps + warp;
     if (worker >= a.num_workers) return;
     const uint32_t ring = ap_smem_addr(smem + warp * S::warp_smem);
 
-    Cursor load;
+    decode_cursor load;
     load.seg = __ldg(a.worker_indptr + worker);
     load.seg_stop = __ldg(a.worker_indptr + worker + 1);
     cursor_enter(load, a);
-    Cursor comp = load;
+    decode_cursor comp = load;
 
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
@@ -388,10 +397,10 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
         cursor_next<S::tile>(load, a);
     }
 
-    WarpState<HEAD_DIM> st;
+    warp_state<HEAD_DIM> st;
     int stage = 0;
     while (comp.seg < comp.seg_stop) {
-        const TileSlots<S> next = tile_slots<S>(load, a, lane);
+        const tile_rows<S> next = tile_slots<S>(load, a, lane);
         if (comp.pos == comp.begin) state_begin<HEAD_DIM, KV, QT>(st, comp, a, lane);
         ap_cp_async_wait<S::stages - 2>();
         __syncwarp();
@@ -409,18 +418,18 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const DecodeArg
     ap_cp_async_wait<0>();
 }
 
-typedef void (*DecodeKernel)(const DecodeArgs);
+typedef void (*decode_kernel_fn)(const decode_args);
 
-struct DecodeVariant {
-    DecodeKernel kernel;
+struct decode_kernel_info {
+    decode_kernel_fn kernel;
     int smem_bytes;
 };
 
-template <int HEAD_DIM, typename KV, typename QT> DecodeVariant decode_variant() {
-    return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * DecodeShape<HEAD_DIM, KV>::warp_smem};
+template <int HEAD_DIM, typename KV, typename QT> decode_kernel_info decode_variant() {
+    return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * decode_shape<HEAD_DIM, KV>::warp_smem};
 }
 
-template <int HEAD_DIM> DecodeVariant decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
+template <int HEAD_DIM> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
     if (kv_dtype == AP_DTYPE_FP8_E4M3) {
         if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __nv_bfloat16>();
         if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __half>();
@@ -433,7 +442,7 @@ template <int HEAD_DIM> DecodeVariant decode_variant_for(ap_dtype q_dtype, ap_dt
 }
 
 // The small dispatch: the only place that instantiates kernels.
-DecodeVariant decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
     switch (head_dim) {
         case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
         case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
@@ -442,26 +451,18 @@ DecodeVariant decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dt
     }
 }
 
-int log2_exact(int32_t x) {
-    int n = 0;
-    while ((1 << n) < x) n++;
-    return (1 << n) == x ? n : -1;
-}
-
 } // namespace
 
 extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
                                             int32_t sm_count, int32_t *out, ap_msgbuf *msg) {
     *out = 0;
-    DecodeVariant v = decode_dispatch(head_dim, q_dtype, kv_dtype);
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype);
     if (v.kernel == NULL) {
         ap_msgbuf_add(msg, FIL_WHO ": no kernel for head_dim %d, q dtype %d, kv dtype %d", head_dim,
                       (int)q_dtype, (int)kv_dtype);
         return AP_ERR_UNSUPPORTED;
     }
-    ap_status status = ap_cuda_status(
-        cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem_bytes),
-        FIL_WHO, "cudaFuncSetAttribute(max dynamic shared memory)", msg);
+    ap_status status = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, FIL_WHO, msg);
     if (status != AP_OK) return status;
     int blocks = 0;
     status = ap_cuda_status(
@@ -480,8 +481,8 @@ extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, 
 extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan,
                                     void *stream, ap_msgbuf *msg) {
     const fil_paged_kv *kv = &params->kv;
-    DecodeVariant v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
-    const int log2_page = log2_exact(kv->page_size);
+    decode_kernel_info v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
+    const int log2_page = ap_page_shift(kv->page_size);
     const int group = kv->num_kv_heads > 0 ? params->num_qo_heads / kv->num_kv_heads : 0;
     if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
         group * kv->num_kv_heads != params->num_qo_heads) {
@@ -493,7 +494,7 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     }
     if (plan->num_workers == 0) return AP_OK;
     const bool fp8 = kv->kv_dtype == AP_DTYPE_FP8_E4M3;
-    DecodeArgs a;
+    decode_args a;
     a.q = params->q;
     a.out = params->out;
     a.lse = params->lse;
@@ -511,13 +512,23 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     a.num_kv_heads = kv->num_kv_heads;
     a.group = group;
     a.log2_page_size = log2_page;
-    a.scale_log2 = params->sm_scale * 1.4426950408889634f * (fp8 ? kv->k_scale : 1.f);
+    a.scale_log2 = params->sm_scale * ap_log2e * (fp8 ? kv->k_scale : 1.f);
     a.v_scale = fp8 ? kv->v_scale : 1.f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int blocks = (plan->num_workers + kWarps - 1) / kWarps;
     v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);
     ap_status status = ap_cuda_launch_status(FIL_WHO, "fil_decode_kernel", msg);
     if (status != AP_OK || plan->num_merges == 0) return status;
-    return fil_decode_merge_run(plan, params->q_dtype, group, kv->head_dim, params->num_qo_heads,
-                                params->out, params->lse, stream, msg);
+    ap_kit_merge_args merge;
+    merge.merges = plan->merges;
+    merge.num_merges = plan->num_merges;
+    merge.partial_out = plan->partial_out;
+    merge.partial_lse = plan->partial_lse;
+    merge.out_dtype = params->q_dtype;
+    merge.group = group;
+    merge.head_dim = kv->head_dim;
+    merge.num_qo_heads = params->num_qo_heads;
+    merge.out = params->out;
+    merge.lse = params->lse;
+    return ap_kit_merge_states_run(&merge, stream, FIL_WHO, msg);
 }

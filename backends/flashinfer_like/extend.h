@@ -25,11 +25,14 @@ typedef struct fil_extend_plan_args {
     int32_t num_qo_heads;
     int32_t num_kv_heads;
     int32_t causal;
-    int32_t tile_rows;   /* packed query rows per CTA: 0 picks the built one (benchmark builds
+    int32_t tile_rows;      /* packed query rows per CTA: 0 picks the built one (benchmark builds
                           * offer more) */
-    void *host_scratch;  /* buffer_bytes of host memory (pageable is fine) */
-    void *device_buffer; /* buffer_bytes of device memory, 16-byte aligned: the work list */
-    size_t buffer_bytes; /* at least fil_extend_plan_bytes() for this model */
+    void *host_scratch;     /* buffer_bytes of host memory (pageable is fine) */
+    void *device_buffer;    /* buffer_bytes of device memory, 16-byte aligned: the work list */
+    size_t buffer_bytes;    /* at least fil_extend_plan_bytes() for this model */
+    int32_t caller_uploads; /* 1: no copy here; the caller moves host_scratch's first
+                             * num_items * 16 bytes and sets plan->items (the plugin: with its
+                             * plan buffer, one copy per batch) */
 } fil_extend_plan_args;
 
 /* The work list of one batch, shared by every layer: one item per (sequence, query tile), the
@@ -56,9 +59,9 @@ ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype k
 size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
                              int32_t num_qo_heads, int32_t num_kv_heads);
 
-/* Builds the work list from the host mirrors, checks the batch arrays (AP_ERR_SHAPE_MISMATCH
- * with a message naming the sequence), and copies the list to device_buffer on `stream` (a
- * cudaStream_t or NULL). host_scratch may be reused as soon as this returns when it is pageable;
+/* Builds the work list from the host mirrors of a batch that passed ap_kit_batch_check (kit.h)
+ * and copies it to device_buffer on `stream` (a cudaStream_t or NULL); AP_ERR_UNSUPPORTED for a
+ * sequence past the kernel's int32 positions. host_scratch may be reused as soon as this returns when it is pageable;
  * when it is pinned, only after `stream` has passed this point. */
 ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg);

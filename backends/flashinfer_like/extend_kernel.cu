@@ -5,17 +5,21 @@
 #include <cuda_runtime.h>
 #include <limits.h>
 #include <math.h>
-#include <stdlib.h>
 
 #include <atomic>
 #include <type_traits>
 
 #include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
+#include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
 #include "extend.h"
 #include "extend_internal.h"
+
+#define FIL_WHO FIL_NAME ": extend"
 
 namespace {
 
@@ -68,10 +72,9 @@ struct extend_cta {
     int rows_used; // tile_tokens * group
 };
 
-// Shared-memory tiles hold rows of 16-bit elements in 16-byte chunks; chunk c of row r sits at
-// c ^ (r % 8), so the 8 rows an ldmatrix phase reads hit 8 different bank groups.
+// Byte offset of chunk `chunk` of row `row` in a tile of D 16-bit elements a row (swizzle.cuh).
 template <int D> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
-    return static_cast<uint32_t>(row * (D * 2) + ((chunk ^ (row & 7)) << 4));
+    return static_cast<uint32_t>(row * (D * 2) + (ap_swizzle<D * 2 / 16>(row, chunk) << 4));
 }
 
 // An operand whose lane reads chunk 2kk + c of row r + 16i (r % 8 = lane % 8, c in {0, 1})
@@ -538,70 +541,24 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
 template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS = kDefaultOpts>
 ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
     constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
-    // The shared-memory opt-in is per device and kernel: set it once for each device seen.
     static std::atomic<uint64_t> devices_ready{0};
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    const uint64_t bit = device < 64 ? 1ull << device : 0;
-    if (err == cudaSuccess && (bit == 0 || !(devices_ready.load() & bit))) {
-        err = cudaFuncSetAttribute(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (err == cudaSuccess) devices_ready.fetch_or(bit);
-    }
-    if (err != cudaSuccess) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: cannot allow %zu bytes of shared memory: %s",
-                      smem, cudaGetErrorString(err));
-        return AP_ERR_CUDA;
-    }
+    ap_status st = ap_cuda_smem_optin_once(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
+                                           smem, devices_ready, FIL_WHO, msg);
+    if (st != AP_OK) return st;
     fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS><<<num_blocks, kThreads, smem, stream>>>(a);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: launch failed (head_dim %d): %s", D,
-                      cudaGetErrorString(err));
-        return AP_ERR_CUDA;
-    }
-    return AP_OK;
+    return ap_cuda_launch_status(FIL_WHO, "fil_extend_kernel", msg);
 }
-
-#ifdef FIL_EXTEND_VARIANTS
-// Benchmark builds: FIL_EXTEND_VARIANT picks other kernel options for bf16 head dim 128 (same
-// 128-row tiling): 4 is the previous default (no kernel options), 5 adds kAlwaysRescale.
-template <typename QT, typename KVT>
-bool extend_variant(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg,
-                    ap_status *st) {
-    const char *env = getenv("FIL_EXTEND_VARIANT");
-    const int variant = env ? atoi(env) : 0;
-    if constexpr (std::is_same<QT, __nv_bfloat16>::value && std::is_same<KVT, QT>::value) {
-        if (variant == 4) {
-            *st = extend_launch<128, 2, 64, 2, QT, KVT, 0>(a, num_blocks, stream, msg);
-            return true;
-        }
-        if (variant == 5) {
-            *st = extend_launch<128, 2, 64, 2, QT, KVT, kPagesEarly | kAlwaysRescale>(a, num_blocks,
-                                                                                      stream, msg);
-            return true;
-        }
-    }
-    return false;
-}
-#endif
 
 template <typename QT, typename KVT>
 ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cudaStream_t stream,
                           ap_msgbuf *msg) {
     switch (head_dim) {
         case 64: return extend_launch<64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        case 128: {
-#ifdef FIL_EXTEND_VARIANTS
-            ap_status st;
-            if (extend_variant<QT, KVT>(a, num_blocks, stream, msg, &st)) return st;
-#endif
-            return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        }
+        case 128: return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
         case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
         default: break;
     }
-    ap_msgbuf_add(msg, "flashinfer_like extend: head_dim %d is not built", head_dim);
+    ap_msgbuf_add(msg, FIL_WHO ": head_dim %d is not built", head_dim);
     return AP_ERR_UNSUPPORTED;
 }
 
@@ -620,10 +577,15 @@ extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_row
     return tile_rows != 0 && tile_rows == fil_extend_default_tile_rows(head_dim);
 }
 
-extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
-                                    void *stream, ap_msgbuf *msg) {
+namespace {
+
+// Checks a call against its plan and builds the kernel's arguments: AP_OK with *num_blocks 0
+// when there is nothing to compute.
+ap_status extend_prepare(const fil_attn_params *p, const fil_extend_plan *plan, extend_args *out,
+                         int *num_blocks, ap_msgbuf *msg) {
+    *num_blocks = 0;
     if (p == NULL || plan == NULL) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: NULL params or plan");
+        ap_msgbuf_add(msg, FIL_WHO ": NULL params or plan");
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st =
@@ -634,27 +596,27 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
         plan->num_kv_heads != p->kv.num_kv_heads || plan->causal != (p->causal != 0) ||
         !fil_extend_tile_rows_built(plan->head_dim, plan->tile_rows)) {
         ap_msgbuf_add(msg,
-                      "flashinfer_like extend: the plan (head_dim %d, heads %d/%d, causal %d) "
-                      "does not match the call (head_dim %d, heads %d/%d, causal %d)",
+                      FIL_WHO ": the plan (head_dim %d, heads %d/%d, causal %d) "
+                              "does not match the call (head_dim %d, heads %d/%d, causal %d)",
                       plan->head_dim, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
                       p->kv.head_dim, p->num_qo_heads, p->kv.num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
     }
     if (plan->num_items == 0) return AP_OK;
     if ((int64_t)plan->num_items * p->kv.num_kv_heads > INT_MAX) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: %d work items x %d KV heads is too many CTAs",
+        ap_msgbuf_add(msg, FIL_WHO ": %d work items x %d KV heads is too many CTAs",
                       plan->num_items, p->kv.num_kv_heads);
         return AP_ERR_UNSUPPORTED;
     }
     if (p->q == NULL || p->out == NULL || p->kv.k_pages == NULL || p->kv.v_pages == NULL ||
         p->qo_indptr == NULL || p->kv.kv_page_indptr == NULL || p->kv.kv_page_indices == NULL ||
         p->kv.kv_last_page_len == NULL) {
-        ap_msgbuf_add(msg, "flashinfer_like extend: a tensor or batch array is NULL");
+        ap_msgbuf_add(msg, FIL_WHO ": a tensor or batch array is NULL");
         return AP_ERR_INVALID_ARGUMENT;
     }
 
     const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
-    extend_args a;
+    extend_args &a = *out;
     a.q = p->q;
     a.out = p->out;
     a.lse = p->lse;
@@ -669,14 +631,25 @@ extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_p
     a.num_kv_heads = p->kv.num_kv_heads;
     a.group = p->num_qo_heads / p->kv.num_kv_heads;
     a.page_size = p->kv.page_size;
-    a.page_shift =
-        (p->kv.page_size & (p->kv.page_size - 1)) == 0 ? __builtin_ctz(p->kv.page_size) : -1;
+    a.page_shift = ap_page_shift(p->kv.page_size);
     a.tile_tokens = plan->tile_tokens;
     a.causal = p->causal != 0;
-    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * 1.4426950408889634f;
+    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * ap_log2e;
     a.v_scale = fp8 ? p->kv.v_scale : 1.f;
 
-    const int num_blocks = plan->num_items * p->kv.num_kv_heads;
+    *num_blocks = plan->num_items * p->kv.num_kv_heads;
+    return AP_OK;
+}
+
+} // namespace
+
+extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    extend_args a;
+    int num_blocks = 0;
+    ap_status st = extend_prepare(p, plan, &a, &num_blocks, msg);
+    if (st != AP_OK || num_blocks == 0) return st;
+    const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
     const int d = p->kv.head_dim;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->q_dtype == AP_DTYPE_BF16)

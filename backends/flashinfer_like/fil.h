@@ -2,11 +2,17 @@
 #ifndef AP_FIL_H
 #define AP_FIL_H
 
+#include "backends/common/kit.h"
+#include "fil_limits.h"
 #include "plugin_api.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Every message starts with the backend's name, once, then the step:
+ * "flashinfer_like: decode: ...". */
+#define FIL_NAME "flashinfer_like"
 
 /* The paged KV cache as the kernels read it (layout NHD, see plugin_api.h). */
 typedef struct fil_paged_kv {
@@ -47,7 +53,6 @@ typedef struct fil_attn_params {
 
 #define FIL_DECODE_TILE 16 /* the planner's unit: segments start on multiples of it */
 #define FIL_DECODE_WARPS 4 /* warps per CTA; each warp is an independent worker */
-#define FIL_MAX_GROUP 8    /* query heads per KV head the decode kernel serves */
 
 /* One segment: tokens [begin, end) of sequence `seq` under KV head `kv_head`. */
 typedef struct fil_decode_seg {
@@ -57,24 +62,16 @@ typedef struct fil_decode_seg {
     int32_t end;
 } fil_decode_seg;
 
-/* One (sequence, KV head) pair cut into several segments: its partials [first, end). */
-typedef struct fil_decode_merge {
-    int32_t seq;
-    int32_t kv_head;
-    int32_t first_partial;
-    int32_t end_partial;
-} fil_decode_merge;
-
 /* The decode work list of one batch (device arrays) and the workspace of its partial states. */
 typedef struct fil_decode_plan {
-    int32_t num_workers;            /* warps with work; 0: nothing to do */
-    int32_t num_merges;             /* pairs that need the merge kernel */
-    const int32_t *worker_indptr;   /* [num_workers + 1] into segs */
-    const fil_decode_seg *segs;     /* worker w runs segs[worker_indptr[w] .. [w+1]) in order */
-    const int32_t *seg_partial;     /* per seg: its partial slot, or -1 to write out directly */
-    const fil_decode_merge *merges; /* [num_merges] */
-    float *partial_out;             /* [slots][group][head_dim]: normalised, v_scale applied */
-    float *partial_lse;             /* [slots][group]: base-2 log-sum-exp of the scaled logits */
+    int32_t num_workers;          /* warps with work; 0: nothing to do */
+    int32_t num_merges;           /* pairs that need the merge kernel */
+    const int32_t *worker_indptr; /* [num_workers + 1] into segs */
+    const fil_decode_seg *segs;   /* worker w runs segs[worker_indptr[w] .. [w+1]) in order */
+    const int32_t *seg_partial;   /* per seg: its partial slot, or -1 to write out directly */
+    const ap_kit_merge *merges;   /* [num_merges]: pairs cut over several warps */
+    float *partial_out;           /* [slots][group][head_dim]: normalised, v_scale applied */
+    float *partial_lse;           /* [slots][group]: base-2 log-sum-exp of the scaled logits */
 } fil_decode_plan;
 
 /* Warps that run at once on `sm_count` SMs for this shape (the planner's budget), after raising
@@ -87,35 +84,6 @@ ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv
  * plan->num_merges > 0. Query token i belongs to sequence i; q, out and lse are dense. */
 ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan, void *stream,
                          ap_msgbuf *msg);
-
-/* Combines the partial states of plan->merges into out and lse (decode_merge.cu); called by
- * fil_decode_run after the decode kernel. */
-ap_status fil_decode_merge_run(const fil_decode_plan *plan, ap_dtype out_dtype, int32_t group,
-                               int32_t head_dim, int32_t num_qo_heads, void *out, float *lse,
-                               void *stream, ap_msgbuf *msg);
-
-/* ---------------------------------------------------------------------------------------------
- * KV append (append.cu): the new tokens' K and V written into their cache slots.
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct fil_append_params {
-    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
-    const void *v; /*   aligned; strides of the first two dims in elements below */
-    int64_t k_stride_token, k_stride_head;
-    int64_t v_stride_token, v_stride_head;
-    ap_dtype in_dtype; /* BF16 or F16 */
-    void *k_pages;     /* NHD cache of kv_dtype (see fil_paged_kv) */
-    void *v_pages;
-    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
-    int32_t num_kv_heads;
-    int32_t head_dim;
-    float k_scale;
-    float v_scale;
-    const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
-    int32_t num_tokens;
-} fil_append_params;
-
-ap_status fil_append_run(const fil_append_params *params, void *stream, ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
  * The append_kv/1 hook (append_rope.cu): RoPE on q and k, k and v quantized into their cache
@@ -150,24 +118,6 @@ typedef struct fil_append_rope_params {
 } fil_append_rope_params;
 
 ap_status fil_append_rope_run(const fil_append_rope_params *params, void *stream, ap_msgbuf *msg);
-
-/* ---------------------------------------------------------------------------------------------
- * The CUDA runtime for the C glue (runtime.cu), so the C files need no CUDA header. Streams and
- * events are opaque pointers. Failures return AP_ERR_CUDA / AP_ERR_OUT_OF_MEMORY with the
- * runtime's message.
- * ------------------------------------------------------------------------------------------- */
-
-ap_status fil_rt_set_device(int32_t ordinal, ap_msgbuf *msg);
-ap_status fil_rt_device_alloc(size_t bytes, void **out, ap_msgbuf *msg);
-void fil_rt_device_free(void *ptr);
-ap_status fil_rt_pinned_alloc(size_t bytes, void **out, ap_msgbuf *msg);
-void fil_rt_pinned_free(void *ptr);
-ap_status fil_rt_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
-                                ap_msgbuf *msg);
-ap_status fil_rt_event_create(void **out, ap_msgbuf *msg);
-void fil_rt_event_destroy(void *event);
-ap_status fil_rt_event_record(void *event, void *stream, ap_msgbuf *msg);
-ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg); /* blocks the host until it passed */
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,6 @@
 #include "extend.h"
 #include "fil.h"
 
-#define FIL_NAME "flashinfer_like"
 #define FIL_DECODE_MIN_TILES 8 /* fewest KV tiles a decode worker gets when splitting */
 
 /* The plan of the batch last given to init_metadata. Device arrays live in the instance's plan
@@ -32,19 +31,11 @@ struct ap_backend {
     int32_t split_kv;       /* 1: decode splits long sequences over several warps */
     int32_t max_workers;    /* decode warps resident at once on the whole GPU */
     int32_t target_workers; /* decode warps the split aims for (decode_warps_per_sm * SMs) */
-    /* the batch plan: built in plan_host (pinned), copied to plan_dev once per batch */
-    void *plan_host;
-    void *plan_dev;
-    size_t plan_bytes;
-    void *plan_copied; /* event: the last copy out of plan_host has finished */
-    int plan_copy_pending;
+    ap_kit_plan_buffer plan_buffer; /* the batch plan (decode split, slots, extend items): one
+                                    * copy per batch */
     /* decode partial states */
     float *partial_out;
     float *partial_lse;
-    /* extend's plan buffers (extend.h) */
-    void *extend_host;
-    void *extend_dev;
-    size_t extend_bytes;
     fil_batch_plan plan;
 };
 

@@ -1,6 +1,7 @@
 /* plan.c: init_metadata: check a batch, plan split-KV decode and the KV append, copy it once. */
 #include <limits.h>
 
+#include "extend_internal.h"
 #include "glue.h"
 
 static size_t fil_align16(size_t n) {
@@ -9,7 +10,7 @@ static size_t fil_align16(size_t n) {
 
 /* Upper bounds of the plan arrays for this model's largest batch (see fil_decode_split). */
 typedef struct fil_plan_sizes {
-    size_t workers, segs, merges, tokens;
+    size_t workers, segs, merges, tokens, extend_bytes;
 } fil_plan_sizes;
 
 static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
@@ -19,13 +20,16 @@ static fil_plan_sizes fil_plan_bounds(const ap_model *m, int32_t max_workers) {
     s.segs = s.workers;
     s.merges = pairs;
     s.tokens = (size_t)m->max_tokens;
+    s.extend_bytes = fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk,
+                                           m->num_qo_heads, m->num_kv_heads);
     return s;
 }
 
 /* The arrays one after the other, each 16-byte aligned: indptr, segs, seg_partial, merges,
- * slots. The same layout serves the bounds (capacity) and the actual counts (the copy). */
+ * slots, extend's work items. The same layout serves the bounds (capacity) and the actual counts
+ * (the batch's one copy). */
 typedef struct fil_plan_layout {
-    size_t indptr, segs, seg_partial, merges, slots, end;
+    size_t indptr, segs, seg_partial, merges, slots, items, end;
 } fil_plan_layout;
 
 static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
@@ -34,8 +38,9 @@ static fil_plan_layout fil_layout_of(fil_plan_sizes s) {
     l.segs = fil_align16((s.workers + 1) * sizeof(int32_t));
     l.seg_partial = l.segs + fil_align16(s.segs * sizeof(fil_decode_seg));
     l.merges = l.seg_partial + fil_align16(s.segs * sizeof(int32_t));
-    l.slots = l.merges + fil_align16(s.merges * sizeof(fil_decode_merge));
-    l.end = l.slots + fil_align16(s.tokens * sizeof(int32_t));
+    l.slots = l.merges + fil_align16(s.merges * sizeof(ap_kit_merge));
+    l.items = l.slots + fil_align16(s.tokens * sizeof(int32_t));
+    l.end = l.items + fil_align16(s.extend_bytes);
     return l;
 }
 
@@ -43,115 +48,24 @@ size_t fil_plan_capacity(const ap_model *model, int32_t max_workers) {
     return fil_layout_of(fil_plan_bounds(model, max_workers)).end;
 }
 
-/* ---- checks of the batch's host mirrors ----------------------------------------------------- */
+/* ---- the batch's own limits (the kit checked the batch rules) -------------------------------- */
 
-static ap_status fil_batch_check_arrays(const ap_backend *b, const ap_batch *batch,
-                                        ap_msgbuf *msg) {
-    if (batch->struct_size < sizeof(ap_batch)) {
-        ap_msgbuf_add(msg, FIL_NAME ": ap_batch struct_size %zu < %zu", batch->struct_size,
-                      sizeof(ap_batch));
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (batch->mode != AP_MODE_DECODE && batch->mode != AP_MODE_EXTEND) {
-        ap_msgbuf_add(msg, FIL_NAME ": unknown batch mode %d", (int)batch->mode);
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    /* ABI 1.1's ragged K/V source: keys from args.k/v rows, which these kernels do not read */
-    if (AP_HAS_FIELD(batch, ap_batch, kv_causal) && batch->kv_indptr != NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": the ragged K/V source (batch.kv_indptr) is not "
-                                    "implemented: keys come from the paged cache only");
-        return AP_ERR_UNSUPPORTED;
-    }
-    if (batch->num_seqs < 0 || batch->num_seqs > b->model.max_batch || batch->num_tokens < 0 ||
-        batch->num_tokens > b->model.max_tokens) {
-        ap_msgbuf_add(msg,
-                      FIL_NAME ": %d sequences and %d tokens exceed the model's limits "
-                               "(%d sequences, %d tokens)",
-                      batch->num_seqs, batch->num_tokens, b->model.max_batch, b->model.max_tokens);
-        return AP_ERR_SHAPE_MISMATCH;
-    }
-    if (batch->qo_indptr_host == NULL || batch->kv_page_indptr_host == NULL ||
-        batch->kv_page_indices_host == NULL || batch->kv_last_page_len_host == NULL ||
-        batch->seq_lens_host == NULL || batch->qo_indptr == NULL || batch->kv_page_indptr == NULL ||
-        batch->kv_page_indices == NULL || batch->kv_last_page_len == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": the batch needs qo_indptr, the page arrays (device and "
-                                    "host mirrors) and seq_lens_host");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    const int32_t *qo = batch->qo_indptr_host;
-    const int32_t *pages = batch->kv_page_indptr_host;
-    if (qo[0] != 0 || qo[batch->num_seqs] != batch->num_tokens || pages[0] != 0 ||
-        pages[batch->num_seqs] != batch->num_pages_total || batch->num_pages_total < 0) {
-        ap_msgbuf_add(msg,
-                      FIL_NAME ": qo_indptr must run from 0 to num_tokens %d and "
-                               "kv_page_indptr from 0 to num_pages_total %d",
-                      batch->num_tokens, batch->num_pages_total);
-        return AP_ERR_SHAPE_MISMATCH;
-    }
-    return AP_OK;
-}
-
-/* Per sequence: q_len >= 0 (exactly 1 in decode), seq_len >= q_len, and the pages hold seq_len:
- * (pages - 1) * page_size + last_page_len == seq_len, or no page for an empty sequence. */
-static ap_status fil_batch_check_seqs(const ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
-    const int32_t ps = b->model.page_size;
-    for (int32_t i = 0; i < batch->num_seqs; i++) {
-        /* compared before subtracting: a difference that wraps would pass as >= 0, and the
-         * slots and page reads below would follow it outside the arrays */
-        if (batch->qo_indptr_host[i + 1] < batch->qo_indptr_host[i] ||
-            batch->kv_page_indptr_host[i + 1] < batch->kv_page_indptr_host[i]) {
-            ap_msgbuf_add(msg, FIL_NAME ": qo_indptr or kv_page_indptr decreases at sequence %d",
-                          i);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        int32_t q_len = batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
+/* The decode kernel's int32 token cursor steps up to 2 tiles past a position. */
+static ap_status fil_batch_check_limits(const ap_batch *batch, ap_msgbuf *msg) {
+    for (int32_t i = 0; batch->mode == AP_MODE_DECODE && i < batch->num_seqs; i++) {
         int32_t seq_len = batch->seq_lens_host[i];
-        int32_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
-        int32_t last = batch->kv_last_page_len_host[i];
-        if (q_len < 0 || (batch->mode == AP_MODE_DECODE && q_len != 1) || seq_len < q_len) {
-            ap_msgbuf_add(msg, FIL_NAME ": sequence %d has %d new tokens and seq_len %d%s", i,
-                          q_len, seq_len,
-                          batch->mode == AP_MODE_DECODE ? " (decode needs exactly 1 new)" : "");
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        /* the decode kernel's int32 token cursor steps up to 2 tiles past a position */
-        if (batch->mode == AP_MODE_DECODE && seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
+        if (seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
             ap_msgbuf_add(msg, FIL_NAME ": sequence %d: decode serves at most %d tokens, not %d", i,
                           INT32_MAX - 2 * FIL_DECODE_TILE, seq_len);
             return AP_ERR_UNSUPPORTED;
         }
-        int ok = pages >= 0 && (pages == 0 ? seq_len == 0
-                                           : last >= 1 && last <= ps &&
-                                                 (int64_t)(pages - 1) * ps + last == seq_len);
-        if (!ok) {
-            ap_msgbuf_add(msg,
-                          FIL_NAME ": sequence %d: %d pages of %d with last_page_len %d do "
-                                   "not hold seq_len %d",
-                          i, pages, ps, last, seq_len);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
     }
     return AP_OK;
 }
 
-/* The largest page index (checked against each layer's cache in the forward calls) and the
- * slot of every new token: page * page_size + offset of position seq_len - q_len + j. */
-static ap_status fil_plan_slots(ap_backend *b, const ap_batch *batch, int32_t *slots,
-                                ap_msgbuf *msg) {
+/* The slot of every new token: page * page_size + offset of position seq_len - q_len + j. */
+static void fil_plan_slots(const ap_backend *b, const ap_batch *batch, int32_t *slots) {
     const int32_t ps = b->model.page_size;
-    int32_t max_page = -1;
-    for (int32_t p = 0; p < batch->num_pages_total; p++) {
-        int32_t page = batch->kv_page_indices_host[p];
-        if (page < 0 || (int64_t)page * ps + ps - 1 > INT32_MAX) {
-            ap_msgbuf_add(msg,
-                          FIL_NAME ": page index %d (entry %d) is negative or its slots pass "
-                                   "2^31",
-                          page, p);
-            return AP_ERR_SHAPE_MISMATCH;
-        }
-        if (page > max_page) max_page = page;
-    }
-    b->plan.max_page_index = max_page;
     for (int32_t i = 0; i < batch->num_seqs; i++) {
         const int32_t *seq_pages = batch->kv_page_indices_host + batch->kv_page_indptr_host[i];
         int32_t q0 = batch->qo_indptr_host[i], q_len = batch->qo_indptr_host[i + 1] - q0;
@@ -161,7 +75,6 @@ static ap_status fil_plan_slots(ap_backend *b, const ap_batch *batch, int32_t *s
             slots[q0 + j] = seq_pages[pos / ps] * ps + pos % ps;
         }
     }
-    return AP_OK;
 }
 
 /* ---- split-KV decode ------------------------------------------------------------------------ */
@@ -170,7 +83,7 @@ typedef struct fil_split {
     int32_t *indptr;
     fil_decode_seg *segs;
     int32_t *seg_partial;
-    fil_decode_merge *merges;
+    ap_kit_merge *merges;
     int32_t num_workers, num_segs, num_merges, num_partials;
 } fil_split;
 
@@ -216,8 +129,8 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
         }
         if (k == 1) continue;
         for (int32_t h = 0; h < hk; h++)
-            s->merges[s->num_merges++] = (fil_decode_merge){i, h, first_partial + (int32_t)(h * k),
-                                                            first_partial + (int32_t)((h + 1) * k)};
+            s->merges[s->num_merges++] = (ap_kit_merge){i, h, first_partial + (int32_t)(h * k),
+                                                        first_partial + (int32_t)((h + 1) * k)};
         s->num_partials += (int32_t)(hk * k);
     }
     if (s->num_partials > 2 * b->max_workers) {
@@ -230,8 +143,10 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
 
 /* ---- the plan of one batch ------------------------------------------------------------------ */
 
-static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *stream,
-                                 ap_msgbuf *msg) {
+/* Extend's work list, written into the plan buffer at its capacity offset; the batch's one copy
+ * moves it with the rest, and fil_plan_batch points the plan at its device place. */
+static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *items_host,
+                                 size_t items_bytes, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     fil_extend_plan_args args = {
         .num_seqs = batch->num_seqs,
@@ -244,11 +159,12 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *str
         .num_kv_heads = m->num_kv_heads,
         .causal = m->causal,
         .tile_rows = 0,
-        .host_scratch = b->extend_host,
-        .device_buffer = b->extend_dev,
-        .buffer_bytes = b->extend_bytes,
+        .host_scratch = items_host,
+        .device_buffer = NULL,
+        .buffer_bytes = items_bytes,
+        .caller_uploads = 1,
     };
-    return fil_extend_plan_build(&args, stream, &b->plan.extend, msg);
+    return fil_extend_plan_build(&args, NULL, &b->plan.extend, msg);
 }
 
 /* Moves the arrays planned at their capacity offsets down to the compact layout of `used`, so
@@ -257,30 +173,33 @@ static void fil_plan_compact(char *base, fil_plan_layout from, fil_plan_layout t
                              fil_plan_sizes used) {
     memmove(base + to.segs, base + from.segs, used.segs * sizeof(fil_decode_seg));
     memmove(base + to.seg_partial, base + from.seg_partial, used.segs * sizeof(int32_t));
-    memmove(base + to.merges, base + from.merges, used.merges * sizeof(fil_decode_merge));
+    memmove(base + to.merges, base + from.merges, used.merges * sizeof(ap_kit_merge));
     memmove(base + to.slots, base + from.slots, used.tokens * sizeof(int32_t));
+    memmove(base + to.items, base + from.items, used.extend_bytes);
 }
 
 ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg) {
     b->plan.ready = 0;
-    ap_status st = fil_batch_check_arrays(b, batch, msg);
-    if (st == AP_OK) st = fil_batch_check_seqs(b, batch, msg);
+    /* ABI 1.1's ragged K/V source: keys from args.k/v rows, which these kernels do not read */
+    if (AP_HAS_FIELD(batch, ap_batch, kv_causal) && batch->kv_indptr != NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": plan: the ragged K/V source (batch.kv_indptr) is not "
+                                    "implemented: keys come from the paged cache only");
+        return AP_ERR_UNSUPPORTED;
+    }
+    ap_status st = ap_kit_batch_check(batch, &b->model, &b->plan.max_page_index, FIL_NAME, msg);
+    if (st == AP_OK) st = fil_batch_check_limits(batch, msg);
     if (st != AP_OK) return st;
     /* the previous batch's copy must have left the pinned buffer before it is rewritten */
-    if (b->plan_copy_pending) {
-        st = fil_rt_event_wait(b->plan_copied, msg);
-        if (st != AP_OK) return st;
-        b->plan_copy_pending = 0;
-    }
-    char *host = b->plan_host;
-    const fil_plan_layout cap = fil_layout_of(fil_plan_bounds(&b->model, b->max_workers));
-    st = fil_plan_slots(b, batch, (int32_t *)(host + cap.slots), msg);
+    st = ap_kit_plan_buffer_begin(&b->plan_buffer, FIL_NAME, msg);
     if (st != AP_OK) return st;
+    char *host = b->plan_buffer.host;
+    const fil_plan_layout cap = fil_layout_of(fil_plan_bounds(&b->model, b->max_workers));
+    fil_plan_slots(b, batch, (int32_t *)(host + cap.slots));
 
     fil_split split = {(int32_t *)(host + cap.indptr),
                        (fil_decode_seg *)(host + cap.segs),
                        (int32_t *)(host + cap.seg_partial),
-                       (fil_decode_merge *)(host + cap.merges),
+                       (ap_kit_merge *)(host + cap.merges),
                        0,
                        0,
                        0,
@@ -289,20 +208,20 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         st = fil_decode_split(b, batch, &split, msg);
     } else {
         split.indptr[0] = 0;
-        st = fil_plan_extend(b, batch, stream, msg);
+        st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, msg);
     }
     if (st != AP_OK) return st;
 
+    const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;
     fil_plan_sizes used = {(size_t)split.num_workers, (size_t)split.num_segs,
-                           (size_t)split.num_merges, (size_t)batch->num_tokens};
+                           (size_t)split.num_merges, (size_t)batch->num_tokens,
+                           items * sizeof(fil_extend_item)};
     const fil_plan_layout lay = fil_layout_of(used);
     fil_plan_compact(host, cap, lay, used);
-    st = fil_rt_copy_to_device(b->plan_dev, host, lay.end, stream, msg);
-    if (st == AP_OK) st = fil_rt_event_record(b->plan_copied, stream, msg);
+    st = ap_kit_plan_buffer_upload(&b->plan_buffer, lay.end, stream, FIL_NAME, msg);
     if (st != AP_OK) return st;
-    b->plan_copy_pending = 1;
 
-    char *dev = b->plan_dev;
+    char *dev = b->plan_buffer.dev;
     fil_batch_plan *p = &b->plan;
     p->mode = batch->mode;
     p->num_seqs = batch->num_seqs;
@@ -312,13 +231,14 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
     p->kv_page_indices = batch->kv_page_indices;
     p->kv_last_page_len = batch->kv_last_page_len;
     p->slots = (const int32_t *)(dev + lay.slots);
+    p->extend.items = dev + lay.items;
     p->decode = (fil_decode_plan){
         .num_workers = split.num_workers,
         .num_merges = split.num_merges,
         .worker_indptr = (const int32_t *)(dev + lay.indptr),
         .segs = (const fil_decode_seg *)(dev + lay.segs),
         .seg_partial = (const int32_t *)(dev + lay.seg_partial),
-        .merges = (const fil_decode_merge *)(dev + lay.merges),
+        .merges = (const ap_kit_merge *)(dev + lay.merges),
         .partial_out = b->partial_out,
         .partial_lse = b->partial_lse,
     };

@@ -1,52 +1,20 @@
 /* plugin.c: flashinfer_like's entry: negotiation, caps, and the instance's life (create, destroy). */
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "glue.h"
 
 #define FIL_VERSION "0.1.0"
 
-#ifndef AP_CUDA_ARCHS
-#error "AP_CUDA_ARCHS (the build's GPU targets, e.g. \"90a\") must be defined by the build"
-#endif
-
 /* ---- capabilities -------------------------------------------------------------------------- */
 
-#define FIL_MAX_ARCHS 16
-static ap_arch_target fil_archs[FIL_MAX_ARCHS];
-static size_t fil_num_archs;
-static pthread_once_t fil_archs_once = PTHREAD_ONCE_INIT;
-
-/* The build's targets, "90a,90,ptx90", as caps: "90a" is sm_90a SASS, "90" sm_90 SASS and
- * "ptx90" compute_90 PTX; the same spelling meson's cuda-archs option turns into -gencode. */
-static void fil_archs_parse(void) {
-    const char *p = AP_CUDA_ARCHS;
-    while (*p != '\0' && fil_num_archs < FIL_MAX_ARCHS) {
-        ap_arch_kind kind = AP_ARCH_SASS;
-        if (strncmp(p, "ptx", 3) == 0) {
-            kind = AP_ARCH_PTX;
-            p += 3;
-        }
-        int sm = 0;
-        while (*p >= '0' && *p <= '9') sm = sm * 10 + (*p++ - '0');
-        if (*p == 'a') {
-            kind = AP_ARCH_SASS_SPECIFIC;
-            p++;
-        }
-        if (sm > 0) fil_archs[fil_num_archs++] = (ap_arch_target){sm, kind};
-        while (*p != '\0' && *p != ',') p++; /* skip anything unknown up to the next entry */
-        if (*p == ',') p++;
-    }
-}
-
-static const int32_t fil_page_sizes[] = {1, 2, 4, 8, 16, 32, 64, 128};
-static const int32_t fil_head_dims[] = {64, 128, 256};
+static const int32_t fil_page_sizes[] = {FIL_PAGE_SIZES};
+static const int32_t fil_head_dims[] = {FIL_HEAD_DIMS};
 
 static ap_caps fil_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CUDA,
-    .archs = fil_archs,
-    .num_archs = 0, /* set at negotiation from AP_CUDA_ARCHS */
+    .archs = NULL, /* the build's targets, set at negotiation (ap_kit_cuda_archs) */
+    .num_archs = 0,
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16),
     .kv_dtypes =
@@ -65,45 +33,32 @@ static ap_caps fil_caps = {
 
 static void fil_destroy(ap_backend *b) {
     if (b == NULL) return;
-    if (fil_rt_set_device(b->device_ordinal, NULL) == AP_OK && b->plan_copied != NULL)
-        fil_rt_event_wait(b->plan_copied, NULL); /* no copy may still read plan_host */
-    fil_rt_event_destroy(b->plan_copied);
-    fil_rt_pinned_free(b->plan_host);
-    fil_rt_device_free(b->plan_dev);
-    fil_rt_device_free(b->partial_out);
-    fil_rt_device_free(b->partial_lse);
-    fil_rt_device_free(b->extend_dev);
-    free(b->extend_host);
+    ap_kit_set_device(b->device_ordinal, FIL_NAME, NULL); /* the frees act on our device */
+    ap_kit_plan_buffer_free(&b->plan_buffer);
+    ap_kit_device_free(b->partial_out);
+    ap_kit_device_free(b->partial_lse);
     free(b);
 }
 
-/* Everything the largest batch needs, allocated once: the plan buffers (host pinned + device),
- * decode's partial states (at most two per worker, see plan.c) and extend's plan buffers. */
+/* Everything the largest batch needs, allocated once: the plan buffer (host pinned + device:
+ * decode's split, the append slots, extend's work items) and decode's partial states (at most
+ * two per worker, see plan.c). */
 static ap_status fil_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
-    b->plan_bytes = fil_plan_capacity(m, b->max_workers);
-    ap_status st = fil_rt_pinned_alloc(b->plan_bytes, &b->plan_host, msg);
-    if (st == AP_OK) st = fil_rt_device_alloc(b->plan_bytes, &b->plan_dev, msg);
-    if (st == AP_OK) st = fil_rt_event_create(&b->plan_copied, msg);
-    size_t partials = 2 * (size_t)b->max_workers * (size_t)b->group;
-    if (st == AP_OK)
-        st = fil_rt_device_alloc(partials * (size_t)m->head_dim_qk * sizeof(float),
-                                 (void **)&b->partial_out, msg);
-    if (st == AP_OK)
-        st = fil_rt_device_alloc(partials * sizeof(float), (void **)&b->partial_lse, msg);
-    if (st != AP_OK) return st;
-    b->extend_bytes = fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk,
-                                            m->num_qo_heads, m->num_kv_heads);
-    if (b->extend_bytes == 0) {
+    if (fil_extend_plan_bytes(m->max_tokens, m->max_batch, m->head_dim_qk, m->num_qo_heads,
+                              m->num_kv_heads) == 0) {
         ap_msgbuf_add(msg, FIL_NAME ": extend cannot plan for this model");
         return AP_ERR_UNSUPPORTED;
     }
-    b->extend_host = malloc(b->extend_bytes);
-    if (b->extend_host == NULL) {
-        ap_msgbuf_add(msg, FIL_NAME ": out of host memory (%zu bytes)", b->extend_bytes);
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    return fil_rt_device_alloc(b->extend_bytes, &b->extend_dev, msg);
+    ap_status st = ap_kit_plan_buffer_alloc(&b->plan_buffer, fil_plan_capacity(m, b->max_workers),
+                                            FIL_NAME, msg);
+    size_t partials = 2 * (size_t)b->max_workers * (size_t)b->group;
+    if (st == AP_OK)
+        st = ap_kit_device_alloc(partials * (size_t)m->head_dim_qk * sizeof(float),
+                                 (void **)&b->partial_out, FIL_NAME, msg);
+    if (st == AP_OK)
+        st = ap_kit_device_alloc(partials * sizeof(float), (void **)&b->partial_lse, FIL_NAME, msg);
+    return st;
 }
 
 static ap_status fil_create(const ap_model *model, const ap_options *options,
@@ -127,7 +82,7 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
     b->device_ordinal = device->ordinal;
     b->group = model->num_qo_heads / model->num_kv_heads;
     b->split_kv = fil_option_split_kv(options);
-    st = fil_rt_set_device(device->ordinal, msg);
+    st = ap_kit_set_device(device->ordinal, FIL_NAME, msg);
     if (st == AP_OK)
         st = fil_decode_max_workers(model->head_dim_qk, model->dtype, model->kv_dtype,
                                     device->sm_count, &b->max_workers, msg);
@@ -144,22 +99,13 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
     return AP_OK;
 }
 
-/* One page: page_size tokens x num_kv_heads x head_dim elements, for K and for V; 256-byte
- * aligned bases keep every 16-byte row chunk aligned. */
+/* An NHD page of K and of V; 256-byte aligned bases keep every 16-byte row chunk aligned. */
 static ap_status fil_get_kv_spec(ap_backend *b, ap_kv_spec *out, ap_msgbuf *msg) {
-    if (b == NULL || out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
-        ap_msgbuf_add(msg, FIL_NAME ": get_kv_spec needs an instance and an ap_kv_spec with "
-                                    "struct_size set");
+    if (b == NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": get_kv_spec without an instance");
         return AP_ERR_INVALID_ARGUMENT;
     }
-    const ap_model *m = &b->model;
-    size_t elem = m->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
-    size_t per_page = (size_t)m->page_size * (size_t)m->num_kv_heads * elem;
-    out->k_bytes_per_page = per_page * (size_t)m->head_dim_qk;
-    out->v_bytes_per_page = per_page * (size_t)m->head_dim_v;
-    out->scale_bytes_per_page = 0;
-    out->alignment = 256;
-    return AP_OK;
+    return ap_kit_kv_spec_nhd(&b->model, 256, out, FIL_NAME, msg);
 }
 
 static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *stream,
@@ -168,7 +114,7 @@ static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *s
         ap_msgbuf_add(msg, FIL_NAME ": init_metadata needs an instance and a batch");
         return AP_ERR_INVALID_ARGUMENT;
     }
-    ap_status st = fil_rt_set_device(b->device_ordinal, msg);
+    ap_status st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK) return st;
     return fil_plan_batch(b, batch, stream, msg);
 }
@@ -202,24 +148,10 @@ static const ap_descriptor fil_descriptor = {
     .vtable = &fil_vtable,
 };
 
-AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
-                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
-    if (offer == NULL || reply == NULL || offer->struct_size < sizeof(ap_negotiate_offer) ||
-        reply->struct_size < sizeof(ap_negotiate_reply)) {
-        ap_msgbuf_add(msg, FIL_NAME ": negotiation needs an offer and a reply with struct_size");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    volatile uint32_t our_minor = AP_ABI_VERSION_MINOR; /* with minor 0 the test is moot */
-    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
-        ap_msgbuf_add(msg, FIL_NAME ": built for ABI %d.%d, the core offers %u.%u",
-                      AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR, offer->core_abi_major,
-                      offer->core_abi_minor);
-        return AP_ERR_ABI_MISMATCH;
-    }
-    pthread_once(&fil_archs_once, fil_archs_parse);
-    fil_caps.num_archs = fil_num_archs;
-    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
-    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
-    reply->descriptor = &fil_descriptor;
-    return AP_OK;
+/* The caps' arch table is the build's target list, parsed once by the kit. */
+static const ap_descriptor *fil_descriptor_ready(void) {
+    fil_caps.num_archs = ap_kit_cuda_archs(&fil_caps.archs);
+    return &fil_descriptor;
 }
+
+AP_PLUGIN_DEFINE(fil_descriptor_ready())

@@ -4,12 +4,6 @@
 
 #include "glue.h"
 
-/* Page sizes the decode kernel serves: powers of two, so a position splits into page and offset
- * by a shift. Extend (extend.h) takes any page size; the intersection is what caps publish. */
-static int fil_page_size_ok(int32_t page_size) {
-    return page_size >= 1 && page_size <= 128 && (page_size & (page_size - 1)) == 0;
-}
-
 static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refused) {
     if (m->kind != AP_ATTN_MHA) {
         *refused = 1;
@@ -21,9 +15,9 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
         ap_msgbuf_add(reasons, FIL_NAME ": qk head dim %d differs from v head dim %d",
                       m->head_dim_qk, m->head_dim_v);
     }
-    if (m->head_dim_qk != 64 && m->head_dim_qk != 128 && m->head_dim_qk != 256) {
+    if (!fil_head_dim_served(m->head_dim_qk)) {
         *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": head dim %d is not 64, 128 or 256", m->head_dim_qk);
+        ap_msgbuf_add(reasons, FIL_NAME ": head dim %d is not " FIL_HEAD_DIMS_TEXT, m->head_dim_qk);
     }
     if (m->num_qo_heads <= 0 || m->num_kv_heads <= 0 || m->num_qo_heads % m->num_kv_heads != 0) {
         *refused = 1;
@@ -36,10 +30,9 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
         ap_msgbuf_add(reasons, FIL_NAME ": GQA group of %d query heads per KV head (1..%d served)",
                       m->num_qo_heads / m->num_kv_heads, FIL_MAX_GROUP);
     }
-    if (!fil_page_size_ok(m->page_size)) {
+    if (!fil_page_size_served(m->page_size)) {
         *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": page size %d is not a power of two from 1 to 128",
-                      m->page_size);
+        ap_msgbuf_add(reasons, FIL_NAME ": page size %d is not " FIL_PAGE_SIZES_TEXT, m->page_size);
     }
     if (m->max_batch <= 0 || m->max_tokens <= 0 || m->max_batch > (1 << 20) ||
         m->max_tokens > (1 << 24)) {
@@ -74,40 +67,9 @@ static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refu
                   m->kv_dtype == AP_DTYPE_NVFP4 ? " (nvfp4 is not implemented)" : "");
 }
 
-/* Decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
- * sm_89; the build targets sm_90, so anything older cannot run it anyway. */
-static void fil_validate_device(const ap_device *device, ap_msgbuf *reasons, int *refused) {
-    if (device == NULL) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": no device given");
-        return;
-    }
-    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": needs a CUDA GPU%s%s",
-                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
-        return;
-    }
-    if (device->cc_major < 9) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": compute capability %d.%d is below 9.0", device->cc_major,
-                      device->cc_minor);
-    }
-    if (device->sm_count <= 0) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": the device reports %d SMs", device->sm_count);
-    }
-}
-
 int fil_option_split_kv(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 1;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "split_kv") == 0 && kv->value != NULL &&
-            strcmp(kv->value, "off") == 0)
-            return 0;
-    }
-    return 1;
+    const char *value = ap_kit_option(options, "split_kv");
+    return value == NULL || strcmp(value, "off") != 0;
 }
 
 /* decode_warps_per_sm: how many decode warps per SM the split aims for (1..16), default 4:
@@ -122,15 +84,8 @@ static int fil_parse_warps_per_sm(const char *value) {
 }
 
 int32_t fil_option_warps_per_sm(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return FIL_DEFAULT_WARPS_PER_SM;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "decode_warps_per_sm") == 0) {
-            int n = fil_parse_warps_per_sm(kv->value);
-            if (n > 0) return n;
-        }
-    }
-    return FIL_DEFAULT_WARPS_PER_SM;
+    int n = fil_parse_warps_per_sm(ap_kit_option(options, "decode_warps_per_sm"));
+    return n > 0 ? n : FIL_DEFAULT_WARPS_PER_SM;
 }
 
 /* Backend-specific options, both tuning knobs for measurements:
@@ -186,11 +141,9 @@ ap_status fil_validate(const ap_model *model, const ap_options *options, const a
     int refused = 0;
     fil_validate_shape(model, reasons, &refused);
     fil_validate_dtypes(model, reasons, &refused);
-    fil_validate_device(device, reasons, &refused);
+    /* decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
+     * sm_89; the build targets sm_90, so anything older cannot run it anyway */
+    if (ap_kit_device_refuses(device, 9, FIL_NAME, reasons)) refused = 1;
     fil_validate_options(options, reasons, &refused);
-    if (!refused && fil_extend_check_config(model->head_dim_qk, model->dtype, model->kv_dtype,
-                                            model->num_qo_heads, model->num_kv_heads,
-                                            model->page_size, reasons) != AP_OK)
-        refused = 1;
     return refused ? AP_ERR_REFUSED : AP_OK;
 }

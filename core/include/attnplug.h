@@ -231,10 +231,8 @@ ap_status ap_config_open(const ap_config *config, ap_registry *registry, const a
 ap_status ap_config_check_backends(const ap_config *config, const ap_registry *registry);
 
 /* Names for enums, and parsing them (config, tools). */
-const char *ap_dtype_name(ap_dtype dtype); /* "bf16", "fp8_e4m3", ... */
 ap_status ap_dtype_parse(const char *name, ap_dtype *out);
 const char *ap_attn_kind_name(ap_attn_kind kind); /* "mha", "mla" */
-size_t ap_dtype_size_bits(ap_dtype dtype);        /* 32, 16, 8, 4 (nvfp4: values only) */
 
 #ifdef __cplusplus
 }

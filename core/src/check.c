@@ -277,7 +277,7 @@ static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forwar
                                     int64_t dq, int64_t dv, ap_layout q_layout, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int64_t t = instance->batch_num_tokens, hq = m->num_qo_heads;
-    DLDataType act = ap_dl_of(m->dtype);
+    DLDataType act = ap_dtype_to_dl(m->dtype);
     ap_status status =
         ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, q_layout);
     if (status == AP_OK)
@@ -297,7 +297,7 @@ static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forwar
 static DLDataType ap_kv_input_type(const ap_instance *instance, const DLTensor *t, int fp8_ok) {
     int fp8 = t != NULL && (t->dtype.code == AP_DL_FLOAT8_E4M3FN ||
                             (t->dtype.code == kDLUInt && t->dtype.bits == 8));
-    return fp8_ok && fp8 ? AP_DL_FP8_OUT : ap_dl_of(instance->model.dtype);
+    return fp8_ok && fp8 ? AP_DL_FP8_OUT : ap_dtype_to_dl(instance->model.dtype);
 }
 
 /* k, v: new keys and values [T][H][...] (or the ragged source's rows), both or neither. */

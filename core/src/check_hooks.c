@@ -56,7 +56,7 @@ static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_a
                                          int64_t t, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int mla = m->kind == AP_ATTN_MLA;
-    DLDataType act = ap_dl_of(m->dtype);
+    DLDataType act = ap_dtype_to_dl(m->dtype);
     int64_t hq = m->num_qo_heads, dq = mla ? m->qk_rope_head_dim : m->head_dim_qk;
     int64_t hk = m->num_kv_heads, dk = m->head_dim_qk, dv = m->head_dim_v;
     ap_layout q_layout = mla ? AP_ROWS : AP_DENSE;
@@ -180,7 +180,8 @@ ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *a
                                  "a chunked prefill",
                                  (int)m->qk_nope_head_dim, (int)m->v_head_dim);
         return ap_check_pack_tensors(instance, a, m->num_qo_heads, m->qk_nope_head_dim,
-                                     m->qk_rope_head_dim, m->v_head_dim, ap_dl_of(m->dtype), msg);
+                                     m->qk_rope_head_dim, m->v_head_dim, ap_dtype_to_dl(m->dtype),
+                                     msg);
     }
     /* A reference backend may offer the pack to an MHA model (to test a GPU kernel against it):
      * then the model fixes no dim, and the inputs must agree with each other, in one float

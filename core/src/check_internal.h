@@ -19,9 +19,6 @@ typedef enum ap_layout { AP_DENSE, AP_ROWS, AP_STRIDED } ap_layout;
 ap_status ap_check_fail(ap_msgbuf *msg, ap_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The DLPack type of an activation dtype (bf16, f16, f32); one that matches nothing otherwise. */
-DLDataType ap_dl_of(ap_dtype dtype);
-
 /* kDLCUDA when the instance runs on a GPU, kDLCPU when its backend serves on the CPU. */
 int ap_expected_device_type(const ap_instance *instance);
 

@@ -51,15 +51,6 @@ static const char *ap_dl_code_name(uint8_t code, uint8_t bits) {
     return "unknown";
 }
 
-DLDataType ap_dl_of(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_BF16: return (DLDataType){kDLBfloat, 16, 1};
-        case AP_DTYPE_F16: return (DLDataType){kDLFloat, 16, 1};
-        case AP_DTYPE_F32: return (DLDataType){kDLFloat, 32, 1};
-        default: return (DLDataType){kDLFloat, 0, 0}; /* matches no tensor */
-    }
-}
-
 static int ap_dtype_ok(DLDataType got, DLDataType want) {
     if (got.lanes != 1) return 0;
     if (got.code == want.code && got.bits == want.bits) return 1;
@@ -190,7 +181,7 @@ static ap_status ap_check_kv(const ap_instance *instance, const ap_kv_cache *kv,
                              (int)kv->layout);
     if (kv->dtype != m->kv_dtype)
         return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH, "layer.kv->dtype is %s, the model's is %s",
-                             ap_dtype_name(kv->dtype), ap_dtype_name(m->kv_dtype));
+                             ap_dtype_str(kv->dtype), ap_dtype_str(m->kv_dtype));
     const struct {
         const char *field;
         int32_t got, want;

@@ -213,7 +213,7 @@ static ap_status ap_read_kv_dtype(const ap_config *config, const ap_ynode *node,
     size_t used = 0;
     for (size_t i = 0; i < AP_COUNT(ap_kv_dtypes); i++) {
         int n = snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                         ap_dtype_name(ap_kv_dtypes[i]));
+                         ap_dtype_str(ap_kv_dtypes[i]));
         if (n > 0 && (size_t)n < sizeof known - used) used += (size_t)n;
     }
     ap_status status = ap_read_string(config, node, "a KV-cache dtype name");

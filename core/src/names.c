@@ -29,11 +29,6 @@ int ap_status_known(ap_status status) {
     return strcmp(ap_status_name(status), "AP_ERR_UNKNOWN") != 0;
 }
 
-/* The canonical names that configs and the inspection tool print (one table, in plugin_api.h). */
-const char *ap_dtype_name(ap_dtype dtype) {
-    return ap_dtype_str(dtype);
-}
-
 /* Spellings people write in configs besides the canonical names. */
 static const struct {
     const char *name;
@@ -72,19 +67,6 @@ const char *ap_attn_kind_name(ap_attn_kind kind) {
         case AP_ATTN_MLA: return "mla";
     }
     return "unknown";
-}
-
-size_t ap_dtype_size_bits(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_F32: return 32;
-        case AP_DTYPE_BF16:
-        case AP_DTYPE_F16: return 16;
-        case AP_DTYPE_FP8_E4M3:
-        case AP_DTYPE_FP8_E5M2: return 8;
-        case AP_DTYPE_NVFP4: return 4;
-        case AP_DTYPE_NONE: return 0;
-    }
-    return 0;
 }
 
 int ap_backend_name_valid(const char *name) {

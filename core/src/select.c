@@ -144,7 +144,7 @@ static void ap_format_dtypes(uint32_t mask, char *out, size_t capacity) {
     for (int d = 0; d < AP_DTYPE_COUNT && used < capacity; d++) {
         if (!(mask & AP_DTYPE_BIT(d))) continue;
         int n = snprintf(out + used, capacity - used, "%s%s", used > 0 ? ", " : "",
-                         ap_dtype_name((ap_dtype)d));
+                         ap_dtype_str((ap_dtype)d));
         if (n > 0) used += (size_t)n;
     }
     if (out[0] == '\0') snprintf(out, capacity, "none");
@@ -258,12 +258,12 @@ static ap_status ap_stage_caps(const ap_caps *caps, const ap_model *m, const ap_
     if (!(caps->q_dtypes & AP_DTYPE_BIT(m->dtype))) {
         ap_format_dtypes(caps->q_dtypes, list, sizeof list);
         ap_msgbuf_add(reasons, "query dtype %s is not supported (supports %s)",
-                      ap_dtype_name(m->dtype), list);
+                      ap_dtype_str(m->dtype), list);
     }
     if (!(caps->kv_dtypes & AP_DTYPE_BIT(m->kv_dtype))) {
         ap_format_dtypes(caps->kv_dtypes, list, sizeof list);
         ap_msgbuf_add(reasons, "KV-cache dtype %s is not supported (supports %s)",
-                      ap_dtype_name(m->kv_dtype), list);
+                      ap_dtype_str(m->kv_dtype), list);
     }
     if (!ap_int_in(m->page_size, caps->page_sizes, caps->num_page_sizes)) {
         ap_format_ints(caps->page_sizes, caps->num_page_sizes, list, sizeof list);

@@ -95,7 +95,6 @@ ap_status eng_tensor_upload(eng_tensor *tensor, const eng_memory *memory);
 ap_status eng_tensor_download(eng_tensor *tensor, const eng_memory *memory);
 float eng_tensor_get(const eng_tensor *tensor, size_t index); /* host copy, as float */
 size_t eng_tensor_count(const eng_tensor *tensor);
-DLDataType eng_dl_dtype(ap_dtype dtype);
 /* The host copy as a kDLCPU tensor of the same shape and dtype (what cpu_ref replays read). */
 DLTensor eng_tensor_host_view(const eng_tensor *tensor);
 /* ||got - want|| / ||want|| over the host copies; NaN when either holds a NaN or inf. */

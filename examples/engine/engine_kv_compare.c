@@ -95,7 +95,7 @@ ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward
 void eng_shadow_report(const eng_shadow *shadow, int32_t layers, int32_t steps) {
     printf("  %s cache vs a bf16 cache, same inputs (cpu_ref over bf16, %d layer%s alike): rel L2 "
            "prefill %.3e",
-           ap_dtype_name(shadow->kv_dtype), layers, layers == 1 ? "" : "s", shadow->prefill_error);
+           ap_dtype_str(shadow->kv_dtype), layers, layers == 1 ? "" : "s", shadow->prefill_error);
     if (steps > 0)
         printf(", last decode step %.3e, worst decode step %.3e", shadow->last_error,
                shadow->worst_decode_error);

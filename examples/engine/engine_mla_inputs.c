@@ -185,7 +185,7 @@ ap_status eng_mla_prepare(eng_mla *m, int32_t steps) {
     printf("  KV cache: %d layers x %d pages of %d tokens, latent %d + rope %d per token in %s, "
            "%.2f MiB in %s memory\n",
            md->num_layers, m->seqs.num_pages, md->page_size, md->kv_lora_rank, md->qk_rope_head_dim,
-           ap_dtype_name(md->kv_dtype),
+           ap_dtype_str(md->kv_dtype),
            (double)(c->k_bytes + c->v_bytes) * md->num_layers / (1024.0 * 1024.0),
            m->memory.on_device ? "device" : "host");
     return AP_OK;

@@ -27,18 +27,6 @@ float eng_rng_uniform(eng_rng *rng) {
     return (float)((int64_t)(eng_rng_next(rng) >> 40) - (1 << 23)) / (float)(1 << 23);
 }
 
-DLDataType eng_dl_dtype(ap_dtype dtype) {
-    DLDataType dl = {kDLFloat, 32, 1};
-    switch (dtype) {
-        case AP_DTYPE_BF16: dl.code = kDLBfloat, dl.bits = 16; break;
-        case AP_DTYPE_F16: dl.bits = 16; break;
-        case AP_DTYPE_FP8_E4M3: dl.code = AP_DL_FLOAT8_E4M3FN, dl.bits = 8; break;
-        case AP_DTYPE_FP8_E5M2: dl.code = AP_DL_FLOAT8_E5M2, dl.bits = 8; break;
-        default: break;
-    }
-    return dl;
-}
-
 size_t eng_tensor_count(const eng_tensor *tensor) {
     size_t count = 1;
     for (int i = 0; i < tensor->dl.ndim; i++) count *= (size_t)tensor->shape[i];
@@ -55,7 +43,7 @@ ap_status eng_tensor_make(eng_tensor *tensor, const eng_memory *memory, ap_dtype
     tensor->dl.ndim = ndim;
     tensor->dl.shape = tensor->shape;
     tensor->dl.strides = NULL; /* dense, row-major */
-    tensor->dl.dtype = eng_dl_dtype(dtype);
+    tensor->dl.dtype = ap_dtype_to_dl(dtype);
     tensor->bytes = eng_tensor_count(tensor) * elem;
     /* calloc(0) may return NULL: an empty tensor still gets a real (1-byte) buffer. */
     tensor->host = calloc(tensor->bytes ? tensor->bytes : 1, 1);

@@ -359,20 +359,5 @@ static const ap_descriptor naive_descriptor = {
     .vtable = &naive_vtable,
 };
 
-AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
-                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
-    if (offer == NULL || reply == NULL) return AP_ERR_INVALID_ARGUMENT;
-    /* Same major; the core must know every field of our minor. (A variable, not the macro:
-     * with minor 0 the comparison is constant and -Wtype-limits would reject it.) */
-    const uint32_t our_minor = AP_ABI_VERSION_MINOR;
-    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR || offer->core_abi_minor < our_minor) {
-        ap_msgbuf_add(msg, "example_naive: built for ABI %d.%d, the core offers %u.%u",
-                      AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR, offer->core_abi_major,
-                      offer->core_abi_minor);
-        return AP_ERR_ABI_MISMATCH;
-    }
-    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
-    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
-    reply->descriptor = &naive_descriptor;
-    return AP_OK;
-}
+/* The one exported symbol, ap_plugin_negotiate: version check and this descriptor. */
+AP_PLUGIN_DEFINE(&naive_descriptor)

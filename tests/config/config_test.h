@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "attnplug.h"
+#include "tests/common/test_model.h"
 
 /* The source name every parsed test config carries in its messages. */
 #define TEST_SOURCE "t.yaml"
@@ -86,21 +87,9 @@ static inline ap_registry *test_registry_make(void) {
 
 /* A small GQA model every backend here accepts: bf16, page 16. */
 static inline ap_model test_model(const char *name) {
-    return (ap_model){.struct_size = sizeof(ap_model),
-                      .name = name,
-                      .kind = AP_ATTN_MHA,
-                      .num_qo_heads = 4,
-                      .num_kv_heads = 2,
-                      .head_dim_qk = 64,
-                      .head_dim_v = 64,
-                      .dtype = AP_DTYPE_BF16,
-                      .kv_dtype = AP_DTYPE_BF16,
-                      .page_size = 16,
-                      .num_layers = 2,
-                      .causal = 1,
-                      .max_batch = 4,
-                      .max_tokens = 64,
-                      .max_kv_len = 256};
+    ap_model m = ap_test_model(name, 4, 2, 64, 64, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    m.max_kv_len = 256;
+    return m;
 }
 
 #endif /* AP_CONFIG_TEST_H */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "support.h"
+#include "tests/common/test_model.h"
 
 ap_registry *tc_registry_open(void) {
     const char *dir = getenv("AP_TEST_CORE_FIXTURES");
@@ -20,23 +21,9 @@ ap_registry *tc_registry_open(void) {
 }
 
 ap_model tc_model_mha(const char *name) {
-    return (ap_model){
-        .struct_size = sizeof(ap_model),
-        .name = name,
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 4,
-        .num_kv_heads = 2,
-        .head_dim_qk = 8,
-        .head_dim_v = 8,
-        .dtype = AP_DTYPE_F32,
-        .kv_dtype = AP_DTYPE_BF16,
-        .page_size = 16,
-        .num_layers = 2,
-        .causal = 1,
-        .max_batch = 8,
-        .max_tokens = 64,
-        .max_kv_len = 1024,
-    };
+    ap_model m = ap_test_model(name, 4, 2, 8, 8, AP_DTYPE_F32, AP_DTYPE_BF16);
+    m.max_batch = 8;
+    return m;
 }
 
 ap_model tc_model_mla(const char *name) {

@@ -139,7 +139,7 @@ static void test_dtype_round_trip(void **state) {
     (void)state;
     for (int d = 0; d < AP_DTYPE_COUNT; d++) {
         ap_dtype parsed = (ap_dtype)-1;
-        TC_ASSERT_OK(ap_dtype_parse(ap_dtype_name((ap_dtype)d), &parsed));
+        TC_ASSERT_OK(ap_dtype_parse(ap_dtype_str((ap_dtype)d), &parsed));
         assert_int_equal(parsed, d);
     }
     const size_t bits[AP_DTYPE_COUNT] = {0, 32, 16, 16, 8, 8, 4};

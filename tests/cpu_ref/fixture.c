@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 
 int fx_plugin_open(fx_plugin *plugin) {
     memset(plugin, 0, sizeof *plugin);
@@ -116,17 +116,9 @@ const char *fx_dtype_name(ap_dtype dtype) {
     }
 }
 
+/* The dtype's DLPack type; int32 for AP_DTYPE_NONE (index arrays). */
 static DLDataType fx_dl_type(ap_dtype dtype) {
-    DLDataType type = {kDLInt, 32, 1};
-    switch (dtype) {
-        case AP_DTYPE_F32: type = (DLDataType){kDLFloat, 32, 1}; break;
-        case AP_DTYPE_BF16: type = (DLDataType){kDLBfloat, 16, 1}; break;
-        case AP_DTYPE_F16: type = (DLDataType){kDLFloat, 16, 1}; break;
-        case AP_DTYPE_FP8_E4M3: type = (DLDataType){AP_DL_FLOAT8_E4M3FN, 8, 1}; break;
-        case AP_DTYPE_FP8_E5M2: type = (DLDataType){AP_DL_FLOAT8_E5M2, 8, 1}; break;
-        default: break;
-    }
-    return type;
+    return dtype == AP_DTYPE_NONE ? (DLDataType){kDLInt, 32, 1} : ap_dtype_to_dl(dtype);
 }
 
 void fx_tensor_strided(fx_tensor *t, ap_dtype dtype, int ndim, const int64_t *shape,

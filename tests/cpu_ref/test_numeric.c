@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 #include "fixture.h"
 
 /* A narrow format as the tests see it, described only by its field widths. */

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 
 /* What is compared: 0 bf16, 1 f16, 2 e4m3, 3 e5m2 (float -> narrow, all 2^32 floats), then the
  * narrow -> float decodes of every code: 4 bf16, 5 f16, 6 e4m3, 7 e5m2. */

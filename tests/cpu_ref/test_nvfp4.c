@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "backends/common/nvfp4_host.h"
+#include "backends/numeric/nvfp4_host.h"
 #include "fixture.h"
 #include "nvfp4_ref.h"
 

@@ -10,27 +10,13 @@
 #include <cmocka.h>
 
 #include "scenario.h"
+#include "tests/common/test_model.h"
 
 static fx_plugin plugin;
 
 static ap_model good_model(void) {
-    ap_model m = {
-        .struct_size = sizeof(ap_model),
-        .name = "test/model",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 8,
-        .num_kv_heads = 2,
-        .head_dim_qk = 128,
-        .head_dim_v = 64,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = AP_DTYPE_FP8_E4M3,
-        .page_size = 16,
-        .num_layers = 2,
-        .causal = 1,
-        .max_batch = 4,
-        .max_tokens = 256,
-        .max_kv_len = 1024,
-    };
+    ap_model m = ap_test_model("test/model", 8, 2, 128, 64, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3);
+    m.max_tokens = 256;
     return m;
 }
 
@@ -367,19 +353,25 @@ static void test_bad_input(void **state) {
     expect_refusal_of(c, break_page_index, AP_ERR_SHAPE_MISMATCH, "nvfp4 page index");
 }
 
+/* An instance on pages of one token (f32 queries, bf16 cache), for the batch-rule tests. */
+static ap_backend *page1_instance(fx_msg *msg) {
+    ap_model m = good_model();
+    m.page_size = 1;
+    m.dtype = AP_DTYPE_F32;
+    m.kv_dtype = AP_DTYPE_BF16;
+    fx_msg_init(msg);
+    ap_backend *backend = NULL;
+    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg->buf), AP_OK);
+    return backend;
+}
+
 /* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: qo_indptr (and
  * kv_page_indptr) 0, 5, INT32_MIN, -1, 10 end at 10, but sequence 1 would start at token
  * INT32_MIN and claim 2^31 - 5 tokens. init_metadata must refuse them, not plan writes there. */
 static void test_indptr_wrap(void **state) {
     (void)state;
-    ap_model m = good_model();
-    m.page_size = 1;
-    m.dtype = AP_DTYPE_F32;
-    m.kv_dtype = AP_DTYPE_BF16;
     fx_msg msg;
-    fx_msg_init(&msg);
-    ap_backend *backend = NULL;
-    assert_int_equal(plugin.vt->create(&m, NULL, NULL, &backend, &msg.buf), AP_OK);
+    ap_backend *backend = page1_instance(&msg);
     int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10};
     int32_t seq_lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
     ap_batch extend = {.struct_size = sizeof extend,
@@ -408,6 +400,30 @@ static void test_indptr_wrap(void **state) {
     assert_int_equal(plugin.vt->init_metadata(backend, &decode, NULL, &msg.buf),
                      AP_ERR_SHAPE_MISMATCH);
     assert_non_null(strstr(msg.text, "kv_page_indptr"));
+    plugin.vt->destroy(backend);
+}
+
+/* plugin_api.h's batch rules: every sequence has at least one page. An empty sequence (q_len 0,
+ * seq_len 0) with no page is refused as the core refuses it, naming the sequence. */
+static void test_zero_page_sequence(void **state) {
+    (void)state;
+    fx_msg msg;
+    ap_backend *backend = page1_instance(&msg);
+    int32_t qo[3] = {0, 1, 1}, indptr[3] = {0, 1, 1}, indices[1] = {0}, last[2] = {1, 1};
+    int32_t seq_lens[2] = {1, 0};
+    ap_batch batch = {.struct_size = sizeof batch,
+                      .mode = AP_MODE_EXTEND,
+                      .num_seqs = 2,
+                      .num_tokens = 1,
+                      .num_pages_total = 1,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = indices,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = seq_lens};
+    assert_int_equal(plugin.vt->init_metadata(backend, &batch, NULL, &msg.buf),
+                     AP_ERR_SHAPE_MISMATCH);
+    assert_non_null(strstr(msg.text, "sequence 1: 0 pages"));
     plugin.vt->destroy(backend);
 }
 
@@ -440,10 +456,11 @@ int main(void) {
     fx_seed_init();
     if (fx_plugin_open(&plugin) != 0) return 1;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_negotiation),      cmocka_unit_test(test_descriptor_and_caps),
-        cmocka_unit_test(test_validate),         cmocka_unit_test(test_kv_spec_and_hooks),
-        cmocka_unit_test(test_kv_spec_overflow), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_call_order),       cmocka_unit_test(test_indptr_wrap),
+        cmocka_unit_test(test_negotiation),        cmocka_unit_test(test_descriptor_and_caps),
+        cmocka_unit_test(test_validate),           cmocka_unit_test(test_kv_spec_and_hooks),
+        cmocka_unit_test(test_kv_spec_overflow),   cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_call_order),         cmocka_unit_test(test_indptr_wrap),
+        cmocka_unit_test(test_zero_page_sequence),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     fx_plugin_close(&plugin);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "backends/common/host_numeric.h"
+#include "backends/numeric/host_numeric.h"
 
 float gpu_elem_load(ap_dtype dtype, const void *data, size_t i) {
     switch (dtype) {

@@ -82,17 +82,6 @@ void gpu_buf_free(gpu_buf *buf) {
     *buf = (gpu_buf){0};
 }
 
-static DLDataType gpu_dl_type(ap_dtype dtype) {
-    switch (dtype) {
-        case AP_DTYPE_F32: return (DLDataType){kDLFloat, 32, 1};
-        case AP_DTYPE_BF16: return (DLDataType){kDLBfloat, 16, 1};
-        case AP_DTYPE_F16: return (DLDataType){kDLFloat, 16, 1};
-        case AP_DTYPE_FP8_E4M3: return (DLDataType){AP_DL_FLOAT8_E4M3FN, 8, 1};
-        case AP_DTYPE_FP8_E5M2: return (DLDataType){AP_DL_FLOAT8_E5M2, 8, 1};
-        default: return (DLDataType){kDLOpaqueHandle, 0, 1};
-    }
-}
-
 void gpu_tensor_make(gpu_tensor *tensor, void *data, ap_dtype dtype, int on_device, int ndim,
                      int64_t d0, int64_t d1, int64_t d2) {
     memset(tensor, 0, sizeof *tensor);
@@ -102,7 +91,7 @@ void gpu_tensor_make(gpu_tensor *tensor, void *data, ap_dtype dtype, int on_devi
     tensor->dl.data = data;
     tensor->dl.device = on_device ? (DLDevice){kDLCUDA, 0} : (DLDevice){kDLCPU, 0};
     tensor->dl.ndim = ndim;
-    tensor->dl.dtype = gpu_dl_type(dtype);
+    tensor->dl.dtype = ap_dtype_to_dl(dtype);
     tensor->dl.shape = tensor->shape;
     tensor->dl.strides = NULL;
     tensor->dl.byte_offset = 0;

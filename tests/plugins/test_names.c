@@ -47,14 +47,14 @@ static void test_dtype_names_and_sizes(void **state) {
     };
     assert_int_equal(sizeof expected / sizeof expected[0], AP_DTYPE_COUNT);
     for (size_t i = 0; i < AP_DTYPE_COUNT; i++) {
-        assert_string_equal(ap_dtype_name(expected[i].dtype), expected[i].name);
+        assert_string_equal(ap_dtype_str(expected[i].dtype), expected[i].name);
         assert_int_equal(ap_dtype_size_bits(expected[i].dtype), expected[i].bits);
         ap_dtype parsed = (ap_dtype)99;
         assert_int_equal(ap_dtype_parse(expected[i].name, &parsed), AP_OK);
         assert_int_equal(parsed, expected[i].dtype);
     }
-    assert_string_equal(ap_dtype_name((ap_dtype)AP_DTYPE_COUNT), "unknown");
-    assert_string_equal(ap_dtype_name((ap_dtype)-1), "unknown");
+    assert_string_equal(ap_dtype_str((ap_dtype)AP_DTYPE_COUNT), "unknown");
+    assert_string_equal(ap_dtype_str((ap_dtype)-1), "unknown");
     assert_int_equal(ap_dtype_size_bits((ap_dtype)AP_DTYPE_COUNT), 0);
 }
 

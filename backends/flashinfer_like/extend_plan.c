@@ -1,49 +1,53 @@
-// extend_plan.cu: the host side of flashinfer_like's extend: what it serves, and the work list.
-#include <cuda_runtime.h>
+/* extend_plan.c: the host side of flashinfer_like's extend: what it serves, and the work list. */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "extend.h"
 #include "extend_internal.h"
 
-extern "C" ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                             int32_t num_qo_heads, int32_t num_kv_heads,
-                                             int32_t page_size, ap_msgbuf *reasons) {
+ap_status fil_extend_check_config(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                  int32_t num_qo_heads, int32_t num_kv_heads, int32_t page_size,
+                                  ap_msgbuf *reasons) {
     ap_status st = AP_OK;
-    if (fil_extend_default_tile_rows(head_dim) == 0) {
-        ap_msgbuf_add(reasons, "extend: head_dim %d is not 64, 128 or 256", head_dim);
+    if (!fil_head_dim_served(head_dim)) {
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: head_dim %d is not " FIL_HEAD_DIMS_TEXT,
+                      head_dim);
         st = AP_ERR_UNSUPPORTED;
     }
     if (q_dtype != AP_DTYPE_BF16 && q_dtype != AP_DTYPE_F16) {
-        ap_msgbuf_add(reasons, "extend: query dtype %s is not bf16 or fp16", ap_dtype_str(q_dtype));
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: query dtype %s is not bf16 or fp16",
+                      ap_dtype_str(q_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (kv_dtype != q_dtype && kv_dtype != AP_DTYPE_FP8_E4M3) {
-        ap_msgbuf_add(reasons, "extend: KV dtype %s is neither the query dtype nor fp8_e4m3",
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": extend: KV dtype %s is neither the query dtype nor fp8_e4m3",
                       ap_dtype_str(kv_dtype));
         st = AP_ERR_UNSUPPORTED;
     }
     if (num_kv_heads <= 0 || num_qo_heads <= 0 || num_qo_heads % num_kv_heads != 0 ||
-        num_qo_heads / num_kv_heads > 8) {
-        ap_msgbuf_add(reasons, "extend: %d query heads over %d KV heads is not a group of 1..8",
-                      num_qo_heads, num_kv_heads);
+        num_qo_heads / num_kv_heads > FIL_MAX_GROUP) {
+        ap_msgbuf_add(reasons,
+                      FIL_NAME ": extend: %d query heads over %d KV heads is not a group of 1..%d",
+                      num_qo_heads, num_kv_heads, FIL_MAX_GROUP);
         st = AP_ERR_UNSUPPORTED;
     }
     if (page_size < 1) {
-        ap_msgbuf_add(reasons, "extend: page size %d is not >= 1", page_size);
+        ap_msgbuf_add(reasons, FIL_NAME ": extend: page size %d is not >= 1", page_size);
         st = AP_ERR_UNSUPPORTED;
     }
     return st;
 }
 
-// Each sequence of q_len tokens gives ceil(q_len / tile_tokens) items, so a batch of at most
-// max_tokens tokens over max_batch sequences gives at most max_tokens / tile_tokens + max_batch.
-extern "C" size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
-                                        int32_t num_qo_heads, int32_t num_kv_heads) {
+/* Each sequence of q_len tokens gives ceil(q_len / tile_tokens) items, so a batch of at most
+ * max_tokens tokens over max_batch sequences gives at most max_tokens / tile_tokens + max_batch. */
+size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
+                             int32_t num_qo_heads, int32_t num_kv_heads) {
     const int32_t rows = fil_extend_default_tile_rows(head_dim);
     if (rows == 0 || max_tokens < 0 || max_batch < 0 || num_kv_heads <= 0 || num_qo_heads <= 0 ||
-        num_qo_heads % num_kv_heads != 0 || num_qo_heads / num_kv_heads > 8)
+        num_qo_heads % num_kv_heads != 0 || num_qo_heads / num_kv_heads > FIL_MAX_GROUP)
         return 0;
-    // The smallest tile a plan may pick (benchmark builds offer 64 rows for every head dim).
+    /* The smallest tile a plan may pick (benchmark builds offer 64 rows for every head dim). */
     const int32_t min_tokens = 64 / (num_qo_heads / num_kv_heads);
     const size_t items = (size_t)max_tokens / (size_t)min_tokens + (size_t)max_batch + 1;
     return items * sizeof(fil_extend_item);
@@ -56,38 +60,26 @@ static int extend_item_compare(const void *lhs, const void *rhs) {
     return x->q_start < y->q_start ? -1 : (x->q_start > y->q_start);
 }
 
-// The KV length of sequence i, or -1 (with a message) when its arrays are inconsistent.
+/* The KV length of sequence i (the batch passed ap_kit_batch_check), or -1 with a message when
+ * it passes what the kernel's int32 positions reach. */
 static int64_t extend_seq_kv_len(const fil_extend_plan_args *args, int32_t i, ap_msgbuf *msg) {
-    const int32_t q_len = args->qo_indptr_host[i + 1] - args->qo_indptr_host[i];
     const int32_t pages = args->kv_page_indptr_host[i + 1] - args->kv_page_indptr_host[i];
-    const int32_t last = args->kv_last_page_len_host[i];
-    if (q_len < 0 || pages < 0) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d has %d new tokens and %d pages", i, q_len,
-                      pages);
-        return -1;
-    }
-    if (q_len == 0) return 0;
-    if (pages < 1 || last < 1 || last > args->page_size) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d has %d pages, last page holding %d of %d", i,
-                      pages, last, args->page_size);
-        return -1;
-    }
-    const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + last;
-    if (kv_len < q_len || kv_len > INT32_MAX - FIL_EXTEND_TILE_KV) {
-        ap_msgbuf_add(msg, "extend plan: sequence %d holds %lld tokens but has %d new ones", i,
-                      (long long)kv_len, q_len);
+    const int64_t kv_len = (int64_t)(pages - 1) * args->page_size + args->kv_last_page_len_host[i];
+    if (kv_len > INT32_MAX - FIL_EXTEND_TILE_KV) {
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: sequence %d holds %lld tokens, more than %d", i,
+                      (long long)kv_len, INT32_MAX - FIL_EXTEND_TILE_KV);
         return -1;
     }
     return kv_len;
 }
 
-extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
-                                           fil_extend_plan *plan, ap_msgbuf *msg) {
+ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+                                fil_extend_plan *plan, ap_msgbuf *msg) {
     if (args == NULL || plan == NULL || args->num_seqs < 0 ||
         (args->num_seqs > 0 && (args->qo_indptr_host == NULL || args->kv_page_indptr_host == NULL ||
                                 args->kv_last_page_len_host == NULL)) ||
-        args->host_scratch == NULL || args->device_buffer == NULL) {
-        ap_msgbuf_add(msg, "extend plan: NULL argument or negative batch size");
+        args->host_scratch == NULL || (args->device_buffer == NULL && !args->caller_uploads)) {
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: NULL argument or negative batch size");
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st =
@@ -97,8 +89,8 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     const int32_t rows =
         args->tile_rows == 0 ? fil_extend_default_tile_rows(args->head_dim) : args->tile_rows;
     if (!fil_extend_tile_rows_built(args->head_dim, rows)) {
-        ap_msgbuf_add(msg, "extend plan: no kernel of %d rows per CTA for head_dim %d", rows,
-                      args->head_dim);
+        ap_msgbuf_add(msg, FIL_NAME ": extend plan: no kernel of %d rows per CTA for head_dim %d",
+                      rows, args->head_dim);
         return AP_ERR_UNSUPPORTED;
     }
     const int32_t group = args->num_qo_heads / args->num_kv_heads;
@@ -109,14 +101,14 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     size_t count = 0;
     for (int32_t i = 0; i < args->num_seqs; ++i) {
         const int64_t kv_len = extend_seq_kv_len(args, i, msg);
-        if (kv_len < 0) return AP_ERR_SHAPE_MISMATCH;
+        if (kv_len < 0) return AP_ERR_UNSUPPORTED;
         const int32_t q_len = args->qo_indptr_host[i + 1] - args->qo_indptr_host[i];
         const int64_t prefix = kv_len - q_len;
         for (int32_t t0 = 0; t0 < q_len; t0 += tile_tokens) {
             if (count == capacity) {
                 ap_msgbuf_add(msg,
-                              "extend plan: more than %zu work items; the buffer is %zu "
-                              "bytes (size it with fil_extend_plan_bytes)",
+                              FIL_NAME ": extend plan: more than %zu work items; the buffer is %zu "
+                                       "bytes (size it with fil_extend_plan_bytes)",
                               capacity, args->buffer_bytes);
                 return AP_ERR_SHAPE_MISMATCH;
             }
@@ -132,15 +124,11 @@ extern "C" ap_status fil_extend_plan_build(const fil_extend_plan_args *args, voi
     }
     qsort(items, count, sizeof(fil_extend_item), extend_item_compare);
 
-    if (count > 0) {
-        cudaError_t err =
-            cudaMemcpyAsync(args->device_buffer, items, count * sizeof(fil_extend_item),
-                            cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream));
-        if (err != cudaSuccess) {
-            ap_msgbuf_add(msg, "extend plan: copying %zu work items to the GPU failed: %s", count,
-                          cudaGetErrorString(err));
-            return AP_ERR_CUDA;
-        }
+    if (count > 0 && !args->caller_uploads) {
+        st = ap_kit_copy_to_device(args->device_buffer, items, count * sizeof(fil_extend_item),
+                                   stream, FIL_NAME ": extend plan",
+                                   "cudaMemcpyAsync of the work items", msg);
+        if (st != AP_OK) return st;
     }
     plan->num_items = (int32_t)count;
     plan->tile_rows = rows;

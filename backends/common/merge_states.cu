@@ -1,13 +1,12 @@
-// decode_merge.cu: combines the partial decode states of (sequence, KV head) pairs split over warps.
+// merge_states.cu: combines the partial attention states of (sequence, KV head) pairs split over
+// workers (split-KV decode, chunked prefill): output and LSE by log-sum-exp.
 #include <cuda_runtime.h>
 #include <math.h>
 
-#include "../common/cuda_status.cuh"
-#include "../common/dtype.cuh"
-#include "../common/softmax_state.cuh"
-#include "fil.h"
-
-#define FIL_WHO "flashinfer_like decode merge"
+#include "cuda_status.cuh"
+#include "dtype.cuh"
+#include "kit.h"
+#include "softmax_state.cuh"
 
 namespace {
 
@@ -36,12 +35,12 @@ template <bool MAX> __device__ __forceinline__ float block_reduce(float x, float
 // streams, so n partials cost n / lanes dependent loads per thread, not n.
 template <typename QT>
 __global__ void __launch_bounds__(kThreads)
-    fil_decode_merge_kernel(const fil_decode_merge *merges, const float *partial_out,
-                            const float *partial_lse, QT *out, float *lse, int32_t group,
-                            int32_t head_dim, int32_t num_qo_heads) {
+    ap_merge_states_kernel(const ap_kit_merge *merges, const float *partial_out,
+                           const float *partial_lse, QT *out, float *lse, int32_t group,
+                           int32_t head_dim, int32_t num_qo_heads) {
     __shared__ float scratch[kThreads / 32];
     __shared__ float4 sums[kThreads];
-    const fil_decode_merge mg = merges[blockIdx.x];
+    const ap_kit_merge mg = merges[blockIdx.x];
     const int h = blockIdx.y;
     const int n = mg.end_partial - mg.first_partial;
     const float *lse_h = partial_lse + (int64_t)mg.first_partial * group + h;
@@ -92,23 +91,25 @@ __global__ void __launch_bounds__(kThreads)
 
 } // namespace
 
-extern "C" ap_status fil_decode_merge_run(const fil_decode_plan *plan, ap_dtype out_dtype,
-                                          int32_t group, int32_t head_dim, int32_t num_qo_heads,
-                                          void *out, float *lse, void *stream, ap_msgbuf *msg) {
-    if (plan->num_merges == 0) return AP_OK;
+extern "C" ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream,
+                                             const char *who, ap_msgbuf *msg) {
+    if (args->num_merges == 0) return AP_OK;
+    const int32_t group = args->group, head_dim = args->head_dim;
     if (head_dim % 4 != 0 || head_dim / 4 > kThreads || group < 1) {
-        ap_msgbuf_add(msg, FIL_WHO ": head_dim %d, group %d not served", head_dim, group);
+        ap_msgbuf_add(msg, "%s: merge of partial states: head_dim %d, group %d not served", who,
+                      head_dim, group);
         return AP_ERR_UNSUPPORTED;
     }
-    const dim3 grid((unsigned)plan->num_merges, (unsigned)group);
+    const dim3 grid((unsigned)args->num_merges, (unsigned)group);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (out_dtype == AP_DTYPE_BF16)
-        fil_decode_merge_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(
-            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__nv_bfloat16 *>(out),
-            lse, group, head_dim, num_qo_heads);
+    if (args->out_dtype == AP_DTYPE_BF16)
+        ap_merge_states_kernel<__nv_bfloat16>
+            <<<grid, kThreads, 0, s>>>(args->merges, args->partial_out, args->partial_lse,
+                                       static_cast<__nv_bfloat16 *>(args->out), args->lse, group,
+                                       head_dim, args->num_qo_heads);
     else
-        fil_decode_merge_kernel<__half><<<grid, kThreads, 0, s>>>(
-            plan->merges, plan->partial_out, plan->partial_lse, static_cast<__half *>(out), lse,
-            group, head_dim, num_qo_heads);
-    return ap_cuda_launch_status(FIL_WHO, "fil_decode_merge_kernel", msg);
+        ap_merge_states_kernel<__half><<<grid, kThreads, 0, s>>>(
+            args->merges, args->partial_out, args->partial_lse, static_cast<__half *>(args->out),
+            args->lse, group, head_dim, args->num_qo_heads);
+    return ap_cuda_launch_status(who, "ap_merge_states_kernel", msg);
 }

@@ -3,28 +3,90 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "glue.h"
+#include "backends/flashinfer_like/glue.h"
 #include "test_fil_expect.h"
 
-/* plan.c's runtime calls, replaced: the "device" buffer is host memory here. */
-ap_status fil_rt_event_wait(void *event, ap_msgbuf *msg) {
-    (void)event, (void)msg;
+/* The kit's runtime calls under plan.c, replaced: the "device" buffer is host memory here. */
+ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)who, (void)msg;
     return AP_OK;
 }
-ap_status fil_rt_event_record(void *event, void *stream, ap_msgbuf *msg) {
-    (void)event, (void)stream, (void)msg;
+ap_status ap_kit_event_record(void *event, void *stream, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)stream, (void)who, (void)msg;
     return AP_OK;
 }
-ap_status fil_rt_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
-                                ap_msgbuf *msg) {
-    (void)stream, (void)msg;
+ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                const char *who, const char *what, ap_msgbuf *msg) {
+    (void)stream, (void)who, (void)what, (void)msg;
     memcpy(dst, src, bytes);
     return AP_OK;
 }
+size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim,
+                             int32_t num_qo_heads, int32_t num_kv_heads) {
+    (void)head_dim, (void)num_qo_heads, (void)num_kv_heads;
+    return ((size_t)max_tokens + (size_t)max_batch + 1) * 16; /* one item per token at most */
+}
+/* Extend's work list, replaced: one item per sequence, {seq, 0, 100 - seq, 0}, written where
+ * plan.c asks, the copy left to plan.c (what the real one does when caller_uploads is set). */
 ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg) {
-    (void)args, (void)stream, (void)plan, (void)msg;
+    (void)stream, (void)msg;
+    if (!args->caller_uploads || args->buffer_bytes < (size_t)args->num_seqs * 16)
+        return AP_ERR_INVALID_ARGUMENT;
+    int32_t *items = args->host_scratch;
+    for (int32_t i = 0; i < args->num_seqs; i++) {
+        items[4 * i] = i;
+        items[4 * i + 1] = 0;
+        items[4 * i + 2] = 100 - i;
+        items[4 * i + 3] = 0;
+    }
+    plan->num_items = args->num_seqs;
     return AP_OK;
+}
+
+/* An instance with only what fil_plan_batch reads, and its plan buffer in host memory (the
+ * stubs' "device"). */
+static void test_backend(ap_backend *b, int32_t page_size, int32_t num_kv_heads, int32_t max_batch,
+                         int32_t max_tokens, int32_t max_workers) {
+    memset(b, 0, sizeof *b);
+    b->model = (ap_model){.struct_size = sizeof(ap_model),
+                          .num_qo_heads = 4 * num_kv_heads,
+                          .num_kv_heads = num_kv_heads,
+                          .head_dim_qk = 128,
+                          .head_dim_v = 128,
+                          .page_size = page_size,
+                          .max_batch = max_batch,
+                          .max_tokens = max_tokens};
+    b->max_workers = b->target_workers = max_workers;
+    b->group = 4;
+    b->plan_buffer.bytes = fil_plan_capacity(&b->model, max_workers);
+    b->plan_buffer.host = malloc(b->plan_buffer.bytes);
+    b->plan_buffer.dev = calloc(1, b->plan_buffer.bytes);
+}
+
+static void test_backend_free(ap_backend *b) {
+    free(b->plan_buffer.host), free(b->plan_buffer.dev);
+}
+
+/* A batch whose device arrays are its host mirrors. */
+static ap_batch test_batch(ap_forward_mode mode, int32_t num_seqs, int32_t num_tokens,
+                           int32_t num_pages_total, const int32_t *qo, const int32_t *indptr,
+                           const int32_t *pages, const int32_t *last, const int32_t *lens) {
+    return (ap_batch){.struct_size = sizeof(ap_batch),
+                      .mode = mode,
+                      .num_seqs = num_seqs,
+                      .num_tokens = num_tokens,
+                      .num_pages_total = num_pages_total,
+                      .qo_indptr = qo,
+                      .kv_page_indptr = indptr,
+                      .kv_page_indices = pages,
+                      .kv_last_page_len = last,
+                      .seq_lens = lens,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = indptr,
+                      .kv_page_indices_host = pages,
+                      .kv_last_page_len_host = last,
+                      .seq_lens_host = lens};
 }
 
 /* Plans a decode batch of `num_seqs` sequences of lens[i] tokens (page size 16, pages in
@@ -36,22 +98,9 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
                        int32_t max_workers, int32_t target, int split) {
     const int32_t ps = 16;
     ap_backend b;
-    memset(&b, 0, sizeof b);
-    b.model = (ap_model){.struct_size = sizeof(ap_model),
-                         .num_qo_heads = 4 * hk,
-                         .num_kv_heads = hk,
-                         .head_dim_qk = 128,
-                         .head_dim_v = 128,
-                         .page_size = ps,
-                         .max_batch = num_seqs,
-                         .max_tokens = num_seqs};
-    b.max_workers = max_workers;
+    test_backend(&b, ps, hk, num_seqs, num_seqs, max_workers);
     b.target_workers = target;
     b.split_kv = split;
-    b.group = 4;
-    b.plan_bytes = fil_plan_capacity(&b.model, max_workers);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
     int32_t *qo = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
     int32_t *indptr = malloc(sizeof(int32_t) * (size_t)(num_seqs + 1));
     int32_t *last = malloc(sizeof(int32_t) * (size_t)num_seqs);
@@ -65,21 +114,8 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
         indptr[i + 1] = indptr[i] + (lens[i] + ps - 1) / ps;
         last[i] = lens[i] - (indptr[i + 1] - indptr[i] - 1) * ps;
     }
-    ap_batch batch = {.struct_size = sizeof batch,
-                      .mode = AP_MODE_DECODE,
-                      .num_seqs = num_seqs,
-                      .num_tokens = num_seqs,
-                      .num_pages_total = total_pages,
-                      .qo_indptr = qo,
-                      .kv_page_indptr = indptr,
-                      .kv_page_indices = pages,
-                      .kv_last_page_len = last,
-                      .seq_lens = lens,
-                      .qo_indptr_host = qo,
-                      .kv_page_indptr_host = indptr,
-                      .kv_page_indices_host = pages,
-                      .kv_last_page_len_host = last,
-                      .seq_lens_host = lens};
+    ap_batch batch =
+        test_batch(AP_MODE_DECODE, num_seqs, num_seqs, total_pages, qo, indptr, pages, last, lens);
     char text[512] = "";
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
     ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
@@ -111,7 +147,7 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
     EXPECT(bad == 0, "%s: %zu tokens not covered exactly once", what, bad);
     int32_t partials = 0;
     for (int32_t m = 0; m < p->num_merges; m++) {
-        fil_decode_merge g = p->merges[m];
+        ap_kit_merge g = p->merges[m];
         EXPECT(g.first_partial == partials && g.end_partial - g.first_partial >= 2,
                "%s: merge %d owns partials [%d, %d)", what, m, g.first_partial, g.end_partial);
         for (int32_t s = 0; s < p->worker_indptr[p->num_workers]; s++) {
@@ -135,45 +171,22 @@ static void check_plan(const char *what, int32_t num_seqs, const int32_t *lens, 
     printf("%-28s workers %5d merges %4d partials %5d direct %5d\n", what, p->num_workers,
            p->num_merges, partials, direct);
     free(cover), free(pages), free(last), free(indptr), free(qo);
-    free(b.plan_host), free(b.plan_dev);
+    test_backend_free(&b);
 }
 
 /* A batch that breaks a rule gets AP_ERR_SHAPE_MISMATCH naming the sequence. */
 static void check_refusal(void) {
     ap_backend b;
-    memset(&b, 0, sizeof b);
-    b.model = (ap_model){.struct_size = sizeof(ap_model),
-                         .num_kv_heads = 1,
-                         .page_size = 16,
-                         .max_batch = 2,
-                         .max_tokens = 2};
-    b.max_workers = b.target_workers = 8;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    test_backend(&b, 16, 1, 2, 2, 8);
     int32_t qo[3] = {0, 1, 2}, indptr[3] = {0, 1, 2}, pages[2] = {0, 1}, last[2] = {5, 7};
     int32_t lens[2] = {5, 8}; /* sequence 1: one page holding 7 tokens is not 8 */
-    ap_batch batch = {.struct_size = sizeof batch,
-                      .mode = AP_MODE_DECODE,
-                      .num_seqs = 2,
-                      .num_tokens = 2,
-                      .num_pages_total = 2,
-                      .qo_indptr = qo,
-                      .kv_page_indptr = indptr,
-                      .kv_page_indices = pages,
-                      .kv_last_page_len = last,
-                      .seq_lens = lens,
-                      .qo_indptr_host = qo,
-                      .kv_page_indptr_host = indptr,
-                      .kv_page_indices_host = pages,
-                      .kv_last_page_len_host = last,
-                      .seq_lens_host = lens};
+    ap_batch batch = test_batch(AP_MODE_DECODE, 2, 2, 2, qo, indptr, pages, last, lens);
     char text[512] = "";
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
     EXPECT(fil_plan_batch(&b, &batch, NULL, &msg) == AP_ERR_SHAPE_MISMATCH &&
                strstr(text, "sequence 1") != NULL,
            "the inconsistent sequence named, got '%s'", text);
-    free(b.plan_host), free(b.plan_dev);
+    test_backend_free(&b);
 }
 
 /* CSR arrays whose steps are each >= 0 only because int32 subtraction wraps: 0, 5, INT32_MIN, -1,
@@ -181,43 +194,70 @@ static void check_refusal(void) {
  * must refuse them before it writes a slot or reads a page index. */
 static void check_wrap(ap_forward_mode mode) {
     ap_backend b;
-    memset(&b, 0, sizeof b);
-    b.model = (ap_model){.struct_size = sizeof(ap_model),
-                         .num_kv_heads = 1,
-                         .page_size = 1,
-                         .max_batch = 4,
-                         .max_tokens = 10};
-    b.max_workers = b.target_workers = 8;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
+    test_backend(&b, 1, 1, 4, 10, 8);
     int32_t wrap[5] = {0, 5, INT32_MIN, -1, 10}, pages[10] = {0};
     int32_t last[4] = {1, 1, 1, 1}, lens[4] = {5, INT32_MAX - 4, INT32_MAX, 11};
     /* decode: one token each, the wrap in kv_page_indptr alone (0, 1, INT32_MIN, -1, 1) */
     int32_t qo_decode[5] = {0, 1, 2, 3, 4}, pages_decode[5] = {0, 1, INT32_MIN, -1, 1};
     int32_t lens_decode[4] = {1, INT32_MAX, INT32_MAX, 2};
     const int decode = mode == AP_MODE_DECODE;
-    ap_batch batch = {.struct_size = sizeof batch,
-                      .mode = mode,
-                      .num_seqs = 4,
-                      .num_tokens = decode ? 4 : 10,
-                      .num_pages_total = decode ? 1 : 10,
-                      .qo_indptr = decode ? qo_decode : wrap,
-                      .kv_page_indptr = decode ? pages_decode : wrap,
-                      .kv_page_indices = pages,
-                      .kv_last_page_len = last,
-                      .seq_lens = decode ? lens_decode : lens,
-                      .qo_indptr_host = decode ? qo_decode : wrap,
-                      .kv_page_indptr_host = decode ? pages_decode : wrap,
-                      .kv_page_indices_host = pages,
-                      .kv_last_page_len_host = last,
-                      .seq_lens_host = decode ? lens_decode : lens};
+    ap_batch batch =
+        test_batch(mode, 4, decode ? 4 : 10, decode ? 1 : 10, decode ? qo_decode : wrap,
+                   decode ? pages_decode : wrap, pages, last, decode ? lens_decode : lens);
     char text[512] = "";
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
     ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
     EXPECT(st == AP_ERR_SHAPE_MISMATCH && strstr(text, "indptr") != NULL,
            "%s: wrapped indptr refused, got %d '%s'", decode ? "decode" : "extend", (int)st, text);
-    free(b.plan_host), free(b.plan_dev);
+    test_backend_free(&b);
+}
+
+/* plugin_api.h's batch rules: every sequence has at least one page, so an empty extend sequence
+ * (q_len 0, seq_len 0) without one is refused as the core and cpu_ref refuse it. */
+static void check_zero_page(void) {
+    ap_backend b;
+    test_backend(&b, 16, 1, 2, 2, 8);
+    int32_t qo[3] = {0, 1, 1}, indptr[3] = {0, 1, 1}, pages[1] = {0}, last[2] = {1, 1};
+    int32_t lens[2] = {1, 0};
+    ap_batch batch = test_batch(AP_MODE_EXTEND, 2, 1, 1, qo, indptr, pages, last, lens);
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_ERR_SHAPE_MISMATCH && strstr(text, "sequence 1: 0 pages") != NULL,
+           "a sequence without a page refused, got %d '%s'", (int)st, text);
+    test_backend_free(&b);
+}
+
+/* An extend batch's work items travel in the plan buffer's one copy: after planning, the
+ * "device" side holds them, 16-byte aligned, after the slots, which are still right. */
+static void check_extend_items(void) {
+    ap_backend b;
+    test_backend(&b, 4, 1, 3, 8, 8);
+    /* three sequences of 2, 3 and 1 new tokens over 5, 3 and 9 cached ones */
+    int32_t qo[4] = {0, 2, 5, 6}, indptr[4] = {0, 2, 3, 6}, pages[6] = {7, 3, 5, 0, 1, 2};
+    int32_t last[3] = {1, 3, 1}, lens[3] = {5, 3, 9};
+    ap_batch batch = test_batch(AP_MODE_EXTEND, 3, 6, 6, qo, indptr, pages, last, lens);
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+    EXPECT(st == AP_OK, "extend plan: status %d '%s'", (int)st, text);
+    const char *dev = b.plan_buffer.dev;
+    const int32_t *items = (const int32_t *)b.plan.extend.items;
+    EXPECT(b.plan.extend.num_items == 3 && (const char *)items > (const char *)b.plan.slots &&
+               ((const char *)items - dev) % 16 == 0 &&
+               (const char *)items + 3 * 16 <= dev + b.plan_buffer.bytes,
+           "items at offset %td of %zu", (const char *)items - dev, b.plan_buffer.bytes);
+    for (int32_t i = 0; i < 3; i++)
+        EXPECT(items[4 * i] == i && items[4 * i + 1] == 0 && items[4 * i + 2] == 100 - i &&
+                   items[4 * i + 3] == 0,
+               "item %d: {%d, %d, %d, %d}", i, items[4 * i], items[4 * i + 1], items[4 * i + 2],
+               items[4 * i + 3]);
+    /* new tokens sit at positions 3, 4 | 0, 1, 2 | 8: page * 4 + offset, the pages 7 3 | 5 | 0 1 2 */
+    const int32_t want[6] = {7 * 4 + 3, 3 * 4 + 0, 5 * 4 + 0, 5 * 4 + 1, 5 * 4 + 2, 2 * 4 + 0};
+    for (int32_t t = 0; t < 6; t++)
+        EXPECT(b.plan.slots[t] == want[t], "token %d: slot %d, want %d", t, b.plan.slots[t],
+               want[t]);
+    test_backend_free(&b);
 }
 
 /* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
@@ -226,37 +266,15 @@ static void check_wrap(ap_forward_mode mode) {
 static void check_decode_len_limit(void) {
     const int32_t ps = 128, pages_needed = (int32_t)(((int64_t)INT32_MAX + ps - 1) / ps);
     ap_backend b;
-    memset(&b, 0, sizeof b);
-    b.model = (ap_model){.struct_size = sizeof(ap_model),
-                         .num_kv_heads = 1,
-                         .page_size = ps,
-                         .max_batch = 1,
-                         .max_tokens = 1};
-    b.max_workers = b.target_workers = 8;
+    test_backend(&b, ps, 1, 1, 1, 8);
     b.split_kv = 1;
-    b.plan_bytes = fil_plan_capacity(&b.model, 8);
-    b.plan_host = malloc(b.plan_bytes);
-    b.plan_dev = malloc(b.plan_bytes);
     int32_t *pages = calloc((size_t)pages_needed, sizeof *pages);
     const int32_t lens[2] = {INT32_MAX - 2 * FIL_DECODE_TILE + 1, INT32_MAX - 2 * FIL_DECODE_TILE};
     for (int i = 0; i < 2; i++) {
         int32_t qo[2] = {0, 1}, last[1] = {(lens[i] - 1) % ps + 1};
         int32_t indptr[2] = {0, (lens[i] - last[0]) / ps + 1}, seq_lens[1] = {lens[i]};
-        ap_batch batch = {.struct_size = sizeof batch,
-                          .mode = AP_MODE_DECODE,
-                          .num_seqs = 1,
-                          .num_tokens = 1,
-                          .num_pages_total = indptr[1],
-                          .qo_indptr = qo,
-                          .kv_page_indptr = indptr,
-                          .kv_page_indices = pages,
-                          .kv_last_page_len = last,
-                          .seq_lens = seq_lens,
-                          .qo_indptr_host = qo,
-                          .kv_page_indptr_host = indptr,
-                          .kv_page_indices_host = pages,
-                          .kv_last_page_len_host = last,
-                          .seq_lens_host = seq_lens};
+        ap_batch batch =
+            test_batch(AP_MODE_DECODE, 1, 1, indptr[1], qo, indptr, pages, last, seq_lens);
         char text[512] = "";
         ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
         ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
@@ -264,7 +282,8 @@ static void check_decode_len_limit(void) {
         EXPECT(st == want, "decode seq_len %d: status %d, want %d '%s'", lens[i], (int)st,
                (int)want, text);
     }
-    free(pages), free(b.plan_host), free(b.plan_dev);
+    free(pages);
+    test_backend_free(&b);
 }
 
 int main(void) {
@@ -283,6 +302,8 @@ int main(void) {
     check_wrap(AP_MODE_DECODE);
     check_wrap(AP_MODE_EXTEND);
     check_decode_len_limit();
+    check_zero_page();
+    check_extend_items();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }

@@ -5,25 +5,17 @@
 
 #include "plugin_api.h"
 #include "test_fil_expect.h"
+#include "tests/common/test_model.h"
 
 static const ap_vtable *vt;
 
 static ap_model good_model(void) {
-    return (ap_model){.struct_size = sizeof(ap_model),
-                      .name = "test",
-                      .kind = AP_ATTN_MHA,
-                      .num_qo_heads = 32,
-                      .num_kv_heads = 8,
-                      .head_dim_qk = 128,
-                      .head_dim_v = 128,
-                      .dtype = AP_DTYPE_BF16,
-                      .kv_dtype = AP_DTYPE_BF16,
-                      .page_size = 16,
-                      .num_layers = 1,
-                      .causal = 1,
-                      .max_batch = 64,
-                      .max_tokens = 4096,
-                      .max_kv_len = 32768};
+    ap_model m = ap_test_model("test", 32, 8, 128, 128, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    m.num_layers = 1;
+    m.max_batch = 64;
+    m.max_tokens = 4096;
+    m.max_kv_len = 32768;
+    return m;
 }
 
 static ap_device h100(void) {

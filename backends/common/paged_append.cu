@@ -1,19 +1,17 @@
-// append.cu: writes the new tokens' K and V into their paged-cache slots (fp8: quantized).
+// paged_append.cu: writes new tokens' K and V into their paged-cache slots (fp8: quantized).
 #include <cuda_runtime.h>
 
-#include "../common/cuda_status.cuh"
-#include "../common/dtype.cuh"
-#include "../common/paged_kv.cuh"
-#include "fil.h"
-
-#define FIL_WHO "flashinfer_like append"
+#include "cuda_status.cuh"
+#include "dtype.cuh"
+#include "kit.h"
+#include "paged_kv.cuh"
 
 namespace {
 
 constexpr int kVec = 8; // elements per thread: one 16-byte load of 16-bit input
 constexpr int kThreads = 256;
 
-struct AppendArgs {
+struct paged_append_args {
     const uint8_t *src[2];   // k, v
     int64_t stride_token[2]; // in elements
     int64_t stride_head[2];
@@ -29,7 +27,7 @@ struct AppendArgs {
 //   16-bit cache: cache[slot][head][d] = x (a copy).
 //   fp8 cache:    cache[slot][head][d] = sat_e4m3(x / scale), rounded to nearest even, the same
 //                 bits as the host's ap_float_to_fp8_e4m3 (a true division, no reciprocal).
-template <typename IN, bool FP8> __global__ void fil_append_kernel(const AppendArgs a) {
+template <typename IN, bool FP8> __global__ void ap_paged_append_kernel(const paged_append_args a) {
     const int which = blockIdx.y;
     const int vecs = a.head_dim / kVec;
     const int64_t idx = (int64_t)blockIdx.x * kThreads + threadIdx.x;
@@ -63,18 +61,18 @@ template <typename IN, bool FP8> __global__ void fil_append_kernel(const AppendA
 
 } // namespace
 
-extern "C" ap_status fil_append_run(const fil_append_params *p, void *stream, ap_msgbuf *msg) {
+extern "C" ap_status ap_kit_paged_append_run(const ap_kit_append_args *p, void *stream,
+                                             const char *who, ap_msgbuf *msg) {
     const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     if ((p->in_dtype != AP_DTYPE_BF16 && p->in_dtype != AP_DTYPE_F16) ||
         (!fp8 && p->kv_dtype != p->in_dtype) || p->head_dim % kVec != 0) {
         ap_msgbuf_add(msg,
-                      FIL_WHO ": no kernel for input dtype %d into a cache of dtype %d "
-                              "with head_dim %d",
-                      (int)p->in_dtype, (int)p->kv_dtype, p->head_dim);
+                      "%s: KV append: no kernel for input %s into a cache of %s with head_dim %d",
+                      who, ap_dtype_str(p->in_dtype), ap_dtype_str(p->kv_dtype), p->head_dim);
         return AP_ERR_UNSUPPORTED;
     }
     if (p->num_tokens == 0) return AP_OK;
-    AppendArgs a;
+    paged_append_args a;
     a.src[0] = static_cast<const uint8_t *>(p->k);
     a.src[1] = static_cast<const uint8_t *>(p->v);
     a.stride_token[0] = p->k_stride_token;
@@ -94,10 +92,10 @@ extern "C" ap_status fil_append_run(const fil_append_params *p, void *stream, ap
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool bf16 = p->in_dtype == AP_DTYPE_BF16;
     if (bf16 && fp8)
-        fil_append_kernel<__nv_bfloat16, true><<<grid, kThreads, 0, s>>>(a);
+        ap_paged_append_kernel<__nv_bfloat16, true><<<grid, kThreads, 0, s>>>(a);
     else if (fp8)
-        fil_append_kernel<__half, true><<<grid, kThreads, 0, s>>>(a);
+        ap_paged_append_kernel<__half, true><<<grid, kThreads, 0, s>>>(a);
     else
-        fil_append_kernel<__nv_bfloat16, false><<<grid, kThreads, 0, s>>>(a); // a byte copy
-    return ap_cuda_launch_status(FIL_WHO, "fil_append_kernel", msg);
+        ap_paged_append_kernel<__nv_bfloat16, false><<<grid, kThreads, 0, s>>>(a); // a byte copy
+    return ap_cuda_launch_status(who, "ap_paged_append_kernel", msg);
 }

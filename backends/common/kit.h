@@ -1,0 +1,177 @@
+/* kit.h: the host side of the CUDA backend kit: what a CUDA plugin's C glue and launchers share. */
+#ifndef AP_COMMON_KIT_H
+#define AP_COMMON_KIT_H
+
+#include "plugin_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every message a kit function writes starts with `who`, the backend's name, then names the step
+ * that failed and CUDA's own words: "flashinfer_like: cudaMalloc: out of memory (...)". */
+
+/* ---------------------------------------------------------------------------------------------
+ * The CUDA runtime behind plain C (kit_runtime.cu), so the C glue needs no CUDA header. Streams
+ * and events are opaque pointers. Failures return AP_ERR_CUDA, or AP_ERR_OUT_OF_MEMORY for
+ * allocations, with the runtime's message (ap_cuda_status in cuda_status.cuh).
+ * ------------------------------------------------------------------------------------------- */
+
+ap_status ap_kit_set_device(int32_t ordinal, const char *who, ap_msgbuf *msg);
+ap_status ap_kit_device_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg);
+void ap_kit_device_free(void *ptr); /* NULL is a no-op */
+ap_status ap_kit_pinned_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg);
+void ap_kit_pinned_free(void *ptr); /* NULL is a no-op */
+/* An asynchronous host-to-device copy on `stream`; `what` names it in a failure. */
+ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                const char *who, const char *what, ap_msgbuf *msg);
+ap_status ap_kit_event_create(void **out, const char *who, ap_msgbuf *msg);
+void ap_kit_event_destroy(void *event); /* NULL is a no-op */
+ap_status ap_kit_event_record(void *event, void *stream, const char *who, ap_msgbuf *msg);
+/* Blocks the host until the event has passed. */
+ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The build's GPU targets (kit_host.c): meson's cuda-archs list, passed as AP_CUDA_ARCHS
+ * ("90a,90,ptx90"), as the caps' arch table. "90a" is sm_90a SASS, "90" sm_90 SASS and "ptx90"
+ * compute_90 PTX: the spelling meson turns into -gencode, so caps name exactly what was built.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The table (parsed once, thread-safe) and its length. */
+size_t ap_kit_cuda_archs(const ap_arch_target **out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Options and the device (kit_host.c), for validate()
+ * ------------------------------------------------------------------------------------------- */
+
+/* The value of backend option `key` (the last one given), or NULL when absent. */
+const char *ap_kit_option(const ap_options *options, const char *key);
+
+/* The device checks every CUDA backend makes: a usable GPU of compute capability >= min_major.0
+ * with SMs. Adds one reason per failure and returns 1 when it refuses, else 0. */
+int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,
+                          ap_msgbuf *reasons);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors and the cache (kit_host.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The first element of a DLTensor. */
+static inline void *ap_kit_data(const DLTensor *t) {
+    return (char *)t->data + t->byte_offset;
+}
+
+/* AP_OK when t is NULL or its first element is `alignment`-byte aligned, else AP_ERR_UNSUPPORTED
+ * with a message naming the tensor (the core checks shapes, dtypes and density, not this). */
+ap_status ap_kit_aligned(const DLTensor *t, const char *what, size_t alignment, const char *who,
+                         ap_msgbuf *msg);
+
+/* get_kv_spec for an NHD cache of the model's kv_dtype without scales: a page of K holds
+ * page_size x num_kv_heads x head_dim_qk elements, one of V head_dim_v; bases `alignment`-byte
+ * aligned. */
+ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec *out,
+                             const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The batch, from its host mirrors (kit_batch.c), for a plan that indexes by it
+ * ------------------------------------------------------------------------------------------- */
+
+/* The batch rules of plugin_api.h's promise that a plan's indexing depends on, checked once more
+ * from the host mirrors: the core checks them before init_metadata, but a third-party core may
+ * not, and a plan that trusted a wrapped indptr would write outside its arrays. Checks the mode,
+ * the counts against the model's max_batch and max_tokens, that every array and mirror is set,
+ * both indptrs (from 0 to their totals, never decreasing: compared before subtracting, so int32
+ * wrap cannot pass), per sequence 0 <= q_len <= seq_len (exactly 1 in decode) and
+ * seq_len == (pages - 1) * page_size + last_page_len with pages >= 1 (no sequence without a
+ * page), and every page index >= 0 with its slots below 2^31. *max_page receives the largest
+ * page index. Returns AP_ERR_INVALID_ARGUMENT or AP_ERR_SHAPE_MISMATCH with a message naming the
+ * sequence or the entry. */
+ap_status ap_kit_batch_check(const ap_batch *batch, const ap_model *model, int32_t *max_page,
+                             const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The batch plan buffer (kit_plan_buffer.c): a plan is written in pinned host memory and moved to
+ * the device in one copy per batch, shared by every layer. The next plan waits until the last
+ * copy has left the host buffer.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ap_kit_plan_buffer {
+    void *host; /* pinned, `bytes` */
+    void *dev;  /* device, `bytes` */
+    size_t bytes;
+    void *copied;     /* event: the last copy out of `host` has finished */
+    int copy_pending; /* 1 while a recorded copy may still read `host` */
+} ap_kit_plan_buffer;
+
+/* Allocates `bytes` of each side and the event; on failure the buffer is left for _free. */
+ap_status ap_kit_plan_buffer_alloc(ap_kit_plan_buffer *buffer, size_t bytes, const char *who,
+                                   ap_msgbuf *msg);
+/* Waits for a pending copy, then frees everything (the device must be current). */
+void ap_kit_plan_buffer_free(ap_kit_plan_buffer *buffer);
+/* Waits until the host side may be rewritten: call before writing a new plan. */
+ap_status ap_kit_plan_buffer_begin(ap_kit_plan_buffer *buffer, const char *who, ap_msgbuf *msg);
+/* Copies the first `bytes` of the host side to the device on `stream`: the batch's one upload. */
+ap_status ap_kit_plan_buffer_upload(ap_kit_plan_buffer *buffer, size_t bytes, void *stream,
+                                    const char *who, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The merge of partial attention states (merge_states.cu): pairs (sequence, KV head) whose KV
+ * was cut over several workers each left partials (o_p normalised, lse2_p base-2 log-sum-exp of
+ * the scaled logits, softmax_state.cuh); one launch combines them into the output rows and LSE.
+ * ------------------------------------------------------------------------------------------- */
+
+/* One pair cut into several parts: its partials are [first_partial, end_partial). */
+typedef struct ap_kit_merge {
+    int32_t seq;
+    int32_t kv_head;
+    int32_t first_partial;
+    int32_t end_partial;
+} ap_kit_merge;
+
+typedef struct ap_kit_merge_args {
+    const ap_kit_merge *merges; /* device [num_merges] */
+    int32_t num_merges;         /* 0: nothing to do */
+    const float *partial_out;   /* device [partials][group][head_dim] */
+    const float *partial_lse;   /* device [partials][group] */
+    ap_dtype out_dtype;         /* BF16 or F16 */
+    int32_t group;              /* query heads per KV head */
+    int32_t head_dim;           /* a multiple of 4, at most 512 */
+    int32_t num_qo_heads;
+    void *out;  /* [tokens][num_qo_heads][head_dim]: row seq, head kv_head * group + h */
+    float *lse; /* [tokens][num_qo_heads] natural log, or NULL */
+} ap_kit_merge_args;
+
+ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream, const char *who,
+                                  ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The KV append (paged_append.cu): new tokens' K and V written into their slots of an NHD cache,
+ * copied (16-bit cache of the input's type) or quantized (fp8 e4m3: stored = sat(x / scale),
+ * a true division, the same bits as host_numeric.h's ap_float_to_fp8_e4m3).
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ap_kit_append_args {
+    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
+    const void *v; /*   aligned; strides of the first two dims in elements below */
+    int64_t k_stride_token, k_stride_head;
+    int64_t v_stride_token, v_stride_head;
+    ap_dtype in_dtype; /* BF16 or F16 */
+    void *k_pages;     /* NHD cache of kv_dtype: [page][slot][head][head_dim] */
+    void *v_pages;
+    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
+    int32_t num_kv_heads;
+    int32_t head_dim; /* a multiple of 8 */
+    float k_scale;
+    float v_scale;
+    const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
+    int32_t num_tokens;
+} ap_kit_append_args;
+
+ap_status ap_kit_paged_append_run(const ap_kit_append_args *args, void *stream, const char *who,
+                                  ap_msgbuf *msg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AP_COMMON_KIT_H */

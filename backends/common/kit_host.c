@@ -1,0 +1,98 @@
+/* kit_host.c: the build's GPU targets as caps, options, device checks, tensor alignment, kv spec. */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kit.h"
+
+#ifndef AP_CUDA_ARCHS
+#error "AP_CUDA_ARCHS (the build's GPU targets, e.g. \"90a\") must be defined by the build"
+#endif
+
+#define AP_KIT_MAX_ARCHS 16
+static ap_arch_target ap_kit_archs[AP_KIT_MAX_ARCHS];
+static size_t ap_kit_num_archs;
+static pthread_once_t ap_kit_archs_once = PTHREAD_ONCE_INIT;
+
+/* "90a,90,ptx90": "90a" is sm_90a SASS, "90" sm_90 SASS and "ptx90" compute_90 PTX. */
+static void ap_kit_archs_parse(void) {
+    const char *p = AP_CUDA_ARCHS;
+    while (*p != '\0' && ap_kit_num_archs < AP_KIT_MAX_ARCHS) {
+        ap_arch_kind kind = AP_ARCH_SASS;
+        if (strncmp(p, "ptx", 3) == 0) {
+            kind = AP_ARCH_PTX;
+            p += 3;
+        }
+        int sm = 0;
+        while (*p >= '0' && *p <= '9') sm = sm * 10 + (*p++ - '0');
+        if (*p == 'a') {
+            kind = AP_ARCH_SASS_SPECIFIC;
+            p++;
+        }
+        if (sm > 0) ap_kit_archs[ap_kit_num_archs++] = (ap_arch_target){sm, kind};
+        while (*p != '\0' && *p != ',') p++; /* skip anything unknown up to the next entry */
+        if (*p == ',') p++;
+    }
+}
+
+size_t ap_kit_cuda_archs(const ap_arch_target **out) {
+    pthread_once(&ap_kit_archs_once, ap_kit_archs_parse);
+    *out = ap_kit_archs;
+    return ap_kit_num_archs;
+}
+
+const char *ap_kit_option(const ap_options *options, const char *key) {
+    const char *value = NULL;
+    if (options == NULL || options->extra == NULL) return NULL;
+    for (size_t i = 0; i < options->num_extra; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        if (kv->key != NULL && strcmp(kv->key, key) == 0) value = kv->value;
+    }
+    return value;
+}
+
+int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,
+                          ap_msgbuf *reasons) {
+    if (device == NULL) {
+        ap_msgbuf_add(reasons, "%s: no device given", who);
+        return 1;
+    }
+    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
+        ap_msgbuf_add(reasons, "%s: needs a CUDA GPU%s%s", who,
+                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
+        return 1;
+    }
+    int refused = 0;
+    if (device->cc_major < min_major) {
+        refused = 1;
+        ap_msgbuf_add(reasons, "%s: compute capability %d.%d is below %d.0", who, device->cc_major,
+                      device->cc_minor, min_major);
+    }
+    if (device->sm_count <= 0) {
+        refused = 1;
+        ap_msgbuf_add(reasons, "%s: the device reports %d SMs", who, device->sm_count);
+    }
+    return refused;
+}
+
+ap_status ap_kit_aligned(const DLTensor *t, const char *what, size_t alignment, const char *who,
+                         ap_msgbuf *msg) {
+    if (t == NULL || (uintptr_t)ap_kit_data(t) % alignment == 0) return AP_OK;
+    ap_msgbuf_add(msg, "%s: tensor %s must start on a %zu-byte boundary", who, what, alignment);
+    return AP_ERR_UNSUPPORTED;
+}
+
+ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec *out,
+                             const char *who, ap_msgbuf *msg) {
+    if (out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
+        ap_msgbuf_add(msg, "%s: get_kv_spec needs an ap_kv_spec with struct_size set", who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    size_t elem = ap_dtype_size_bits(model->kv_dtype) / 8;
+    size_t per_page = (size_t)model->page_size * (size_t)model->num_kv_heads * elem;
+    out->k_bytes_per_page = per_page * (size_t)model->head_dim_qk;
+    out->v_bytes_per_page = per_page * (size_t)model->head_dim_v;
+    out->scale_bytes_per_page = 0;
+    out->alignment = alignment;
+    return AP_OK;
+}

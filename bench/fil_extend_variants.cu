@@ -1,0 +1,27 @@
+// fil_extend_variants.cu: the benchmark build of flashinfer_like's extend: the plugin's kernel file
+// with fil_extend_run wrapped, so FIL_EXTEND_VARIANT picks other kernel options for bf16 head dim
+// 128 (same 128-row tiling): 4 is the previous default (no kernel options), 5 adds
+// kAlwaysRescale; anything else runs the plugin's own launch. Built by fil_extend_build.sh only.
+#include <stdlib.h>
+
+#define fil_extend_run fil_extend_run_plugin
+#include "backends/flashinfer_like/extend_kernel.cu"
+#undef fil_extend_run
+
+extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    const char *env = getenv("FIL_EXTEND_VARIANT");
+    const int variant = env ? atoi(env) : 0;
+    if ((variant != 4 && variant != 5) || p == NULL || p->q_dtype != AP_DTYPE_BF16 ||
+        p->kv.kv_dtype != AP_DTYPE_BF16 || p->kv.head_dim != 128)
+        return fil_extend_run_plugin(p, plan, stream, msg);
+    extend_args a;
+    int num_blocks = 0;
+    ap_status st = extend_prepare(p, plan, &a, &num_blocks, msg);
+    if (st != AP_OK || num_blocks == 0) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    using QT = __nv_bfloat16;
+    if (variant == 4) return extend_launch<128, 2, 64, 2, QT, QT, 0>(a, num_blocks, s, msg);
+    return extend_launch<128, 2, 64, 2, QT, QT, kPagesEarly | kAlwaysRescale>(a, num_blocks, s,
+                                                                              msg);
+}
