@@ -1,6 +1,5 @@
 /* test_instance.c: a plugin whose create fails is reported, and no plugin unloads under an instance. */
 #include "test_support.h"
-#include "tests/common/test_model.h"
 
 static void test_create_fails(void **state) {
     (void)state;

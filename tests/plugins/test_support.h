@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "attnplug.h"
+#include "tests/common/test_model.h"
 
 /* A folder the build passes through the environment (tests/plugins/meson.build). */
 static inline const char *test_dir(const char *variable) {
@@ -67,25 +68,10 @@ static inline int test_has_record(const ap_registry *registry, const char *path)
     return 0;
 }
 
-/* A small GQA model every fixture plugin accepts: bf16, page 16. */
+/* A small GQA model every fixture plugin accepts: bf16, page 16, one layer. */
 static inline ap_model test_fixture_model(void) {
-    ap_model model = {
-        .struct_size = sizeof(ap_model),
-        .name = "fixture-model",
-        .kind = AP_ATTN_MHA,
-        .num_qo_heads = 8,
-        .num_kv_heads = 2,
-        .head_dim_qk = 64,
-        .head_dim_v = 64,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = AP_DTYPE_BF16,
-        .page_size = 16,
-        .num_layers = 1,
-        .causal = 1,
-        .max_batch = 4,
-        .max_tokens = 64,
-        .max_kv_len = 1024,
-    };
+    ap_model model = ap_test_model("fixture-model", 8, 2, 64, 64, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    model.num_layers = 1;
     return model;
 }
 
