@@ -65,10 +65,6 @@ float cpu_kv_effective_scale(ap_dtype dtype, float scale);
 ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *msg);
 ap_status cpu_kv_check_pages(const cpu_plan *plan, const ap_kv_cache *kv, ap_msgbuf *msg);
 int64_t cpu_kv_slot_of(const cpu_plan *plan, const ap_kv_cache *kv, int32_t seq, int32_t pos);
-void *cpu_kv_k_row(const ap_kv_cache *kv, int64_t slot, int32_t head);
-void *cpu_kv_v_row(const ap_kv_cache *kv, int64_t slot, int32_t head);
-void cpu_kv_store_row(ap_dtype dtype, void *row, const float *values, int32_t dim, float scale);
-void cpu_kv_load_row(ap_dtype dtype, const void *row, float *values, int32_t dim);
 /* A (slot, head) row of K or V in any cache dtype, nvfp4's block scales included. */
 void cpu_kv_store_k(const ap_kv_cache *kv, int64_t slot, int32_t head, const float *values,
                     float scale);

@@ -124,17 +124,10 @@ static cpu_kv_row cpu_kv_row_at(const ap_kv_cache *kv, int is_v, int64_t slot, i
                         scales != NULL ? scales + index / AP_NVFP4_BLOCK : NULL, dim};
 }
 
-void *cpu_kv_k_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return cpu_kv_row_at(kv, 0, slot, head).values;
-}
-
-void *cpu_kv_v_row(const ap_kv_cache *kv, int64_t slot, int32_t head) {
-    return cpu_kv_row_at(kv, 1, slot, head).values;
-}
-
 /* Quantize one value into the cache's dtype: bf16/f16 by round-to-nearest-even conversion of x,
  * fp8 as saturate_fp8(x / scale) with the division done in float32 (what a kernel does). */
-void cpu_kv_store_row(ap_dtype dtype, void *row, const float *values, int32_t dim, float scale) {
+static void cpu_kv_store_row(ap_dtype dtype, void *row, const float *values, int32_t dim,
+                             float scale) {
     for (int32_t d = 0; d < dim; d++) {
         float x = values[d];
         uint16_t half;
@@ -157,7 +150,7 @@ void cpu_kv_store_row(ap_dtype dtype, void *row, const float *values, int32_t di
 
 /* The stored codes of one row as floats, exactly, WITHOUT the fp8 scale (the caller applies it
  * in double so the oracle rounds once). */
-void cpu_kv_load_row(ap_dtype dtype, const void *row, float *values, int32_t dim) {
+static void cpu_kv_load_row(ap_dtype dtype, const void *row, float *values, int32_t dim) {
     for (int32_t d = 0; d < dim; d++) {
         uint16_t half;
         switch (dtype) {
