@@ -124,7 +124,7 @@ int ap_py_layer_init_type(PyObject *module);
  * option strings its backend may point into; `keepalive` (the Config whose rule options it was
  * created with, or NULL) lives as long as the instance. */
 PyObject *ap_py_instance_wrap(ap_py_registry *registry, ap_instance *instance,
-                              ap_py_strings *strings, PyObject *keepalive);
+                              const ap_device *device, ap_py_strings *strings, PyObject *keepalive);
 
 /* Add a heap type made from `spec` to the module under its short name; stores it in *out. */
 int ap_py_add_type(PyObject *module, PyType_Spec *spec, PyObject **out);

@@ -17,12 +17,12 @@ typedef struct ap_py_instance {
     PyObject *keepalive; /* the Config whose rule options the backend got, or NULL */
     ap_py_strings strings;
     ap_py_tensors batch; /* the planned batch's arrays: a backend may read them until the next */
-    int batch_device_type;
-    int batch_device_id;
+    int on_gpu;          /* the backend serves a CUDA device (its tensors are kDLCUDA) */
 } ap_py_instance;
 
 PyObject *ap_py_instance_wrap(ap_py_registry *registry, ap_instance *instance,
-                              ap_py_strings *strings, PyObject *keepalive) {
+                              const ap_device *device, ap_py_strings *strings,
+                              PyObject *keepalive) {
     PyTypeObject *type = (PyTypeObject *)ap_py_instance_type;
     allocfunc tp_alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
     ap_py_instance *self = (ap_py_instance *)tp_alloc(type, 0);
@@ -31,6 +31,9 @@ PyObject *ap_py_instance_wrap(ap_py_registry *registry, ap_instance *instance,
         return NULL;
     }
     self->instance = instance;
+    /* as the core decides where a backend's tensors live (ap_expected_device_type) */
+    self->on_gpu = (ap_instance_caps(instance)->device_kinds & AP_DEVICE_KIND_CUDA) &&
+                   device->ordinal >= 0 && device->unusable_reason[0] == '\0';
     Py_INCREF(registry);
     self->registry = (PyObject *)registry;
     registry->live_instances++;
@@ -321,7 +324,6 @@ static PyObject *ap_py_instance_init_metadata(PyObject *obj, PyObject *args, PyO
         ap_py_raise(status);
         goto fail;
     }
-    self->batch_device_type = device_type;
     Py_RETURN_NONE;
 fail:
     ap_py_tensors_release(&self->batch);
@@ -555,7 +557,8 @@ static PyObject *ap_py_instance_cuda_graph_prepare(PyObject *obj, PyObject *args
         return NULL;
     ap_instance *instance = ap_py_live(obj);
     intptr_t stream;
-    if (instance == NULL || ap_py_stream(stream_obj, kDLCUDA, &stream) < 0) return NULL;
+    int device_type = ((ap_py_instance *)obj)->on_gpu ? kDLCUDA : kDLCPU;
+    if (instance == NULL || ap_py_stream(stream_obj, device_type, &stream) < 0) return NULL;
     ap_py_tensors none = {.count = 0};
     return ap_py_hook_done(ap_instance_cuda_graph_prepare(instance, max_batch, (void *)stream),
                            &none);

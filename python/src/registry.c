@@ -276,7 +276,8 @@ static PyObject *ap_py_registry_open(PyObject *self, PyObject *args, PyObject *k
         if (status != AP_OK)
             ap_py_raise(status);
         else /* the instance keeps the option strings its backend may point into */
-            result = ap_py_instance_wrap((ap_py_registry *)self, instance, &request.strings, NULL);
+            result = ap_py_instance_wrap((ap_py_registry *)self, instance, &request.device,
+                                         &request.strings, NULL);
     }
     ap_py_request_free(&request);
     return result;
@@ -304,8 +305,8 @@ static PyObject *ap_py_registry_open_config(PyObject *self, PyObject *args, PyOb
             if (walk != NULL || selection == NULL) ap_py_raise_with(status, "selection", walk);
             Py_XDECREF(walk);
         } else {
-            PyObject *opened =
-                ap_py_instance_wrap((ap_py_registry *)self, instance, &request.strings, config);
+            PyObject *opened = ap_py_instance_wrap((ap_py_registry *)self, instance,
+                                                   &request.device, &request.strings, config);
             PyObject *walk = opened != NULL ? ap_py_selection_to_dict(selection) : NULL;
             if (walk != NULL)
                 result = Py_BuildValue("(NN)", opened, walk);

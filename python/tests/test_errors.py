@@ -216,3 +216,10 @@ def test_model_and_options_errors(registry, make_model):
            device="cpu")
     expect("AP_ERR_NOT_FOUND", registry.open, "no_such_backend", model, device="cpu")
     expect("AP_ERR_INVALID_ARGUMENT", registry.open, "cpu_ref", [1, 2], match="must be a dict")
+
+
+def test_cpu_instance_never_asks_torch_for_a_cuda_stream(setup):
+    """With torch loaded but no GPU serving, stream=None must not reach torch.cuda (which raises
+    without a driver): the hook answers for itself."""
+    pytest.importorskip("torch", reason="the case needs torch loaded")
+    expect("AP_ERR_UNSUPPORTED", setup["instance"].cuda_graph_prepare, 2, match="cuda_graph/1")
