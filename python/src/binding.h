@@ -126,6 +126,9 @@ int ap_py_layer_init_type(PyObject *module);
 PyObject *ap_py_instance_wrap(ap_py_registry *registry, ap_instance *instance,
                               const ap_device *device, ap_py_strings *strings, PyObject *keepalive);
 
+/* The last step of every type's dealloc: free the object and drop its heap type's reference. */
+void ap_py_object_free(PyObject *self);
+
 /* Add a heap type made from `spec` to the module under its short name; stores it in *out. */
 int ap_py_add_type(PyObject *module, PyType_Spec *spec, PyObject **out);
 

@@ -59,10 +59,7 @@ static void ap_py_instance_dealloc(PyObject *obj) {
     ap_py_instance_free(self);
     Py_CLEAR(self->keepalive);
     Py_CLEAR(self->registry);
-    freefunc tp_free = (freefunc)PyType_GetSlot(Py_TYPE(obj), Py_tp_free);
-    PyObject *type = (PyObject *)Py_TYPE(obj);
-    tp_free(obj);
-    Py_DECREF(type);
+    ap_py_object_free(obj);
 }
 
 static ap_instance *ap_py_live(PyObject *obj) {

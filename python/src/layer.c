@@ -202,10 +202,7 @@ fail:
 
 static void ap_py_layer_dealloc(PyObject *self) {
     ap_py_tensors_release(&((ap_py_layer *)self)->pages);
-    freefunc tp_free = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
-    PyObject *type = (PyObject *)Py_TYPE(self);
-    tp_free(self);
-    Py_DECREF(type);
+    ap_py_object_free(self);
 }
 
 static PyObject *ap_py_layer_get(PyObject *self, void *closure) {

@@ -49,6 +49,13 @@ PyObject *ap_py_raise_msg(ap_status status, const char *fmt, ...) {
     return ap_py_raise_text(status, message, NULL, NULL);
 }
 
+void ap_py_object_free(PyObject *self) {
+    freefunc tp_free = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
+    PyObject *type = (PyObject *)Py_TYPE(self);
+    tp_free(self);
+    Py_DECREF(type);
+}
+
 int ap_py_add_type(PyObject *module, PyType_Spec *spec, PyObject **out) {
     PyObject *type = PyType_FromSpec(spec);
     if (type == NULL) return -1;

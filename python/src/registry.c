@@ -67,10 +67,7 @@ out:
 static void ap_py_registry_dealloc(PyObject *self) {
     /* Instances hold a reference, so none lives here; nothing is left to refuse the destroy. */
     if (AP_PY_REGISTRY(self) != NULL) (void)ap_registry_destroy(AP_PY_REGISTRY(self));
-    freefunc tp_free = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
-    PyObject *type = (PyObject *)Py_TYPE(self);
-    tp_free(self);
-    Py_DECREF(type);
+    ap_py_object_free(self);
 }
 
 static PyObject *ap_py_registry_close(PyObject *self, PyObject *unused) {
@@ -375,10 +372,7 @@ int ap_py_registry_init_type(PyObject *module) {
 
 static void ap_py_config_dealloc(PyObject *self) {
     ap_config_destroy(((ap_py_config *)self)->config);
-    freefunc tp_free = (freefunc)PyType_GetSlot(Py_TYPE(self), Py_tp_free);
-    PyObject *type = (PyObject *)Py_TYPE(self);
-    tp_free(self);
-    Py_DECREF(type);
+    ap_py_object_free(self);
 }
 
 static PyObject *ap_py_config_new_from(PyTypeObject *type, ap_config *config) {

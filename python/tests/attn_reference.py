@@ -76,3 +76,16 @@ class PagedSequences:
             as32(last),
             as32(positions),
         )
+
+
+def open_paged(registry, model, capacities, rng, fill=0.0):
+    """A cpu_ref instance for `model` (an attnplug.Model) and a Layer over a numpy f16 paged
+    cache (filled with `fill`) with room for sequences of `capacities` tokens.
+    Returns (instance, sequences, layer, k_pages, v_pages)."""
+    import attnplug
+
+    instance = registry.open("cpu_ref", model.as_dict(), device="cpu")
+    seqs = PagedSequences(capacities, model.page_size, rng)
+    shape = (seqs.num_pages, model.page_size, model.num_kv_heads, model.head_dim)
+    k_pages, v_pages = np.full(shape, fill, np.float16), np.full(shape, fill, np.float16)
+    return instance, seqs, attnplug.Layer(k_pages, v_pages), k_pages, v_pages

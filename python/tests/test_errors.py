@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from attn_reference import PagedSequences
+from attn_reference import open_paged
 
 import attnplug
 
@@ -11,11 +11,7 @@ import attnplug
 def setup(registry, make_model, rng):
     """An extend batch planned on cpu_ref, with good tensors to spoil one at a time."""
     model = make_model(page_size=4)
-    instance = registry.open("cpu_ref", model.as_dict(), device="cpu")
-    seqs = PagedSequences([6, 3], 4, rng)
-    shape = (seqs.num_pages, 4, model.num_kv_heads, model.head_dim)
-    k_pages, v_pages = np.zeros(shape, np.float16), np.zeros(shape, np.float16)
-    layer = attnplug.Layer(k_pages, v_pages)
+    instance, seqs, layer, k_pages, v_pages = open_paged(registry, model, [6, 3], rng)
     arrays = seqs.batch([6, 3])
     instance.init_metadata("extend", *arrays)
     t, hq, hkv, d = 9, model.num_qo_heads, model.num_kv_heads, model.head_dim

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from attn_reference import PagedSequences, reference_attention
+from attn_reference import PagedSequences, open_paged, reference_attention
 
 import attnplug
 
@@ -66,10 +66,7 @@ def test_extend_then_decode_matches_reference(registry, make_model, rng, page_si
 def test_chunked_extend_over_cached_prefix(registry, make_model, rng):
     """An extend of 3 tokens on top of 6 cached ones sees the prefix and its own causal part."""
     model = make_model(page_size=4)
-    instance = open_cpu(registry, model)
-    seqs = PagedSequences([9, 9], 4, rng)
-    shape = (seqs.num_pages, 4, model.num_kv_heads, model.head_dim)
-    layer = attnplug.Layer(np.zeros(shape, np.float16), np.zeros(shape, np.float16))
+    instance, seqs, layer, _, _ = open_paged(registry, model, [9, 9], rng)
     empty = np.zeros((0, model.num_kv_heads, model.head_dim), np.float16)
     k_all, v_all = [empty, empty], [empty, empty]
     scale = layer.sm_scale

@@ -6,7 +6,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from attn_reference import PagedSequences
+from attn_reference import open_paged
 
 import attnplug
 
@@ -21,10 +21,7 @@ def rss_bytes():
 @pytest.fixture
 def decode_setup(registry, make_model, rng):
     model = make_model(page_size=4)
-    instance = registry.open("cpu_ref", model.as_dict(), device="cpu")
-    seqs = PagedSequences([8, 8], 4, rng)
-    shape = (seqs.num_pages, 4, model.num_kv_heads, model.head_dim)
-    layer = attnplug.Layer(np.ones(shape, np.float16), np.ones(shape, np.float16))
+    instance, seqs, layer, _, _ = open_paged(registry, model, [8, 8], rng, fill=1.0)
     seqs.lens = [6, 3]
     arrays = seqs.batch([1, 1])
     q = rng.standard_normal((2, model.num_qo_heads, model.head_dim)).astype(np.float32)

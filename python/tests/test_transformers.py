@@ -7,7 +7,6 @@ logits' relative L2 error must stay small at every step; each step's numbers are
 On the CPU cpu_ref serves (float32 model, f16 paged cache); on a GPU flashinfer_like (bf16).
 """
 
-import os
 
 import pytest
 
