@@ -52,9 +52,11 @@ def test_extend_then_decode_on_the_gpu(gpu_registry, kv_dtype, limit, side_strea
     seqs = PagedSequences([40, 9, 70], 16, np.random.default_rng(7))
     torch_kv = torch.bfloat16 if kv_dtype == "bf16" else torch.float8_e4m3fn
     shape = (seqs.num_pages, 16, 8, 128)
-    k_pages = torch.zeros(shape, dtype=torch_kv, device="cuda")
-    v_pages = torch.zeros(shape, dtype=torch_kv, device="cuda")
-    layer = attnplug.Layer(k_pages, v_pages, k_scale=1.0, v_scale=1.0)
+    # fp8 pages travel as bytes named by kv_dtype (not every torch exports float8 via DLPack)
+    storage = torch.bfloat16 if kv_dtype == "bf16" else torch.uint8
+    k_pages = torch.zeros(shape, dtype=storage, device="cuda")
+    v_pages = torch.zeros(shape, dtype=storage, device="cuda")
+    layer = attnplug.Layer(k_pages, v_pages, kv_dtype=kv_dtype, k_scale=1.0, v_scale=1.0)
     stream = torch.cuda.Stream() if side_stream else torch.cuda.current_stream()
     k_all, v_all = [[] for _ in range(3)], [[] for _ in range(3)]
     for q_lens, mode in [([31, 5, 64], "extend")] + [([1, 1, 1], "decode")] * 4:
