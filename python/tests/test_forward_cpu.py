@@ -124,3 +124,29 @@ def test_append_kv_hook_rotates_and_stores(registry, make_model, rng):
     np.testing.assert_array_equal(flat_v[out_loc], v.astype(np.float16))
     untouched = np.setdiff1d(np.arange(12), out_loc)
     assert not flat_k[untouched].any() and not flat_v[untouched].any()
+
+
+def test_torch_cpu_tensors_bf16(registry, make_model, rng):
+    """torch CPU tensors (versioned DLPack, bf16) on cpu_ref; a strided view is refused."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    model = make_model(dtype="bf16", kv_dtype="bf16", page_size=8)
+    instance = registry.open("cpu_ref", model.as_dict(), device="cpu")
+    seqs = PagedSequences([11], 8, rng)
+    k_pages = torch.zeros((seqs.num_pages, 8, 2, 16), dtype=torch.bfloat16)
+    layer = attnplug.Layer(k_pages, torch.zeros_like(k_pages))
+    assert layer.kv_dtype == "bf16"
+    arrays = [torch.from_numpy(a) for a in seqs.batch([11])]
+    instance.init_metadata("extend", *arrays)
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn((11, h, 16), generator=gen).to(torch.bfloat16) for h in (4, 2, 2))
+    out = torch.zeros((11, 4, 16), dtype=torch.bfloat16)
+    instance.forward_extend(layer, q, k, v, out, save_kv=True)
+    want, _ = reference_attention(q.float().numpy(), k.float().numpy(), v.float().numpy(), 0,
+                                  16 ** -0.5)
+    got = out.float().numpy()
+    # bf16 output: one rounding of the result (2^-8 relative)
+    assert np.linalg.norm(got - want) / np.linalg.norm(want) < 4e-3
+    assert torch.equal(k_pages[int(seqs.pages[0][0]), 3], k[3])
+    with pytest.raises(attnplug.Error) as caught:
+        instance.forward_extend(layer, q.transpose(0, 1).contiguous().transpose(0, 1), k, v, out)
+    assert caught.value.status == "AP_ERR_INVALID_ARGUMENT" and "dense" in caught.value.message
