@@ -41,13 +41,17 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 note "== pip install . ($(python3 --version), meson $(meson --version), nvcc: $(command -v nvcc || echo none))"
+# Into a folder of its own, on PYTHONPATH: the image's environment stays as it was.
+SITE=/tmp/attnplug-site
+rm -rf "$SITE"
 t0=$(date +%s)
-if ! timeout 300 python3 -m pip install -v --no-build-isolation --no-deps --no-index . \
-        >>"$OUT/install.log" 2>&1; then
+if ! timeout 300 python3 -m pip install -v --no-build-isolation --no-deps --no-index \
+        --target "$SITE" . >>"$OUT/install.log" 2>&1; then
     tail -40 "$OUT/install.log"
     note "pip install failed (install.log)"
     exit 1
 fi
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 note "installed in $(($(date +%s) - t0)) s: $(python3 -c 'import attnplug, os; print(os.path.dirname(attnplug.__file__))')"
 python3 - <<'PY' | tee -a "$SUMMARY"
 import attnplug
