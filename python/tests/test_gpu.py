@@ -42,7 +42,9 @@ def rel_l2(got, want):
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
 
 
-@pytest.mark.parametrize("kv_dtype, limit", [("bf16", 1e-2), ("fp8_e4m3", 6e-2)])
+# the reference reads the cache's own (rounded) K/V: what is left is bf16 output and summation
+# order (limits not yet measured on the H100)
+@pytest.mark.parametrize("kv_dtype, limit", [("bf16", 1e-2), ("fp8_e4m3", 2e-2)])
 @pytest.mark.parametrize("side_stream", [False, True])
 def test_extend_then_decode_on_the_gpu(gpu_registry, kv_dtype, limit, side_stream):
     model = llama_model(kv_dtype)
