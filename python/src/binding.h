@@ -115,6 +115,29 @@ typedef struct ap_py_layer {
     ap_py_tensors pages; /* k, v and the nvfp4 block scales, held while the layer lives */
 } ap_py_layer;
 
+/* An opened backend instance (instance.c; its hook methods are in hooks.c). */
+typedef struct ap_py_instance {
+    PyObject_HEAD ap_instance *instance;
+    PyObject *registry;  /* the Registry: outlives the instance */
+    PyObject *keepalive; /* the Config whose rule options the backend got, or NULL */
+    ap_py_strings strings;
+    ap_py_tensors batch; /* the planned batch's arrays: a backend may read them until the next */
+    int on_gpu;          /* the backend serves a CUDA device (its tensors are kDLCUDA) */
+} ap_py_instance;
+
+/* The instance of an Instance, or NULL with an error when it was closed. */
+ap_instance *ap_py_live(PyObject *obj);
+
+/* 0 when the layer's KV cache is on q's device; -1 with an error set otherwise. */
+int ap_py_layer_matches(const ap_py_layer *layer, const DLTensor *q);
+
+/* The hook methods (hooks.c), for the Instance's method table. */
+PyObject *ap_py_instance_append_kv(PyObject *obj, PyObject *args, PyObject *kwargs);
+PyObject *ap_py_instance_pack_prefix_chunk_kv(PyObject *obj, PyObject *args, PyObject *kwargs);
+PyObject *ap_py_instance_cuda_graph_prepare(PyObject *obj, PyObject *args, PyObject *kwargs);
+PyObject *ap_py_instance_has_hook(PyObject *obj, PyObject *args);
+PyObject *ap_py_instance_hook_address(PyObject *obj, PyObject *args);
+
 int ap_py_registry_init_type(PyObject *module);
 int ap_py_config_init_type(PyObject *module);
 int ap_py_instance_init_type(PyObject *module);
