@@ -4,9 +4,9 @@
 # Root needs no sudo; otherwise sudo is used (non-interactive when stdin is not a terminal).
 
 # What building and running the engine needs on a bare machine, and what CI adds (the format
-# check, the test log reader, the fuzz build).
+# check, the test log reader, the fuzz build, the Python binding and its tests).
 AP_BUILD_PACKAGES=(gcc libc6-dev meson ninja-build pkg-config libyaml-dev libcmocka-dev libdlpack-dev)
-AP_CI_PACKAGES=(clang-format python3 clang)
+AP_CI_PACKAGES=(clang-format python3 clang python3-dev python3-numpy python3-pytest python3-venv)
 
 # ap_deps_install PACKAGE...: install the packages not installed yet; 1 when that fails.
 ap_deps_install() {

@@ -1,8 +1,15 @@
 #!/usr/bin/env python3
-"""report.py: merge attnplug-bench's and peer_torch.py's JSON into the bench/results/ table."""
+"""report.py: merge attnplug-bench's and peer_torch.py's JSON into the bench/results/ table.
+
+With --png it also draws the results as a chart (ours vs each peer, per case; matplotlib). A table
+already in bench/results/ is drawn again with --from-md TABLE.md --png CHART.png.
+"""
 import argparse
 import json
+import re
 import sys
+
+PEERS = ("torch flash", "torch cuDNN")
 
 DECODE_METRIC = ("decode GB/s = K+V bytes of every token in the cache, read once "
                  "(B * L * HK * D * 2 * bytes per element) / median time")
@@ -47,17 +54,114 @@ def ratio(ours_ms, peer_ms):
     return "%.2fx" % (peer_ms / ours_ms) if ours_ms and peer_ms else "-"
 
 
+def metric_of(result, decode):
+    """(GB/s for decode or TFLOP/s for extend, median ms) of one side, or None when not run."""
+    if not result or not result.get("ok"):
+        return None
+    return (result["gbps"] if decode else result["tflops"]), result["ms_median"]
+
+
+def rows_from_markdown(path):
+    """The chart rows of the first results table of a file: (case, shape, mode, {side: (metric,
+    ms) or None}). Later tables (earlier runs kept for comparison) are left out."""
+    rows, backend = [], None
+    cell_re = re.compile(r"([0-9.]+) ms / ([0-9.]+) (GB/s|TFLOP/s)")
+    with open(path) as f:
+        for line in f:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if len(cells) == 7 and cells[0] == "case":
+                backend = cells[2]
+                continue
+            if backend is not None and rows and not line.startswith("|"):
+                break  # the first table ended
+            if backend is None or len(cells) != 7 or cells[0].startswith("---"):
+                continue
+            values = {}
+            for side, text in ((backend, cells[2]), (PEERS[0], cells[3]), (PEERS[1], cells[5])):
+                match = cell_re.match(text)
+                values[side] = (float(match.group(2)), float(match.group(1))) if match else None
+            rows.append((cells[0], cells[1], cells[1].split()[0], values))
+    if backend is None:
+        raise SystemExit("report: no results table in %s" % path)
+    return backend, rows
+
+
+def draw(rows, backend, title, path):
+    """Grouped bars, one panel per mode: ours and each peer per case, with ours/peer above."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in ("decode", "extend") if any(r[2] == m for r in rows)]
+    sides = (backend,) + PEERS
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c")
+    widths = [sum(r[2] == m for r in rows) for m in modes]
+    fig, axes = plt.subplots(1, len(modes), figsize=(4.2 + 1.6 * sum(widths), 5.6),
+                             gridspec_kw={"width_ratios": widths}, squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        mine = [r for r in rows if r[2] == mode]
+        unit = "GB/s (K+V bytes read once / time)" if mode == "decode" else \
+            "TFLOP/s (causal FLOPs / time)"
+        for i, side in enumerate(sides):
+            xs = [j + (i - 1) * 0.27 for j in range(len(mine))]
+            heights = [r[3][side][0] if r[3].get(side) else 0.0 for r in mine]
+            bars = ax.bar(xs, heights, 0.27, label=side, color=colors[i])
+            for bar, row in zip(bars, mine):
+                ours, value = row[3].get(backend), row[3].get(side)
+                if value is None:
+                    label = "not run"
+                elif side == backend or ours is None:
+                    label = "%.0f" % value[0]
+                else:
+                    # ours/peer as the table gives it, from the times: above 1, ours is faster
+                    label = "%.0f\n%.2fx" % (value[0], value[1] / ours[1])
+                ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=7)
+        ax.set_xticks(range(len(mine)))
+        ax.set_xticklabels([r[0] for r in mine], rotation=25, ha="right", fontsize=8)
+        ax.set_ylabel(unit)
+        ax.set_title(mode)
+        ax.margins(y=0.25)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(loc="upper center", ncol=3, fontsize=8)
+    fig.suptitle(title + "\n(above a peer's bar: ours/peer, peer time / our time; "
+                 "above 1 ours is faster)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    print("report: drew %s" % path)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", required=True)
-    parser.add_argument("--ours", required=True)
-    parser.add_argument("--peer", required=True)
+    parser.add_argument("--cases")
+    parser.add_argument("--ours")
+    parser.add_argument("--peer")
+    parser.add_argument("--png", help="also draw the results as a PNG chart here")
+    parser.add_argument("--from-md", help="draw an existing results table (with --png), no JSON")
     parser.add_argument("--gpu", default="unknown GPU")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--date", default="")
     parser.add_argument("--backend", default="flashinfer_like")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     args = parser.parse_args()
+
+    if args.from_md:
+        if not args.png:
+            parser.error("--from-md draws a chart: give --png")
+        backend, rows = rows_from_markdown(args.from_md)
+        with open(args.from_md) as f:
+            title = f.readline().lstrip("# ").strip()
+            when = f.readline() + f.readline()
+        match = re.search(r"date: ([0-9-]+); commit: (\w+)", when)
+        if match:
+            title += ", %s, commit %s" % match.groups()
+        draw(rows, backend, title, args.png)
+        return 0
+    missing = [name for name in ("cases", "ours", "peer", "out") if not getattr(args, name)]
+    if missing:
+        parser.error("needs --" + ", --".join(missing) + " (or --from-md)")
 
     cases = load(args.cases, [])
     ours = {r["case"]: r for r in load(args.ours, [])}
@@ -103,6 +207,16 @@ def main():
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
+    if args.png:
+        rows = []
+        for case in cases:
+            decode = case["mode"] == "decode"
+            values = {args.backend: metric_of(ours.get(case["case"]), decode)}
+            for side, key in zip(PEERS, ("torch_flash", "torch_cudnn")):
+                values[side] = metric_of(peers.get((case["case"], key)), decode)
+            rows.append((case["case"], shape(case), case["mode"], values))
+        draw(rows, args.backend, "attnplug benchmarks: %s on %s, %s, commit %s" % (
+            args.backend, args.gpu, args.date, args.commit), args.png)
     return 0
 
 

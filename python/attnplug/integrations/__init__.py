@@ -1,0 +1,1 @@
+"""Adapters that plug attnplug into other libraries\x27 attention hooks."""
