@@ -1,0 +1,480 @@
+// decode.cu: MLA absorbed decode over the paged latent cache, on tensor cores (mma.sync), with a
+// device-computed split over KV tiles and a combine kernel launched with PDL.
+//
+// Per row r (a query token and head) over the keys j the row may see (causal, aligned to the end):
+//   s_j = (q_nope_r . c_j + q_rope_r . kpe_j) * sm_scale * kv_scale
+//   out_r = sum_j softmax(s)_j c_j * kv_scale,   lse_r = log(sum_j exp(s_j))
+// where row j of the cache is [c_j (512) | kpe_j (64)], stored in bf16, or fp8 with kv_scale.
+// A CTA holds `M` rows' queries (M x 576) in shared memory and streams 64-token tiles of the cache
+// (cp.async, two stages). Its 8 warps form (M/16) row blocks x (8 / (M/16)) column splits: warp
+// (rb, cs) computes S for rows rb*16.. over tokens cs*TN.. of the tile, the row maxima are shared
+// through shared memory, P goes to shared memory as bf16, and the warp accumulates O for its rows
+// over output dims cs*DN.. (DN = 512 / splits). V is the first 512 columns of the same K tile.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "../common/pdl.cuh"
+#include "mla.h"
+
+#define MLA_WHO "trtllm_mla decode"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kChunks = MLA_ROW / 8; // 16-byte chunks of a bf16 row: 72
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][576] bf16 tile, swizzled so that
+// eight consecutive rows at the same chunk land in eight different bank groups (ldmatrix).
+__device__ __forceinline__ uint32_t tile_off(int row, int chunk) {
+    return static_cast<uint32_t>(row * (MLA_ROW * 2) + ((chunk ^ (row & 7)) << 4));
+}
+// Same for the [M][64] bf16 P tile (8 chunks a row).
+__device__ __forceinline__ uint32_t p_off(int row, int chunk) {
+    return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+template <int M, bool FP8> struct Layout {
+    static constexpr int kRowBlocks = M / 16;
+    static constexpr int kSplits = kWarps / kRowBlocks; // column splits
+    static constexpr int kTN = MLA_TILE / kSplits;      // tokens of S per warp
+    static constexpr int kDN = MLA_LATENT / kSplits;    // output dims per warp
+    static constexpr int kQBytes = M * MLA_ROW * 2;
+    static constexpr int kTileBytes = MLA_TILE * MLA_ROW * 2;              // bf16 tile
+    static constexpr int kStageBytes = MLA_TILE * MLA_ROW * (FP8 ? 1 : 2); // one load stage
+    static constexpr int kPBytes = M * MLA_TILE * 2;
+    static constexpr int kRedBytes = kSplits * M * 4;
+    static constexpr int kQ = 0;
+    static constexpr int kStage0 = kQ + kQBytes;
+    static constexpr int kConv = kStage0 + 2 * kStageBytes; // fp8 only: the converted tile
+    static constexpr int kP = kConv + (FP8 ? kTileBytes : 0);
+    static constexpr int kRedMax = kP + kPBytes;
+    static constexpr int kRedSum = kRedMax + kRedBytes;
+    static constexpr int kBytes = kRedSum + kRedBytes;
+};
+
+struct Seq {
+    int32_t q_begin, q_len, kv_len;
+    const int32_t *pages;
+};
+
+// Issue the cp.async copies of KV tile `tile` (64 tokens from position tile*64) into `stage`.
+// Four threads share a token row; a token past kv_len is zero-filled.
+template <bool FP8>
+__device__ __forceinline__ void load_tile(const mla_decode_params &p, const Seq &sq, int tile,
+                                          uint8_t *stage) {
+    const int row = threadIdx.x >> 2, part = threadIdx.x & 3;
+    const int pos = tile * MLA_TILE + row;
+    const bool valid = pos < sq.kv_len;
+    const int shift = p.page_size == 64 ? 6 : 5;
+    int64_t slot = 0;
+    if (valid)
+        slot = (static_cast<int64_t>(__ldg(sq.pages + (pos >> shift))) << shift) +
+               (pos & (p.page_size - 1));
+    constexpr int kRowBytes = MLA_ROW * (FP8 ? 1 : 2);
+    constexpr int kRowChunks = kRowBytes / 16;
+    const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + slot * kRowBytes;
+    const uint32_t base = ap_smem_addr(stage);
+#pragma unroll
+    for (int c = part; c < kRowChunks; c += 4) {
+        const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
+        ap_cp_async_16(dst, src + c * 16, valid);
+    }
+}
+
+// fp8 tile -> bf16 tile (exact: every e4m3 value is a bf16), swizzled like a bf16 stage.
+__device__ __forceinline__ void convert_tile(const uint8_t *raw, uint8_t *conv) {
+    for (int i = threadIdx.x; i < MLA_TILE * (MLA_ROW / 16); i += kThreads) {
+        const int row = i / (MLA_ROW / 16), c16 = i % (MLA_ROW / 16);
+        const uint4 in = *reinterpret_cast<const uint4 *>(raw + row * MLA_ROW + c16 * 16);
+        const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+        uint32_t outw[8];
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t hb =
+                    ap_fp8x2_to_half2_bits(static_cast<uint16_t>(words[w] >> (16 * h)));
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&hb));
+                outw[2 * w + h] = ap_pack2<__nv_bfloat16>(f.x, f.y);
+            }
+        }
+        *reinterpret_cast<uint4 *>(conv + tile_off(row, 2 * c16)) =
+            make_uint4(outw[0], outw[1], outw[2], outw[3]);
+        *reinterpret_cast<uint4 *>(conv + tile_off(row, 2 * c16 + 1)) =
+            make_uint4(outw[4], outw[5], outw[6], outw[7]);
+    }
+}
+
+// The queries of this CTA's rows into shared memory (zero rows past the sequence's rows).
+template <int M>
+__device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq, int row0,
+                                       uint8_t *q_smem) {
+    const uint32_t base = ap_smem_addr(q_smem);
+    const uint8_t *qn = static_cast<const uint8_t *>(p.q_nope);
+    const uint8_t *qr = static_cast<const uint8_t *>(p.q_rope);
+    const int rows = sq.q_len * p.num_heads;
+    for (int i = threadIdx.x; i < M * kChunks; i += kThreads) {
+        const int r = i / kChunks, c = i % kChunks;
+        const int gr = row0 + r;
+        const bool valid = gr < rows;
+        const int tok = valid ? gr / p.num_heads : 0, head = valid ? gr % p.num_heads : 0;
+        const int64_t t = sq.q_begin + tok;
+        const uint8_t *src =
+            c < 64 ? qn + 2 * (t * p.q_stride_t + head * p.q_stride_h + c * 8)
+                   : qr + 2 * (t * p.qr_stride_t + head * p.qr_stride_h + (c - 64) * 8);
+        ap_cp_async_16(base + tile_off(r, c), src, valid);
+    }
+}
+
+template <int M, bool FP8>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
+    using L = Layout<M, FP8>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int rb = warp % L::kRowBlocks, cs = warp / L::kRowBlocks;
+
+    Seq sq;
+    sq.q_begin = __ldg(p.qo_indptr + seq);
+    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
+    sq.kv_len = __ldg(p.seq_lens + seq);
+    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
+    const int row0 = rb_cta * M;
+    const int rows = sq.q_len * p.num_heads;
+    const int cta = (seq * gridDim.y + rb_cta) * gridDim.x + split;
+    if (row0 >= rows) return; // a row block past this sequence's rows: nothing to write
+
+    const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
+    const int per = (tiles + p.num_splits - 1) / p.num_splits;
+    const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
+
+    uint8_t *q_smem = smem + L::kQ;
+    uint8_t *p_smem = smem + L::kP;
+    float *red_max = reinterpret_cast<float *>(smem + L::kRedMax);
+    float *red_sum = reinterpret_cast<float *>(smem + L::kRedSum);
+
+    load_q<M>(p, sq, row0, q_smem);
+    if (t_begin < t_end) load_tile<FP8>(p, sq, t_begin, smem + L::kStage0);
+    ap_cp_async_commit();
+
+    // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int gr = row0 + rb * 16 + g + 8 * h;
+        const int tok = gr < rows ? gr / p.num_heads : 0;
+        limit[h] = sq.kv_len - sq.q_len + tok;
+    }
+    const float scale2 = p.sm_scale * p.kv_scale * kLog2e;
+
+    constexpr int kNT = L::kDN / 8; // n-tiles of O per warp
+    float o[kNT][4];
+#pragma unroll
+    for (int i = 0; i < kNT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+    const uint32_t q_base = ap_smem_addr(q_smem);
+    const uint32_t p_base = ap_smem_addr(p_smem);
+    for (int tile = t_begin; tile < t_end; tile++) {
+        const int stage = (tile - t_begin) & 1;
+        uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
+        ap_cp_async_wait<0>();
+        __syncthreads(); // tile `tile` landed for everyone; the other stage is free
+        if (tile + 1 < t_end)
+            load_tile<FP8>(p, sq, tile + 1, smem + L::kStage0 + (stage ^ 1) * L::kStageBytes);
+        ap_cp_async_commit();
+        uint8_t *kt = cur;
+        if (FP8) {
+            convert_tile(cur, smem + L::kConv);
+            __syncthreads();
+            kt = smem + L::kConv;
+        }
+        const uint32_t k_base = ap_smem_addr(kt);
+
+        // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
+        constexpr int kSN = L::kTN / 8;
+        float s[kSN][4];
+#pragma unroll
+        for (int j = 0; j < kSN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll 2
+        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
+            uint32_t a0[4], a1[4];
+            const int qrow = rb * 16 + (lane & 15);
+            ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+            ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+#pragma unroll
+            for (int j = 0; j < kSN; j++) {
+                uint32_t b[4];
+                const int krow = cs * L::kTN + j * 8 + (lane & 7);
+                ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
+                ap_mma_16816<__nv_bfloat16>(s[j], a0, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(s[j], a1, b[2], b[3]);
+            }
+        }
+
+        // Mask: keys past the row's limit (or past the sequence) are -inf.
+        const int pos0 = tile * MLA_TILE + cs * L::kTN;
+        if (tile * MLA_TILE + MLA_TILE - 1 > sq.kv_len - sq.q_len) {
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int pos = pos0 + j * 8 + 2 * t4 + (e & 1);
+                    if (pos > limit[e >> 1]) s[j][e] = -INFINITY;
+                }
+        }
+        // Row maxima of this warp's columns, shared with the other column splits.
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < kSN; j++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        }
+        if (t4 == 0) {
+            red_max[cs * M + rb * 16 + g] = mx[0];
+            red_max[cs * M + rb * 16 + g + 8] = mx[1];
+        }
+        __syncthreads();
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < L::kSplits; c++)
+                tmax = fmaxf(tmax, red_max[c * M + rb * 16 + g + 8 * h]);
+            const float m_new = fmaxf(m_run[h], tmax * scale2);
+            m_use[h] = m_new == -INFINITY ? 0.f : m_new;
+            alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
+            m_run[h] = m_new;
+        }
+        // P = 2^(s * scale2 - m), to shared memory as bf16; partial row sums in l_run.
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < kSN; j++) {
+            float pv[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                pv[e] = ap_exp2_approx(s[j][e] * scale2 - m_use[e >> 1]);
+                rs[e >> 1] += pv[e];
+            }
+            const int col = cs * L::kTN + j * 8 + 2 * t4;
+            const int r = rb * 16 + g;
+            *reinterpret_cast<uint32_t *>(p_smem + p_off(r, col >> 3) + (col & 7) * 2) =
+                ap_pack2<__nv_bfloat16>(pv[0], pv[1]);
+            *reinterpret_cast<uint32_t *>(p_smem + p_off(r + 8, col >> 3) + (col & 7) * 2) =
+                ap_pack2<__nv_bfloat16>(pv[2], pv[3]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) l_run[h] = l_run[h] * alpha[h] + rs[h];
+#pragma unroll
+        for (int i = 0; i < kNT; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        __syncthreads(); // P complete
+
+        // O += P V: rows rb*16.., dims cs*DN.., 4 steps of 16 tokens.
+#pragma unroll
+        for (int k16 = 0; k16 < MLA_TILE / 16; k16++) {
+            uint32_t a[4];
+            ap_ldmatrix_x4(a, p_base + p_off(rb * 16 + (lane & 15), 2 * k16 + (lane >> 4)));
+            const int vrow = k16 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int i = 0; i < kNT; i += 2) {
+                uint32_t b[4];
+                const int chunk = (cs * L::kDN + i * 8) / 8 + (lane >> 4);
+                ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
+                ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
+            }
+        }
+    }
+    ap_cp_async_wait<0>();
+    ap_pdl_launch_dependents();
+
+    // Full row sums: add the other column splits' partial sums.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    }
+    __syncthreads();
+    if (t4 == 0) {
+        red_sum[cs * M + rb * 16 + g] = l_run[0];
+        red_sum[cs * M + rb * 16 + g + 8] = l_run[1];
+    }
+    __syncthreads();
+    float inv[2], lse2[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = 0.f;
+#pragma unroll
+        for (int c = 0; c < L::kSplits; c++) l += red_sum[c * M + rb * 16 + g + 8 * h];
+        inv[h] = l > 0.f ? 1.f / l : 0.f;
+        lse2[h] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    }
+
+    // Write: rows rb*16 + g (+8), dims cs*DN + i*8 + 2*t4.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = rb * 16 + g + 8 * h;
+        const int gr = row0 + r;
+        if (gr >= rows) continue;
+        if (p.num_splits == 1) {
+            const int tok = gr / p.num_heads, head = gr % p.num_heads;
+            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+            uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
+            const float outs = inv[h] * p.kv_scale;
+#pragma unroll
+            for (int i = 0; i < kNT; i++) {
+                const int d = cs * L::kDN + i * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(dst + d * 2) =
+                    ap_pack2<__nv_bfloat16>(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
+            }
+            if (p.lse != NULL && cs == 0 && t4 == 0) p.lse[orow] = lse2[h] * 0.69314718055994531f;
+        } else {
+            const int64_t prow = static_cast<int64_t>(cta) * M + r;
+            float *dst = p.partial_out + prow * MLA_LATENT;
+            const float outs = inv[h] * p.kv_scale;
+#pragma unroll
+            for (int i = 0; i < kNT; i++) {
+                const int d = cs * L::kDN + i * 8 + 2 * t4;
+                *reinterpret_cast<float2 *>(dst + d) =
+                    make_float2(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
+            }
+            if (cs == 0 && t4 == 0) p.partial_lse[prow] = lse2[h];
+        }
+    }
+}
+
+// Combine: one warp per row; the splits' base-2 states merged by their weights 2^(lse2 - max).
+template <int M>
+__global__ void __launch_bounds__(kThreads)
+    mla_combine_kernel(const mla_decode_params p, int row_blocks) {
+    ap_pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; // (seq, rb, row)
+    const int r = static_cast<int>(item % M);
+    const int64_t sr = item / M;
+    const int rb = static_cast<int>(sr % row_blocks), seq = static_cast<int>(sr / row_blocks);
+    if (seq >= p.num_seqs) return;
+    const int q_begin = __ldg(p.qo_indptr + seq);
+    const int rows = (__ldg(p.qo_indptr + seq + 1) - q_begin) * p.num_heads;
+    const int gr = rb * M + r;
+    if (gr >= rows) return;
+    const int S = p.num_splits;
+    const int64_t cta0 = (static_cast<int64_t>(seq) * row_blocks + rb) * S;
+    float mx = -INFINITY;
+    for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.partial_lse[(cta0 + s) * M + r]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float acc[16];
+#pragma unroll
+    for (int i = 0; i < 16; i++) acc[i] = 0.f;
+    float wsum = 0.f;
+    if (mx != -INFINITY) {
+        for (int s = 0; s < S; s++) {
+            const int64_t prow = (cta0 + s) * M + r;
+            const float l2 = p.partial_lse[prow];
+            if (l2 == -INFINITY) continue;
+            const float w = exp2f(l2 - mx);
+            wsum += w;
+            const float4 *src = reinterpret_cast<const float4 *>(p.partial_out + prow * MLA_LATENT);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float4 v = src[lane + 32 * i];
+                acc[4 * i] += w * v.x;
+                acc[4 * i + 1] += w * v.y;
+                acc[4 * i + 2] += w * v.z;
+                acc[4 * i + 3] += w * v.w;
+            }
+        }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int tok = gr / p.num_heads, head = gr % p.num_heads;
+    const int64_t orow = static_cast<int64_t>(q_begin + tok) * p.num_heads + head;
+    uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int d = 4 * (lane + 32 * i);
+        *reinterpret_cast<uint2 *>(dst + d * 2) =
+            make_uint2(ap_pack2<__nv_bfloat16>(acc[4 * i] * inv, acc[4 * i + 1] * inv),
+                       ap_pack2<__nv_bfloat16>(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv));
+    }
+    if (p.lse != NULL && lane == 0)
+        p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+}
+
+template <int M, bool FP8>
+ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
+    const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
+    dim3 grid(p.num_splits, row_blocks, p.num_seqs);
+    mla_decode_kernel<M, FP8><<<grid, kThreads, Layout<M, FP8>::kBytes, stream>>>(p);
+    ap_status st = ap_cuda_launch_status(MLA_WHO, "mla_decode_kernel", msg);
+    if (st != AP_OK || p.num_splits == 1) return st;
+    const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M;
+    dim3 cgrid(static_cast<unsigned>((items + kWarps - 1) / kWarps));
+    st = ap_cuda_status(ap_launch(mla_combine_kernel<M>, cgrid, dim3(kThreads), 0, stream,
+                                  p.use_pdl != 0, p, row_blocks),
+                        MLA_WHO, "mla_combine_kernel", msg);
+    if (st != AP_OK) return st;
+    return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
+}
+
+template <int M, bool FP8> cudaError_t raise_smem() {
+    return cudaFuncSetAttribute(mla_decode_kernel<M, FP8>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Layout<M, FP8>::kBytes);
+}
+
+} // namespace
+
+extern "C" int32_t mla_decode_block_rows(int32_t num_heads, int32_t max_q_len) {
+    return num_heads * max_q_len <= 16 ? 16 : 64;
+}
+
+extern "C" int32_t mla_decode_num_splits(int32_t num_seqs, int32_t num_heads, int32_t max_q_len,
+                                         int32_t sm_count, int32_t max_splits) {
+    const int32_t m = mla_decode_block_rows(num_heads, max_q_len);
+    const int64_t ctas = static_cast<int64_t>(num_seqs) * ((num_heads * max_q_len + m - 1) / m);
+    if (ctas <= 0 || ctas >= sm_count) return 1;
+    int64_t s = sm_count / ctas;
+    if (s > max_splits) s = max_splits;
+    return s < 1 ? 1 : static_cast<int32_t>(s);
+}
+
+extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
+    ap_status st = ap_cuda_status(raise_smem<16, false>(), MLA_WHO, "cudaFuncSetAttribute", msg);
+    if (st == AP_OK)
+        st = ap_cuda_status(raise_smem<16, true>(), MLA_WHO, "cudaFuncSetAttribute", msg);
+    if (st == AP_OK)
+        st = ap_cuda_status(raise_smem<64, false>(), MLA_WHO, "cudaFuncSetAttribute", msg);
+    if (st == AP_OK)
+        st = ap_cuda_status(raise_smem<64, true>(), MLA_WHO, "cudaFuncSetAttribute", msg);
+    return st;
+}
+
+extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr, ap_msgbuf *msg) {
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+    if (p->num_seqs == 0) return AP_OK;
+    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16)
+        return fp8 ? launch_decode<16, true>(*p, stream, msg)
+                   : launch_decode<16, false>(*p, stream, msg);
+    return fp8 ? launch_decode<64, true>(*p, stream, msg)
+               : launch_decode<64, false>(*p, stream, msg);
+}
