@@ -5,7 +5,7 @@
 #include "mla.h"
 
 #define MLA_NAME "trtllm_mla"
-#define MLA_MAX_SPLITS 64 /* KV splits per (sequence, row block) at most */
+#define MLA_MAX_SPLITS 256 /* KV splits per (sequence, row block) at most */
 
 /* The batch last given to init_metadata. Nothing here comes from a host mirror: the kernels read
  * the batch's device arrays, so a planned call is capturable in a CUDA graph. */
