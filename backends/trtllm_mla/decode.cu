@@ -443,20 +443,6 @@ template <int M, bool FP8> cudaError_t raise_smem() {
 
 } // namespace
 
-extern "C" int32_t mla_decode_block_rows(int32_t num_heads, int32_t max_q_len) {
-    return num_heads * max_q_len <= 16 ? 16 : 64;
-}
-
-extern "C" int32_t mla_decode_num_splits(int32_t num_seqs, int32_t num_heads, int32_t max_q_len,
-                                         int32_t sm_count, int32_t max_splits) {
-    const int32_t m = mla_decode_block_rows(num_heads, max_q_len);
-    const int64_t ctas = static_cast<int64_t>(num_seqs) * ((num_heads * max_q_len + m - 1) / m);
-    if (ctas <= 0 || ctas >= sm_count) return 1;
-    int64_t s = sm_count / ctas;
-    if (s > max_splits) s = max_splits;
-    return s < 1 ? 1 : static_cast<int32_t>(s);
-}
-
 extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
     ap_status st = ap_cuda_status(raise_smem<16, false>(), MLA_WHO, "cudaFuncSetAttribute", msg);
     if (st == AP_OK)
