@@ -346,8 +346,16 @@ typedef struct ap_batch {
      *                  prefill over the new tokens, or an embedding forward that skips the cache)
      *   kv_causal = 0: every query row sees every key of its sequence (a packed prefix chunk of
      *                  MLA chunked prefill, whose keys all precede the new tokens).
-     * MLA uses it in the MHA form: q [T][H][qk_nope + qk_rope], k [kv][H][qk_nope + qk_rope],
-     * v [kv][H][v_head_dim], out [T][H][v_head_dim]. save_kv must be 0; page arrays may be NULL. */
+     * With kv_causal = 1 every sequence has kv_len >= q_len; with 0 a sequence may have no key
+     * (a chunk that does not reach it): its rows get out = 0 and lse = -inf, which merge_state/1
+     * passes over. k and v have the model's activation dtype or fp8_e4m3 (as
+     * pack_prefix_chunk_kv/1 writes them), real value = stored * layer->k_scale / v_scale.
+     * MHA models take k [kv][Hkv][head_dim_qk], v [kv][Hkv][head_dim_v]. MLA uses it in the MHA
+     * form only: q [T][H][qk_nope + qk_rope] (no q_rope), k [kv][H][qk_nope + qk_rope],
+     * v [kv][H][v_head_dim], out [T][H][v_head_dim] (the MHA form without kv_indptr attends over
+     * the new tokens' own k/v, causal). save_kv must be 0; page arrays may be NULL (and are not
+     * read), and so may layer->kv. Backends that read mirrors need kv_indptr_host; a batch
+     * without the source leaves kv_indptr and kv_indptr_host NULL and num_kv_tokens 0. */
     const int32_t *kv_indptr;      /* [num_seqs + 1], device (host pointer for cpu_ref), or NULL */
     const int32_t *kv_indptr_host; /* host mirror, read by backends with needs_host_mirrors */
     int32_t num_kv_tokens;         /* kv_indptr[num_seqs]; 0 when kv_indptr is NULL */
@@ -374,7 +382,27 @@ typedef struct ap_layer {
  *   lse [num_tokens][num_qo_heads] float32, natural log of the softmax denominator over the
  *       scaled logits (optional: NULL)
  * save_kv = 1 writes k/v into the cache (quantized when it is fp8/nvfp4) before attending.
- * MLA decode: q holds q_nope (absorbed, kv_lora_rank wide) and q_rope the rope part. */
+ *
+ * MLA, absorbed form (forward_decode; and forward_extend over the paged cache): the cache holds
+ * one latent row per token, [c | k_pe] = kv_lora_rank + qk_rope_head_dim values (576 = 512 + 64
+ * in DeepSeek-V3), one KV "head" that every query head reads; v_pages is NULL.
+ *   q      [T][Hq][kv_lora_rank]     q_nope, already absorbed (W_UK folded in)
+ *   q_rope [T][Hq][qk_rope_head_dim] its rope part, already rotated
+ *          q and q_rope are read where they are: each row dense, the rows at any stride (slices
+ *          of one wider tensor pass, nothing is concatenated). Or q [T][Hq][576] and q_rope NULL.
+ *   k      [T][1][576] the new tokens' latent rows (k_pe already rotated), for save_kv; v NULL
+ *   out    [T][Hq][kv_lora_rank]     (W_UV is the host's to apply)
+ *   logit  = sm_scale * (q_nope . c + q_rope . k_pe),  out = softmax . c,  lse as above.
+ *   Scales: the whole 576-wide row is one tensor quantized with layer->k_scale (fp8: stored =
+ *   saturate(x / k_scale), real = stored * k_scale, for c and k_pe alike, so V = c uses k_scale
+ *   too); layer->v_scale is not used by the latent cache.
+ * MTP / speculative verification (1..n query tokens per sequence) is an EXTEND batch in this
+ * absorbed form: decode stays exactly one token per sequence. New token j of a sequence with
+ * q_len new tokens sits at position prefix + j and sees positions 0 .. prefix + j (causal among
+ * the new tokens, aligned to the end), over the paged latent cache.
+ * MLA, MHA form (chunked prefill, forward_extend): q [T][Hq][qk_nope + qk_rope] without q_rope;
+ * per-head k [kv][Hq][qk_nope + qk_rope] and v [kv][Hq][v_head_dim] (see ap_batch's ragged K/V
+ * source); out [T][Hq][v_head_dim]. */
 typedef struct ap_forward_args {
     size_t struct_size;
     const DLTensor *q;
@@ -475,7 +503,16 @@ typedef ap_status (*ap_plugin_negotiate_fn)(const ap_negotiate_offer *offer,
  *              the rest; row p holds cos(p * f_i), sin(p * f_i), f_i = base^(-2i/rotary_dim).
  *   is_neox    1: rotate pairs (i, i + rotary_dim/2); 0: interleaved pairs (2i, 2i+1).
  *   out_loc    [num_tokens] int32 slot = page * page_size + offset where token t is written.
- *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype. */
+ *   k and v are stored as round(x / layer->k_scale) (resp. v_scale) in the cache's dtype.
+ * MLA form (the model's kind is MLA):
+ *   k          [num_tokens][1][kv_lora_rank + qk_rope_head_dim]: the new latent rows [c | k_pe],
+ *              k_pe not rotated yet; c is written as is, k_pe rotated, the whole row quantized
+ *              with layer->k_scale (fp8: saturate(x / k_scale)) into head 0 of slot out_loc[t].
+ *   v          NULL (V is the latent's first kv_lora_rank values).
+ *   q, q_out   q_rope [num_tokens][num_qo_heads][qk_rope_head_dim], optional: rotated whole;
+ *              read and written in place (rows dense, any row stride: the rope slice of the
+ *              projection's q; q_out may alias q).
+ *   rotary_dim == qk_rope_head_dim; is_neox as the model's RoPE (DeepSeek-V3: 0). */
 #define AP_HOOK_APPEND_KV_V1 "append_kv/1"
 typedef struct ap_append_kv_args {
     size_t struct_size;
@@ -522,8 +559,10 @@ typedef ap_status (*ap_hook_pack_prefix_chunk_kv_v1)(ap_backend *backend,
  *   o = (w_a * o_a + w_b * o_b) / (w_a + w_b),  lse = m + log(w_a + w_b)
  *   o_a, o_b, o  [tokens][heads][dim], one dtype (bf16, f16 or f32), dense
  *   lse_a, lse_b [tokens][heads] float32, natural log, as forward_extend writes it; lse optional
- * A row with lse = -inf on one side (no keys) takes the other side's values; -inf on both gives
- * o = 0 and lse = -inf. o may alias o_a and lse may alias lse_a (in-place accumulation). */
+ * A row with lse = -inf on one side (no keys) takes the other side's o and lse exactly, and the
+ * empty side's o is not read (it may hold anything, NaN included); -inf on both gives o = 0 and
+ * lse = -inf. Other lse values are finite. o may alias o_a or o_b and lse may alias lse_a or
+ * lse_b (in-place accumulation). Hosts call it through ap_instance_merge_state. */
 #define AP_HOOK_MERGE_STATE_V1 "merge_state/1"
 typedef struct ap_merge_state_args {
     size_t struct_size;

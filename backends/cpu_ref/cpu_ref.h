@@ -17,6 +17,10 @@ typedef struct cpu_plan {
     int32_t *seq_lens;        /* [num_seqs] */
     int32_t *kv_page_indptr;  /* [num_seqs + 1], NULL without pages */
     int32_t *kv_page_indices; /* [num_pages_total], NULL without pages */
+    int ragged;               /* 1: ABI 1.1's ragged K/V source (batch.kv_indptr) is set */
+    int32_t kv_causal;        /* with `ragged`: 1 causal aligned to the end, 0 no mask */
+    int32_t num_kv_tokens;    /* with `ragged`: kv_indptr[num_seqs] */
+    int32_t *kv_indptr;       /* [num_seqs + 1] with `ragged`, else NULL */
 } cpu_plan;
 
 struct ap_backend {
@@ -82,10 +86,12 @@ void cpu_plan_free(cpu_plan *plan);
 ap_status cpu_forward(ap_backend *backend, const ap_layer *layer, const ap_forward_args *args,
                       ap_forward_mode mode, ap_msgbuf *msg);
 
-/* rope.c and pack.c: the hooks */
+/* rope.c, pack.c and merge.c: the hooks */
 ap_status cpu_hook_append_kv(ap_backend *backend, const ap_layer *layer,
                              const ap_append_kv_args *args, void *stream, ap_msgbuf *msg);
 ap_status cpu_hook_pack_prefix_chunk_kv(ap_backend *backend, const ap_pack_kv_args *args,
                                         void *stream, ap_msgbuf *msg);
+ap_status cpu_hook_merge_state(ap_backend *backend, const ap_merge_state_args *args, void *stream,
+                               ap_msgbuf *msg);
 
 #endif /* AP_CPU_REF_H */

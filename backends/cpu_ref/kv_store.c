@@ -38,9 +38,11 @@ ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *
                       sizeof(ap_kv_cache));
         return AP_ERR_INVALID_ARGUMENT;
     }
+    /* MLA keeps one latent row per token (V is its first kv_lora_rank values): no V width. */
+    int mla = model->kind == AP_ATTN_MLA;
     if (kv->layout != AP_KV_LAYOUT_NHD || kv->dtype != model->kv_dtype ||
         kv->page_size != model->page_size || kv->num_kv_heads != model->num_kv_heads ||
-        kv->head_dim_qk != model->head_dim_qk || kv->head_dim_v != model->head_dim_v) {
+        kv->head_dim_qk != model->head_dim_qk || (!mla && kv->head_dim_v != model->head_dim_v)) {
         ap_msgbuf_add(msg,
                       "cpu_ref: layer %d KV cache (layout %d, dtype %s, page %d, %d heads, dims "
                       "%d/%d) does not match the model (dtype %s, page %d, %d heads, dims %d/%d)",
@@ -50,7 +52,8 @@ ap_status cpu_kv_check(const ap_model *model, const ap_layer *layer, ap_msgbuf *
                       model->head_dim_qk, model->head_dim_v);
         return AP_ERR_SHAPE_MISMATCH;
     }
-    if (kv->num_pages < 0 || (kv->num_pages > 0 && (kv->k_pages == NULL || kv->v_pages == NULL))) {
+    if (kv->num_pages < 0 ||
+        (kv->num_pages > 0 && (kv->k_pages == NULL || (!mla && kv->v_pages == NULL)))) {
         ap_msgbuf_add(msg, "cpu_ref: layer %d KV cache has %d pages and a NULL k or v base",
                       layer->layer_id, kv->num_pages);
         return AP_ERR_INVALID_ARGUMENT;

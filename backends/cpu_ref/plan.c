@@ -8,6 +8,7 @@ void cpu_plan_free(cpu_plan *plan) {
     free(plan->seq_lens);
     free(plan->kv_page_indptr);
     free(plan->kv_page_indices);
+    free(plan->kv_indptr);
     memset(plan, 0, sizeof *plan);
 }
 
@@ -86,8 +87,43 @@ static ap_status cpu_plan_check_pages(const ap_batch *batch, int32_t page_size, 
     return AP_OK;
 }
 
+/* ABI 1.1's ragged K/V source (a 1.0 host's batch ends before it): extend only; kv_indptr_host
+ * from 0 to num_kv_tokens, never decreasing; kv_causal 0 or 1, and when 1 every sequence has at
+ * least as many keys as query rows (causal aligned to the end). */
+static int cpu_plan_is_ragged(const ap_batch *batch) {
+    return AP_HAS_FIELD(batch, ap_batch, kv_causal) && batch->kv_indptr != NULL;
+}
+
+static ap_status cpu_plan_check_ragged(const ap_batch *batch, ap_msgbuf *msg) {
+    const int32_t *kv = batch->kv_indptr_host;
+    if (batch->mode != AP_MODE_EXTEND || kv == NULL ||
+        (batch->kv_causal != 0 && batch->kv_causal != 1)) {
+        ap_msgbuf_add(msg, "cpu_ref: a ragged K/V source needs an extend batch, kv_indptr_host "
+                           "(cpu_ref reads host mirrors) and kv_causal 0 or 1");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (kv[0] != 0 || kv[batch->num_seqs] != batch->num_kv_tokens) {
+        ap_msgbuf_add(msg, "cpu_ref: kv_indptr must run from 0 to num_kv_tokens %d (got %d .. %d)",
+                      batch->num_kv_tokens, kv[0], kv[batch->num_seqs]);
+        return AP_ERR_SHAPE_MISMATCH;
+    }
+    for (int32_t i = 0; i < batch->num_seqs; i++) {
+        int32_t q_len = batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
+        if (kv[i + 1] < kv[i] || (batch->kv_causal && kv[i + 1] - kv[i] < q_len)) {
+            ap_msgbuf_add(msg,
+                          "cpu_ref: kv_indptr at sequence %d: %d .. %d (it may not decrease, "
+                          "and a causal source needs at least the %d query rows)",
+                          i, kv[i], kv[i + 1], q_len);
+            return AP_ERR_SHAPE_MISMATCH;
+        }
+    }
+    return AP_OK;
+}
+
 static ap_status cpu_plan_check(const ap_backend *backend, const ap_batch *batch, ap_msgbuf *msg) {
-    if (batch == NULL || batch->struct_size < sizeof(ap_batch)) {
+    /* an ABI 1.0 batch ends at positions_host */
+    size_t smallest = offsetof(ap_batch, positions_host) + sizeof(const int32_t *);
+    if (batch == NULL || batch->struct_size < smallest) {
         ap_msgbuf_add(msg, "cpu_ref: the batch is NULL or its struct_size is too small");
         return AP_ERR_INVALID_ARGUMENT;
     }
@@ -108,6 +144,7 @@ static ap_status cpu_plan_check(const ap_backend *backend, const ap_batch *batch
     ap_status status = cpu_plan_check_tokens(batch, msg);
     if (status == AP_OK && batch->kv_page_indptr_host != NULL)
         status = cpu_plan_check_pages(batch, backend->model.page_size, msg);
+    if (status == AP_OK && cpu_plan_is_ragged(batch)) status = cpu_plan_check_ragged(batch, msg);
     return status;
 }
 
@@ -128,6 +165,13 @@ ap_status cpu_plan_init(ap_backend *backend, const ap_batch *batch, ap_msgbuf *m
         plan->kv_page_indptr = cpu_plan_copy(batch->kv_page_indptr_host, batch->num_seqs + 1);
         plan->kv_page_indices = cpu_plan_copy(batch->kv_page_indices_host, plan->num_pages_total);
         pages_ok = plan->kv_page_indptr != NULL && plan->kv_page_indices != NULL;
+    }
+    plan->ragged = cpu_plan_is_ragged(batch);
+    if (plan->ragged) {
+        plan->kv_causal = batch->kv_causal;
+        plan->num_kv_tokens = batch->num_kv_tokens;
+        plan->kv_indptr = cpu_plan_copy(batch->kv_indptr_host, batch->num_seqs + 1);
+        pages_ok = pages_ok && plan->kv_indptr != NULL;
     }
     if (plan->qo_indptr == NULL || plan->seq_lens == NULL || !pages_ok) {
         cpu_plan_free(plan);

@@ -33,7 +33,8 @@ static void cpu_destroy(ap_backend *backend) {
     free(backend);
 }
 
-/* One page holds page_size tokens x num_kv_heads heads x head_dim elements, for K and for V. */
+/* One page holds page_size tokens x num_kv_heads heads x head_dim elements, for K and for V
+ * (MLA: one latent row of head_dim_qk per token, no V pages). */
 static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf *msg) {
     if (backend == NULL || out == NULL || out->struct_size < sizeof(ap_kv_spec)) {
         ap_msgbuf_add(msg, "cpu_ref: get_kv_spec needs an instance and an ap_kv_spec with "
@@ -44,7 +45,8 @@ static ap_status cpu_get_kv_spec(ap_backend *backend, ap_kv_spec *out, ap_msgbuf
     size_t per_token_head =
         (size_t)m->page_size * (size_t)m->num_kv_heads * cpu_kv_elem_bytes(m->kv_dtype);
     out->k_bytes_per_page = per_token_head * (size_t)m->head_dim_qk;
-    out->v_bytes_per_page = per_token_head * (size_t)m->head_dim_v;
+    /* MLA: V is the first kv_lora_rank values of the latent row in the K pages */
+    out->v_bytes_per_page = m->kind == AP_ATTN_MLA ? 0 : per_token_head * (size_t)m->head_dim_v;
     out->scale_bytes_per_page = 0;
     out->alignment = 64;
     return AP_OK;
@@ -80,13 +82,15 @@ static ap_status cpu_forward_decode(ap_backend *backend, const ap_layer *layer,
     return cpu_forward(backend, layer, args, AP_MODE_DECODE, msg);
 }
 
-/* append_kv/1 and pack_prefix_chunk_kv/1; no cuda_graph/1 (nothing to capture on the CPU). */
+/* append_kv/1, pack_prefix_chunk_kv/1 and merge_state/1; no cuda_graph/1 (nothing to capture
+ * on the CPU). */
 static void *cpu_get_hook(ap_backend *backend, const char *name) {
     (void)backend;
     if (name == NULL) return NULL;
     if (strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)cpu_hook_append_kv;
     if (strcmp(name, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1) == 0)
         return (void *)cpu_hook_pack_prefix_chunk_kv;
+    if (strcmp(name, AP_HOOK_MERGE_STATE_V1) == 0) return (void *)cpu_hook_merge_state;
     return NULL;
 }
 
@@ -95,7 +99,7 @@ static const ap_caps cpu_caps = {
     .device_kinds = AP_DEVICE_KIND_CPU,
     .archs = NULL,
     .num_archs = 0,
-    .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
+    .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA) | AP_ATTN_BIT(AP_ATTN_MLA),
     .q_dtypes = CPU_Q_DTYPES,
     .kv_dtypes = CPU_KV_DTYPES,
     .page_sizes = NULL, /* any */
@@ -125,8 +129,8 @@ static const ap_descriptor cpu_descriptor = {
     .struct_size = sizeof(ap_descriptor),
     .name = "cpu_ref",
     .version = CPU_REF_VERSION,
-    .description = "plain C reference attention (MHA/GQA, paged bf16/f16/fp8 KV), the oracle "
-                   "of the GPU backends",
+    .description = "plain C reference attention (MHA/GQA and MLA, paged bf16/f16/fp8 KV), the "
+                   "oracle of the GPU backends",
     .caps = &cpu_caps,
     .vtable = &cpu_vtable,
 };

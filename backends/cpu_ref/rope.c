@@ -27,22 +27,29 @@ static ap_status cpu_rope_check_index(const cpu_view *view, const char *what, in
     return AP_OK;
 }
 
-/* Every shape and index the hook relies on, before it writes anything. */
+/* Every shape and index the hook relies on, before it writes anything. MHA: q, q_out, k
+ * [T][H][head_dim_qk] and v. MLA: k is the new latent rows [T][1][kv_lora_rank + qk_rope], v
+ * NULL, q and q_out are q_rope [T][Hq][qk_rope] (any strides). */
 static ap_status cpu_rope_check(const ap_model *m, const ap_kv_cache *kv,
                                 const ap_append_kv_args *args, cpu_rope *rope, ap_msgbuf *msg) {
     ap_status s = cpu_view_make(args->k, "k", &rope->k, msg);
     if (s != AP_OK) return s;
+    int mla = m->kind == AP_ATTN_MLA;
     int64_t t = rope->k.shape[0];
     int64_t k_shape[3] = {t, m->num_kv_heads, m->head_dim_qk};
     int64_t v_shape[3] = {t, m->num_kv_heads, m->head_dim_v};
-    int64_t q_shape[3] = {t, m->num_qo_heads, m->head_dim_qk};
+    int64_t q_shape[3] = {t, m->num_qo_heads, mla ? m->qk_rope_head_dim : m->head_dim_qk};
     int64_t tokens[1] = {t};
     int64_t table[2] = {-1, args->rotary_dim};
     rope->num_tokens = t;
     rope->has_q = args->q != NULL || args->q_out != NULL;
     s = cpu_view_expect(&rope->k, "k", 3, k_shape, msg);
-    if (s == AP_OK) s = cpu_view_make(args->v, "v", &rope->v, msg);
-    if (s == AP_OK) s = cpu_view_expect(&rope->v, "v", 3, v_shape, msg);
+    if (s == AP_OK && mla && args->v != NULL) {
+        ap_msgbuf_add(msg, "cpu_ref: MLA's append_kv takes no v (the latent row in k holds V)");
+        s = AP_ERR_INVALID_ARGUMENT;
+    }
+    if (s == AP_OK && !mla) s = cpu_view_make(args->v, "v", &rope->v, msg);
+    if (s == AP_OK && !mla) s = cpu_view_expect(&rope->v, "v", 3, v_shape, msg);
     if (s == AP_OK && rope->has_q) s = cpu_view_make(args->q, "q", &rope->q, msg);
     if (s == AP_OK && rope->has_q) s = cpu_view_expect(&rope->q, "q", 3, q_shape, msg);
     if (s == AP_OK && rope->has_q) s = cpu_view_make(args->q_out, "q_out", &rope->q_out, msg);
@@ -55,7 +62,7 @@ static ap_status cpu_rope_check(const ap_model *m, const ap_kv_cache *kv,
     if (s == AP_OK) s = cpu_view_expect(&rope->cos_sin, "cos_sin", 2, table, msg);
     if (s != AP_OK) return s;
     int floats_ok = cpu_elem_is_float_activation(rope->k.elem) &&
-                    cpu_elem_is_float_activation(rope->v.elem) &&
+                    (mla || cpu_elem_is_float_activation(rope->v.elem)) &&
                     rope->cos_sin.elem == CPU_ELEM_F32 &&
                     (!rope->has_q || (cpu_elem_is_float_activation(rope->q.elem) &&
                                       cpu_elem_is_float_activation(rope->q_out.elem)));
@@ -90,24 +97,31 @@ static void cpu_rope_rotate(const cpu_rope *rope, float *row, int32_t pos, int32
     }
 }
 
+/* Token t: q's heads rotated into q_out; k's heads rotated and quantized into slot out_loc[t].
+ * MHA rotates the first rotary_dim dims of each head; MLA rotates all of q_rope and the k_pe
+ * part of the latent row (its last qk_rope dims; c passes through) and writes the whole row
+ * with k_scale, and no V. */
 static void cpu_rope_token(const cpu_rope *rope, const ap_model *m, const ap_layer *layer,
                            const ap_append_kv_args *args, int64_t t, float *row) {
     const ap_kv_cache *kv = layer->kv;
+    int mla = m->kind == AP_ATTN_MLA;
+    int32_t q_dim = mla ? m->qk_rope_head_dim : m->head_dim_qk;
+    int32_t k_rope_at = mla ? m->kv_lora_rank : 0; /* where the rotated part of a k row starts */
     int32_t pos = cpu_view_get_i32(&rope->positions, t);
     int64_t slot = cpu_view_get_i32(&rope->out_loc, t);
     for (int32_t h = 0; rope->has_q && h < m->num_qo_heads; h++) {
-        for (int32_t d = 0; d < m->head_dim_qk; d++)
-            row[d] = cpu_view_get(&rope->q, (int64_t[]){t, h, d});
+        for (int32_t d = 0; d < q_dim; d++) row[d] = cpu_view_get(&rope->q, (int64_t[]){t, h, d});
         cpu_rope_rotate(rope, row, pos, args->rotary_dim, args->is_neox);
-        for (int32_t d = 0; d < m->head_dim_qk; d++)
+        for (int32_t d = 0; d < q_dim; d++)
             cpu_view_set(&rope->q_out, (int64_t[]){t, h, d}, row[d]);
     }
     /* k: rotated in float, then quantized once into the cache (no rounding to k's dtype between) */
     for (int32_t h = 0; h < m->num_kv_heads; h++) {
         for (int32_t d = 0; d < m->head_dim_qk; d++)
             row[d] = cpu_view_get(&rope->k, (int64_t[]){t, h, d});
-        cpu_rope_rotate(rope, row, pos, args->rotary_dim, args->is_neox);
+        cpu_rope_rotate(rope, row + k_rope_at, pos, args->rotary_dim, args->is_neox);
         cpu_kv_store_row(kv->dtype, cpu_kv_k_row(kv, slot, h), row, m->head_dim_qk, layer->k_scale);
+        if (mla) continue;
         for (int32_t d = 0; d < m->head_dim_v; d++)
             row[d] = cpu_view_get(&rope->v, (int64_t[]){t, h, d});
         cpu_kv_store_row(kv->dtype, cpu_kv_v_row(kv, slot, h), row, m->head_dim_v, layer->v_scale);
@@ -122,12 +136,14 @@ ap_status cpu_hook_append_kv(ap_backend *backend, const ap_layer *layer,
         return AP_ERR_INVALID_ARGUMENT;
     }
     const ap_model *m = &backend->model;
-    if (args->rotary_dim < 2 || args->rotary_dim % 2 != 0 || args->rotary_dim > m->head_dim_qk ||
+    int32_t rope_width = m->kind == AP_ATTN_MLA ? m->qk_rope_head_dim : m->head_dim_qk;
+    if (args->rotary_dim < 2 || args->rotary_dim % 2 != 0 || args->rotary_dim > rope_width ||
+        (m->kind == AP_ATTN_MLA && args->rotary_dim != rope_width) ||
         (args->is_neox != 0 && args->is_neox != 1)) {
         ap_msgbuf_add(msg,
-                      "cpu_ref: append_kv rotary_dim %d must be even, >= 2 and <= %d, and "
-                      "is_neox 0 or 1 (got %d)",
-                      args->rotary_dim, m->head_dim_qk, args->is_neox);
+                      "cpu_ref: append_kv rotary_dim %d must be even, >= 2 and <= %d (MLA: equal "
+                      "to qk_rope_head_dim), and is_neox 0 or 1 (got %d)",
+                      args->rotary_dim, rope_width, args->is_neox);
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status status = cpu_kv_check(m, layer, msg);

@@ -17,10 +17,34 @@ static void cpu_validate_kv_dtype(ap_dtype kv_dtype, ap_msgbuf *reasons, int *re
                       ap_dtype_str(kv_dtype));
 }
 
+/* MLA: one latent KV head of kv_lora_rank + qk_rope_head_dim values per token, V its first
+ * kv_lora_rank (the absorbed form); qk_nope_head_dim and v_head_dim size the MHA form of chunked
+ * prefill, 0 when the host never runs it. Any widths: the loops take them as they come. */
+static void cpu_validate_mla(const ap_model *model, ap_msgbuf *reasons, int *refused) {
+    if (model->kv_lora_rank <= 0 || model->qk_rope_head_dim <= 0 || model->num_kv_heads != 1 ||
+        model->head_dim_qk != model->kv_lora_rank + model->qk_rope_head_dim ||
+        model->head_dim_v != model->kv_lora_rank) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      "cpu_ref: MLA needs kv_lora_rank > 0, qk_rope_head_dim > 0, one KV head, "
+                      "head_dim_qk = kv_lora_rank + qk_rope_head_dim and head_dim_v = "
+                      "kv_lora_rank (got %d, %d, %d KV heads, %d, %d)",
+                      model->kv_lora_rank, model->qk_rope_head_dim, model->num_kv_heads,
+                      model->head_dim_qk, model->head_dim_v);
+    }
+    if (model->qk_nope_head_dim < 0 || model->v_head_dim < 0 ||
+        (model->qk_nope_head_dim > 0) != (model->v_head_dim > 0)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      "cpu_ref: MLA qk_nope_head_dim %d and v_head_dim %d must both be > 0 (the "
+                      "MHA form of chunked prefill) or both 0",
+                      model->qk_nope_head_dim, model->v_head_dim);
+    }
+}
+
 static void cpu_validate_shape(const ap_model *model, ap_msgbuf *reasons, int *refused) {
     if (model->kind == AP_ATTN_MLA) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, "cpu_ref: MLA attention is not implemented yet (MHA/GQA/MQA only)");
+        cpu_validate_mla(model, reasons, refused);
     } else if (model->kind != AP_ATTN_MHA) {
         *refused = 1;
         ap_msgbuf_add(reasons, "cpu_ref: unknown attention kind %d", (int)model->kind);

@@ -56,6 +56,12 @@ static ap_status fil_batch_check_arrays(const ap_backend *b, const ap_batch *bat
         ap_msgbuf_add(msg, FIL_NAME ": unknown batch mode %d", (int)batch->mode);
         return AP_ERR_INVALID_ARGUMENT;
     }
+    /* ABI 1.1's ragged K/V source: keys from args.k/v rows, which these kernels do not read */
+    if (AP_HAS_FIELD(batch, ap_batch, kv_causal) && batch->kv_indptr != NULL) {
+        ap_msgbuf_add(msg, FIL_NAME ": the ragged K/V source (batch.kv_indptr) is not "
+                                    "implemented: keys come from the paged cache only");
+        return AP_ERR_UNSUPPORTED;
+    }
     if (batch->num_seqs < 0 || batch->num_seqs > b->model.max_batch || batch->num_tokens < 0 ||
         batch->num_tokens > b->model.max_tokens) {
         ap_msgbuf_add(msg,

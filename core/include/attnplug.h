@@ -174,6 +174,11 @@ ap_status ap_instance_append_kv(ap_instance *instance, const ap_layer *layer,
 ap_status ap_instance_pack_prefix_chunk_kv(ap_instance *instance, const ap_pack_kv_args *args,
                                            void *stream);
 ap_status ap_instance_cuda_graph_prepare(ap_instance *instance, int32_t max_batch, void *stream);
+/* merge_state/1: (o_a, lse_a) + (o_b, lse_b) -> (o, lse), plugin_api.h gives the formula. The
+ * core checks that o_a, o_b and o share one shape [T][H][D] and one float dtype, and that the
+ * LSEs are float32 [T][H]; everything dense, on the instance's device. */
+ap_status ap_instance_merge_state(ap_instance *instance, const ap_merge_state_args *args,
+                                  void *stream);
 
 /* ---------------------------------------------------------------------------------------------
  * YAML config

@@ -28,6 +28,48 @@ static ap_status ap_check_indptr(ap_msgbuf *msg, const char *name, const int32_t
     return AP_OK;
 }
 
+/* ABI 1.1's ragged K/V source is set (a 1.0 host's batch ends before its fields). */
+static int ap_batch_is_ragged(const ap_batch *b) {
+    return AP_HAS_FIELD(b, ap_batch, kv_causal) && b->kv_indptr != NULL;
+}
+
+/* The ragged K/V source's header: extend only, a backend that knows the fields, kv_causal 0 or
+ * 1, the host mirror where the backend reads mirrors; without kv_indptr, nothing of it set. */
+static ap_status ap_check_ragged_header(const ap_instance *instance, const ap_batch *b,
+                                        ap_msgbuf *msg) {
+    if (!AP_HAS_FIELD(b, ap_batch, kv_causal)) return AP_OK;
+    if (b->kv_indptr == NULL) {
+        if (b->kv_indptr_host != NULL || b->num_kv_tokens != 0)
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                                 "batch.kv_indptr is NULL but kv_indptr_host is %s and "
+                                 "num_kv_tokens is %d (expected NULL and 0)",
+                                 b->kv_indptr_host != NULL ? "set" : "NULL", (int)b->num_kv_tokens);
+        return AP_OK;
+    }
+    const ap_plugin *plugin = instance->plugin;
+    if (plugin->abi_major == 1 && plugin->abi_minor < 1)
+        return ap_check_fail(msg, AP_ERR_UNSUPPORTED,
+                             "backend '%s' serves ABI %u.%u, which has no ragged K/V source "
+                             "(batch.kv_indptr)",
+                             plugin->desc->name, (unsigned)plugin->abi_major,
+                             (unsigned)plugin->abi_minor);
+    if (b->mode != AP_MODE_EXTEND)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "batch.kv_indptr (the ragged K/V source) is for extend batches, and "
+                             "this one is decode");
+    if (b->kv_causal != 0 && b->kv_causal != 1)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "batch.kv_causal is %d (0 or 1)",
+                             (int)b->kv_causal);
+    if (b->num_kv_tokens < 0)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "batch.num_kv_tokens is %d (negative)",
+                             (int)b->num_kv_tokens);
+    if (plugin->desc->caps->needs_host_mirrors && b->kv_indptr_host == NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "backend '%s' needs the batch's host mirrors: kv_indptr_host is NULL",
+                             plugin->desc->name);
+    return AP_OK;
+}
+
 /* Counts and required pointers: everything that needs no array element. */
 static ap_status ap_check_batch_header(const ap_instance *instance, const ap_batch *b,
                                        ap_msgbuf *msg) {
@@ -55,7 +97,10 @@ static ap_status ap_check_batch_header(const ap_instance *instance, const ap_bat
         return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH,
                              "decode batch has num_tokens %d for num_seqs %d (one token each)",
                              (int)b->num_tokens, (int)b->num_seqs);
-    int pages = !ap_skips_kv(instance);
+    ap_status status = ap_check_ragged_header(instance, b, msg);
+    if (status != AP_OK) return status;
+    /* A batch whose keys come from the ragged source reads no cache: its pages are optional. */
+    int pages = !ap_skips_kv(instance) && !ap_batch_is_ragged(b);
     if (b->qo_indptr == NULL || b->seq_lens == NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "batch.%s is NULL",
                              b->qo_indptr == NULL ? "qo_indptr" : "seq_lens");
@@ -168,17 +213,39 @@ static ap_batch_pages ap_batch_page_arrays(const ap_instance *instance, const ap
     return needed == (mirrors ? 6u : 3u) ? AP_BATCH_PAGES_ALL : AP_BATCH_PAGES_SOME;
 }
 
-ap_status ap_check_batch(const ap_instance *instance, const ap_batch *b, int32_t *max_page,
-                         ap_batch_pages *pages, ap_msgbuf *msg) {
-    *max_page = -1;
-    *pages = AP_BATCH_PAGES_NONE;
+/* The ragged source's rows from its host mirror: monotone from 0 to num_kv_tokens, and with
+ * kv_causal every sequence has at least its q_len keys (its last query row sees them all). */
+static ap_status ap_check_ragged_rows(const ap_batch *b, ap_msgbuf *msg) {
+    const int32_t *kv = b->kv_indptr_host;
+    ap_status status =
+        ap_check_indptr(msg, "kv_indptr_host", kv, b->num_seqs, b->num_kv_tokens, "num_kv_tokens");
+    for (int32_t i = 0; status == AP_OK && b->kv_causal && i < b->num_seqs; i++) {
+        int32_t kv_len = kv[i + 1] - kv[i];
+        int32_t q_len = b->qo_indptr_host[i + 1] - b->qo_indptr_host[i];
+        if (kv_len < q_len)
+            return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH,
+                                 "batch.kv_causal is 1 but sequence %d has %d keys for %d query "
+                                 "rows (causal aligned to the end needs kv_len >= q_len)",
+                                 (int)i, (int)kv_len, (int)q_len);
+    }
+    return status;
+}
+
+ap_status ap_check_batch(const ap_instance *instance, const ap_batch *b, ap_batch_facts *facts,
+                         ap_msgbuf *msg) {
+    facts->max_page = -1;
+    facts->pages = AP_BATCH_PAGES_NONE;
+    facts->num_kv_tokens = -1;
     ap_status status = ap_check_batch_header(instance, b, msg);
     if (status != AP_OK) return status;
-    *pages = ap_batch_page_arrays(instance, b);
+    facts->pages = ap_batch_page_arrays(instance, b);
+    if (ap_batch_is_ragged(b)) facts->num_kv_tokens = b->num_kv_tokens;
     /* Without host mirrors the device arrays cannot be read here; the backend plans blind. */
     if (b->qo_indptr_host == NULL) return AP_OK;
     status = ap_check_indptr(msg, "qo_indptr_host", b->qo_indptr_host, b->num_seqs, b->num_tokens,
                              "num_tokens");
+    if (status == AP_OK && ap_batch_is_ragged(b) && b->kv_indptr_host != NULL)
+        status = ap_check_ragged_rows(b, msg);
     if (status != AP_OK) return status;
     if (b->kv_page_indptr_host != NULL) {
         status = ap_check_indptr(msg, "kv_page_indptr_host", b->kv_page_indptr_host, b->num_seqs,
@@ -197,21 +264,22 @@ ap_status ap_check_batch(const ap_instance *instance, const ap_batch *b, int32_t
                                      (int)page);
             largest = page > largest ? page : largest;
         }
-        *max_page = largest;
+        facts->max_page = largest;
     }
     return AP_OK;
 }
 
 /* ---- forward_extend / forward_decode ---------------------------------------------------------- */
 
-/* q, out, lse, q_rope: the query side, shaped [T][Hq][...]. */
+/* q, out, lse, q_rope: the query side, shaped [T][Hq][...]; q and q_rope laid out as `q_layout`
+ * says (MLA's absorbed form reads them in place: rows dense, rows strided). */
 static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forward_args *a,
-                                    int64_t dq, int64_t dv, ap_msgbuf *msg) {
+                                    int64_t dq, int64_t dv, ap_layout q_layout, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int64_t t = instance->batch_num_tokens, hq = m->num_qo_heads;
     DLDataType act = ap_dl_of(m->dtype);
     ap_status status =
-        ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, AP_DENSE);
+        ap_check_required(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act, q_layout);
     if (status == AP_OK)
         status = ap_check_required(instance, msg, "args.out", a->out, 3, (int64_t[]){t, hq, dv},
                                    act, AP_DENSE);
@@ -220,16 +288,29 @@ static ap_status ap_check_forward_q(const ap_instance *instance, const ap_forwar
                                    AP_DL_FLOAT32, AP_DENSE);
     if (status == AP_OK && a->q_rope != NULL)
         status = ap_check_tensor(instance, msg, "args.q_rope", a->q_rope, 3,
-                                 (int64_t[]){t, hq, m->qk_rope_head_dim}, act, AP_DENSE);
+                                 (int64_t[]){t, hq, m->qk_rope_head_dim}, act, q_layout);
     return status;
 }
 
-/* k, v: new keys and values, shaped [T][H][...], both or neither. */
+/* The type a k or v tensor must have: the model's activation type, or with `fp8_ok` (the
+ * ragged source, as pack_prefix_chunk_kv/1 writes it) fp8 e4m3 when that is what it holds. */
+static DLDataType ap_kv_input_type(const ap_instance *instance, const DLTensor *t, int fp8_ok) {
+    int fp8 = t != NULL && (t->dtype.code == AP_DL_FLOAT8_E4M3FN ||
+                            (t->dtype.code == kDLUInt && t->dtype.bits == 8));
+    return fp8_ok && fp8 ? AP_DL_FP8_OUT : ap_dl_of(instance->model.dtype);
+}
+
+/* k, v: new keys and values [T][H][...] (or the ragged source's rows), both or neither. */
 static ap_status ap_check_forward_kv(const ap_instance *instance, const ap_forward_args *a,
                                      int64_t hk, int64_t dk, int64_t dv, int v_optional,
                                      ap_msgbuf *msg) {
-    int64_t t = instance->batch_num_tokens;
-    DLDataType act = ap_dl_of(instance->model.dtype);
+    int ragged = instance->batch_num_kv_tokens >= 0;
+    int64_t t = ragged ? instance->batch_num_kv_tokens : instance->batch_num_tokens;
+    DLDataType k_type = ap_kv_input_type(instance, a->k, ragged);
+    DLDataType v_type = ap_kv_input_type(instance, a->v, ragged);
+    if (ragged && a->k == NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.k and args.v are required with the batch's ragged K/V source");
     if (a->k == NULL && a->v != NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.v is given without args.k");
     if (a->k != NULL && a->v == NULL && !v_optional)
@@ -237,10 +318,10 @@ static ap_status ap_check_forward_kv(const ap_instance *instance, const ap_forwa
     if (a->save_kv && a->k == NULL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                              "args.save_kv is 1 but args.k/v are NULL");
-    ap_status status =
-        ap_check_optional(instance, msg, "args.k", a->k, 3, (int64_t[]){t, hk, dk}, act, AP_DENSE);
+    ap_status status = ap_check_optional(instance, msg, "args.k", a->k, 3, (int64_t[]){t, hk, dk},
+                                         k_type, AP_DENSE);
     if (status != AP_OK) return status;
-    return ap_check_optional(instance, msg, "args.v", a->v, 3, (int64_t[]){t, hk, dv}, act,
+    return ap_check_optional(instance, msg, "args.v", a->v, 3, (int64_t[]){t, hk, dv}, v_type,
                              AP_DENSE);
 }
 
@@ -262,37 +343,57 @@ ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, co
     if (a->save_kv != 0 && a->save_kv != 1)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.save_kv is %d (0 or 1)",
                              (int)a->save_kv);
+    int ragged = instance->batch_num_kv_tokens >= 0;
+    if (a->save_kv && ragged)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.save_kv must be 0 with the batch's ragged K/V source (keys and "
+                             "values come from args.k/v; nothing goes to the cache)");
     if (a->save_kv && instance->batch_pages != AP_BATCH_PAGES_ALL)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                              "args.save_kv is 1 but the planned batch has no page arrays (or not "
                              "all of them) to write k/v through");
     /* No cache only with no page arrays: a batch with pages has the backend read the cache. */
-    int kv_optional =
-        ap_skips_kv(instance) && !a->save_kv && instance->batch_pages == AP_BATCH_PAGES_NONE;
+    int kv_optional = ragged || (ap_skips_kv(instance) && !a->save_kv &&
+                                 instance->batch_pages == AP_BATCH_PAGES_NONE);
     ap_status status = ap_check_layer(instance, layer, kv_optional, msg);
     if (status != AP_OK) return status;
     if (m->kind == AP_ATTN_MHA) {
         if (a->q_rope != NULL)
             return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                                  "args.q_rope is for MLA models only");
-        status = ap_check_forward_q(instance, a, m->head_dim_qk, m->head_dim_v, msg);
+        status = ap_check_forward_q(instance, a, m->head_dim_qk, m->head_dim_v, AP_DENSE, msg);
         if (status != AP_OK) return status;
         return ap_check_forward_kv(instance, a, m->num_kv_heads, m->head_dim_qk, m->head_dim_v, 0,
                                    msg);
     }
     /* MLA has two forms. MHA-style prefill (extend, q without q_rope is qk_nope + qk_rope wide):
-     * per-head k and v. Absorbed (decode, or extend over the latent): q is the latent width
-     * (576 = 512 + 64) or its 512 part with q_rope beside it; new k is the latent [T][1][576]. */
+     * per-head k and v. Absorbed (decode, or extend over the latent: MTP verification): q is the
+     * latent width (576 = 512 + 64) or its 512 part with q_rope beside it, both read in place;
+     * new k is the latent [T][1][576] and there is no v (V is the latent's first 512 values). */
     int64_t prefill_dq = (int64_t)m->qk_nope_head_dim + m->qk_rope_head_dim;
-    if (mode == AP_MODE_EXTEND && a->q_rope == NULL && a->q != NULL && a->q->ndim == 3 &&
-        a->q->shape != NULL && m->qk_nope_head_dim > 0 && m->v_head_dim > 0 &&
-        a->q->shape[2] == prefill_dq && prefill_dq != m->head_dim_qk) {
-        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, msg);
+    int mha_form = mode == AP_MODE_EXTEND && a->q_rope == NULL && a->q != NULL && a->q->ndim == 3 &&
+                   a->q->shape != NULL && m->qk_nope_head_dim > 0 && m->v_head_dim > 0 &&
+                   a->q->shape[2] == prefill_dq && prefill_dq != m->head_dim_qk;
+    if (ragged && !mha_form)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "the batch's ragged K/V source takes MLA's MHA form: q [T][%d][%d] "
+                             "(qk_nope + qk_rope) without q_rope",
+                             (int)m->num_qo_heads, (int)prefill_dq);
+    if (mha_form) {
+        if (a->save_kv)
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                                 "args.save_kv must be 0 in MLA's MHA form (the latent cache "
+                                 "holds no per-head K/V)");
+        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, AP_DENSE, msg);
         if (status != AP_OK) return status;
         return ap_check_forward_kv(instance, a, m->num_qo_heads, prefill_dq, m->v_head_dim, 0, msg);
     }
     int64_t dq = a->q_rope != NULL ? m->kv_lora_rank : m->head_dim_qk;
-    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, msg);
+    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, AP_ROWS, msg);
     if (status != AP_OK) return status;
+    if (a->v != NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.v must be NULL in MLA's absorbed form (V is the first "
+                             "kv_lora_rank values of the latent row in args.k)");
     return ap_check_forward_kv(instance, a, 1, m->head_dim_qk, m->head_dim_v, 1, msg);
 }

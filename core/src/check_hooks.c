@@ -1,4 +1,5 @@
-/* check_hooks.c: the core's checks of the append_kv/1 and pack_prefix_chunk_kv/1 arguments. */
+/* check_hooks.c: the core's checks of the append_kv/1, pack_prefix_chunk_kv/1 and merge_state/1
+ * arguments. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -6,6 +7,7 @@
 
 #define AP_APPEND_MIN_SIZE (offsetof(ap_append_kv_args, is_neox) + sizeof(int32_t))
 #define AP_PACK_MIN_SIZE (offsetof(ap_pack_kv_args, v_scale) + sizeof(float))
+#define AP_MERGE_MIN_SIZE (offsetof(ap_merge_state_args, lse) + sizeof(DLTensor *))
 
 /* Element i of a 1-D int32 tensor in host memory. */
 static int32_t ap_host_int32(const DLTensor *t, int64_t i) {
@@ -46,20 +48,25 @@ static int ap_is_activation(const DLTensor *t) {
                             (d.code == kDLBfloat && d.bits == 16));
 }
 
-/* The new k and v of an append: [T][Hkv][Dqk] and [T][Hkv][Dv] for MHA. MLA's fused append is
- * the backend's to shape (latent, rope part), so there the core checks rank, tokens, dtype and
- * device, and v may be NULL (the latent holds it). */
+/* The new k and v of an append: [T][Hkv][Dqk] and [T][Hkv][Dv] for MHA, q and q_out
+ * [T][Hq][Dqk]. MLA: k is the new latent rows [T][1][kv_lora_rank + qk_rope] (k_pe, the last
+ * qk_rope values, not rotated yet), no v (the latent holds V), and q / q_out are q_rope
+ * [T][Hq][qk_rope], read and written in place (dense rows, any row stride). */
 static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_append_kv_args *a,
                                          int64_t t, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
     int mla = m->kind == AP_ATTN_MLA;
     DLDataType act = ap_dl_of(m->dtype);
-    int64_t hq = mla ? AP_ANY : m->num_qo_heads, dq = mla ? AP_ANY : m->head_dim_qk;
-    int64_t hk = mla ? AP_ANY : m->num_kv_heads, dk = mla ? AP_ANY : m->head_dim_qk;
-    int64_t dv = mla ? AP_ANY : m->head_dim_v;
+    int64_t hq = m->num_qo_heads, dq = mla ? m->qk_rope_head_dim : m->head_dim_qk;
+    int64_t hk = m->num_kv_heads, dk = m->head_dim_qk, dv = m->head_dim_v;
+    ap_layout q_layout = mla ? AP_ROWS : AP_DENSE;
     ap_status status =
         ap_check_tensor(instance, msg, "args.k", a->k, 3, (int64_t[]){t, hk, dk}, act, AP_DENSE);
-    if (status == AP_OK && !(mla && a->v == NULL))
+    if (status == AP_OK && mla && a->v != NULL)
+        status = ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                               "args.v must be NULL for MLA (V is the first kv_lora_rank values "
+                               "of the latent row in args.k)");
+    if (status == AP_OK && !mla)
         status = ap_check_required(instance, msg, "args.v", a->v, 3, (int64_t[]){t, hk, dv}, act,
                                    AP_DENSE);
     /* q is optional (a host may rotate q elsewhere); q_out comes with it and has its shape. */
@@ -69,10 +76,10 @@ static ap_status ap_check_append_tensors(const ap_instance *instance, const ap_a
                                "(one is NULL)");
     if (status == AP_OK && a->q != NULL)
         status = ap_check_tensor(instance, msg, "args.q", a->q, 3, (int64_t[]){t, hq, dq}, act,
-                                 AP_DENSE);
+                                 q_layout);
     if (status == AP_OK && a->q != NULL)
-        status = ap_check_tensor(instance, msg, "args.q_out", a->q_out, 3,
-                                 (int64_t[]){t, a->q->shape[1], a->q->shape[2]}, act, AP_DENSE);
+        status = ap_check_tensor(instance, msg, "args.q_out", a->q_out, 3, (int64_t[]){t, hq, dq},
+                                 act, q_layout);
     if (status == AP_OK)
         status = ap_check_required(instance, msg, "args.positions", a->positions, 1, (int64_t[]){t},
                                    AP_DL_INT32, AP_STRIDED);
@@ -99,6 +106,11 @@ ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
                              "args.rotary_dim is %d (must be even, > 0 and <= head_dim_qk %d)",
                              (int)a->rotary_dim, (int)m->head_dim_qk);
+    /* MLA rotates all of q_rope and k_pe: the rope part is exactly qk_rope_head_dim wide. */
+    if (m->kind == AP_ATTN_MLA && a->rotary_dim != m->qk_rope_head_dim)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.rotary_dim is %d, expected qk_rope_head_dim %d for MLA",
+                             (int)a->rotary_dim, (int)m->qk_rope_head_dim);
     if (a->is_neox != 0 && a->is_neox != 1)
         return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.is_neox is %d (0 or 1)",
                              (int)a->is_neox);
@@ -180,4 +192,44 @@ ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *a
                              (int)a->k_nope->dtype.code, (int)a->k_nope->dtype.bits);
     return ap_check_pack_tensors(instance, a, AP_ANY, AP_ANY, AP_ANY, AP_ANY, a->k_nope->dtype,
                                  msg);
+}
+
+/* Two partial states and the merged one: o_a, o_b, o [T][H][D] of one float dtype (o_a's), the
+ * LSEs float32 [T][H]; all dense. o may alias o_a or o_b, lse lse_a or lse_b (each element is
+ * read before its own position is written). */
+ap_status ap_check_merge_state(const ap_instance *instance, const ap_merge_state_args *a,
+                               ap_msgbuf *msg) {
+    if (a == NULL) return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args is NULL");
+    if (a->struct_size < AP_MERGE_MIN_SIZE)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.struct_size is %zu, expected >= %zu", a->struct_size,
+                             (size_t)AP_MERGE_MIN_SIZE);
+    if (a->o_a == NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "args.o_a is NULL (required)");
+    if (a->o_a->ndim != 3 || a->o_a->shape == NULL)
+        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH, "args.o_a has ndim %d, expected 3",
+                             (int)a->o_a->ndim);
+    if (!ap_is_activation(a->o_a))
+        return ap_check_fail(msg, AP_ERR_SHAPE_MISMATCH,
+                             "args.o_a has dtype code %d, %d bits: expected float32, bfloat16 or "
+                             "float16",
+                             (int)a->o_a->dtype.code, (int)a->o_a->dtype.bits);
+    const int64_t *shape = a->o_a->shape;
+    int64_t rows[2] = {shape[0], shape[1]};
+    DLDataType type = a->o_a->dtype;
+    ap_status status = ap_check_tensor(instance, msg, "args.o_a", a->o_a, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.o_b", a->o_b, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.o", a->o, 3, shape, type, AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.lse_a", a->lse_a, 2, rows, AP_DL_FLOAT32,
+                                   AP_DENSE);
+    if (status == AP_OK)
+        status = ap_check_required(instance, msg, "args.lse_b", a->lse_b, 2, rows, AP_DL_FLOAT32,
+                                   AP_DENSE);
+    if (status == AP_OK)
+        status =
+            ap_check_optional(instance, msg, "args.lse", a->lse, 2, rows, AP_DL_FLOAT32, AP_DENSE);
+    return status;
 }

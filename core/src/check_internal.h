@@ -10,9 +10,10 @@
 #define AP_DL_FLOAT32 ((DLDataType){kDLFloat, 32, 1})
 #define AP_DL_FP8_OUT ((DLDataType){AP_DL_FLOAT8_E4M3FN, 8, 1}) /* uint8 is accepted too */
 
-/* Outputs and forward inputs are dense; the pack hook's inputs may have any (non-negative)
- * strides. */
-typedef enum ap_layout { AP_DENSE, AP_STRIDED } ap_layout;
+/* Outputs and most forward inputs are dense; MLA's q_nope/q_rope are read where they are, rows
+ * dense but the rows strided (slices of a wider projection); the pack hook's inputs may have any
+ * (non-negative) strides. */
+typedef enum ap_layout { AP_DENSE, AP_ROWS, AP_STRIDED } ap_layout;
 
 /* Add one line to `msg` and return `status`: checks read `return ap_check_fail(msg, S, ...)`. */
 ap_status ap_check_fail(ap_msgbuf *msg, ap_status status, const char *fmt, ...)

@@ -74,7 +74,8 @@ int ap_expected_device_type(const ap_instance *instance) {
     return (kinds & AP_DEVICE_KIND_CUDA) && gpu ? kDLCUDA : kDLCPU;
 }
 
-/* Rank, shape, dtype, device, data and (for AP_DENSE) compact row-major strides of a tensor. */
+/* Rank, shape, dtype, device, data and strides of a tensor: compact row-major for AP_DENSE,
+ * a last dim of stride 1 for AP_ROWS, any non-negative ones for AP_STRIDED. */
 ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const char *name,
                           const DLTensor *t, int ndim, const int64_t *dims, DLDataType dtype,
                           ap_layout layout) {
@@ -134,6 +135,11 @@ ap_status ap_check_tensor(const ap_instance *instance, ap_msgbuf *msg, const cha
                                  "%s must be dense (row-major): dim %d has stride %" PRId64
                                  ", expected %" PRId64,
                                  name, i, t->strides[i], compact);
+        if (layout == AP_ROWS && i == t->ndim - 1 && t->shape[i] != 1 && t->strides[i] != 1)
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                                 "%s must have dense rows: its last dim has stride %" PRId64
+                                 ", expected 1",
+                                 name, t->strides[i]);
         if (t->strides[i] < 0)
             return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT, "%s has a negative stride in dim %d",
                                  name, i);

@@ -45,6 +45,7 @@ ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_mod
     instance->plugin = ap_registry_find_plugin(registry, name);
     instance->device = *device;
     instance->batch_max_page = -1;
+    instance->batch_num_kv_tokens = -1;
     ap_model_apply_options(model, options, &instance->model);
     if (model->name != NULL) {
         instance->model_name = strdup(model->name);
@@ -78,6 +79,8 @@ ap_status ap_instance_open(ap_registry *registry, const char *name, const ap_mod
         instance, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1);
     instance->cuda_graph =
         (ap_hook_cuda_graph_v1)ap_instance_resolve(instance, AP_HOOK_CUDA_GRAPH_V1);
+    instance->merge_state =
+        (ap_hook_merge_state_v1)ap_instance_resolve(instance, AP_HOOK_MERGE_STATE_V1);
     ap_log(AP_LOG_INSTANCE, "%s: opened for model '%s'", name,
            instance->model_name != NULL ? instance->model_name : "(unnamed)");
     ap_error_clear();
@@ -123,9 +126,8 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
         return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_instance_init_metadata: instance is NULL");
     instance->batch_planned = 0;
     ap_msgbuf msg = ap_instance_msg(instance);
-    int32_t max_page = -1;
-    ap_batch_pages pages = AP_BATCH_PAGES_NONE;
-    ap_status status = ap_check_batch(instance, batch, &max_page, &pages, &msg);
+    ap_batch_facts facts;
+    ap_status status = ap_check_batch(instance, batch, &facts, &msg);
     if (status != AP_OK) return ap_instance_fail(instance, "init_metadata", status);
     msg = ap_instance_msg(instance);
     status = instance->plugin->desc->vtable->init_metadata(instance->backend, batch, stream, &msg);
@@ -133,8 +135,9 @@ ap_status ap_instance_init_metadata(ap_instance *instance, const ap_batch *batch
     instance->batch_planned = 1;
     instance->batch_mode = batch->mode;
     instance->batch_num_tokens = batch->num_tokens;
-    instance->batch_max_page = max_page;
-    instance->batch_pages = pages;
+    instance->batch_max_page = facts.max_page;
+    instance->batch_pages = facts.pages;
+    instance->batch_num_kv_tokens = facts.num_kv_tokens;
     return AP_OK;
 }
 
@@ -174,6 +177,7 @@ int ap_instance_has_hook(const ap_instance *instance, const char *name) {
     if (strcmp(name, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1) == 0)
         return instance->pack_prefix_chunk_kv != NULL;
     if (strcmp(name, AP_HOOK_CUDA_GRAPH_V1) == 0) return instance->cuda_graph != NULL;
+    if (strcmp(name, AP_HOOK_MERGE_STATE_V1) == 0) return instance->merge_state != NULL;
     /* Names the core does not know are asked afresh; get_hook must answer the same each time. */
     return instance->plugin->desc->vtable->get_hook(instance->backend, name) != NULL;
 }
@@ -240,5 +244,19 @@ ap_status ap_instance_cuda_graph_prepare(ap_instance *instance, int32_t max_batc
     ap_msgbuf msg = ap_instance_msg(instance);
     ap_status status = instance->cuda_graph(instance->backend, max_batch, stream, &msg);
     if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_CUDA_GRAPH_V1, status);
+    return AP_OK;
+}
+
+ap_status ap_instance_merge_state(ap_instance *instance, const ap_merge_state_args *args,
+                                  void *stream) {
+    if (instance == NULL)
+        return ap_error_set(AP_ERR_INVALID_ARGUMENT, "ap_instance_merge_state: instance is NULL");
+    if (instance->merge_state == NULL) return ap_hook_absent(instance, AP_HOOK_MERGE_STATE_V1);
+    ap_msgbuf msg = ap_instance_msg(instance);
+    ap_status status = ap_check_merge_state(instance, args, &msg);
+    if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_MERGE_STATE_V1, status);
+    msg = ap_instance_msg(instance);
+    status = instance->merge_state(instance->backend, args, stream, &msg);
+    if (status != AP_OK) return ap_instance_fail(instance, AP_HOOK_MERGE_STATE_V1, status);
     return AP_OK;
 }

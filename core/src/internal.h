@@ -94,6 +94,7 @@ struct ap_instance {
     ap_hook_append_kv_v1 append_kv; /* resolved once at open; NULL when absent */
     ap_hook_pack_prefix_chunk_kv_v1 pack_prefix_chunk_kv;
     ap_hook_cuda_graph_v1 cuda_graph;
+    ap_hook_merge_state_v1 merge_state;
     char message[1024]; /* the plugin writes its error here */
     /* What the last successful init_metadata planned, for the forward checks (check.c). */
     int32_t batch_planned; /* 0 until a batch was planned (or after a failed plan) */
@@ -101,6 +102,7 @@ struct ap_instance {
     int32_t batch_num_tokens;
     int32_t batch_max_page; /* largest page index in the host mirrors; -1 unknown */
     ap_batch_pages batch_pages;
+    int32_t batch_num_kv_tokens; /* rows of the ragged K/V source (ABI 1.1); -1: none */
 };
 
 /* ---- selection (select.c) ------------------------------------------------------------------- */
@@ -111,14 +113,21 @@ extern const ap_options ap_options_default;
 /* ---- argument checks before a backend is called (check.c) ------------------------------------
  * Each returns AP_OK, or a status with one line naming the argument, the expected and the
  * actual value in `msg`. They read host memory only: host mirrors, and tensors on kDLCPU. */
-ap_status ap_check_batch(const ap_instance *instance, const ap_batch *batch, int32_t *max_page,
-                         ap_batch_pages *pages, ap_msgbuf *msg);
+typedef struct ap_batch_facts {
+    int32_t max_page;      /* largest page index in the host mirrors; -1 unknown */
+    ap_batch_pages pages;  /* which page arrays the batch gave */
+    int32_t num_kv_tokens; /* rows of the ragged K/V source; -1 when the batch has none */
+} ap_batch_facts;
+ap_status ap_check_batch(const ap_instance *instance, const ap_batch *batch, ap_batch_facts *facts,
+                         ap_msgbuf *msg);
 ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, const ap_layer *layer,
                            const ap_forward_args *args, ap_msgbuf *msg);
 ap_status ap_check_append_kv(const ap_instance *instance, const ap_layer *layer,
                              const ap_append_kv_args *args, ap_msgbuf *msg);
 ap_status ap_check_pack_kv(const ap_instance *instance, const ap_pack_kv_args *args,
                            ap_msgbuf *msg);
+ap_status ap_check_merge_state(const ap_instance *instance, const ap_merge_state_args *args,
+                               ap_msgbuf *msg);
 
 /* A fresh message buffer over `text`. */
 static inline ap_msgbuf ap_msgbuf_over(char *text, size_t capacity) {

@@ -236,3 +236,27 @@ double fx_rel_l2(const double *got, const double *want, size_t count) {
     }
     return norm > 0.0 ? sqrt(diff / norm) : sqrt(diff);
 }
+
+void fx_rope_table(fx_tensor *cos_sin) {
+    int rotary_dim = (int)cos_sin->shape[1], half = rotary_dim / 2;
+    for (int p = 0; p < (int)cos_sin->shape[0]; p++)
+        for (int i = 0; i < half; i++) {
+            double angle = p * pow(10000.0, -2.0 * i / rotary_dim);
+            fx_tensor_set(cos_sin, (int64_t[]){p, i}, (float)cos(angle));
+            fx_tensor_set(cos_sin, (int64_t[]){p, half + i}, (float)sin(angle));
+        }
+}
+
+void fx_rope_naive(const fx_tensor *cos_sin, float *row, int rotary_dim, int is_neox, int pos) {
+    int half = rotary_dim / 2;
+    float rotated[1024];
+    memcpy(rotated, row, sizeof(float) * (size_t)rotary_dim);
+    for (int i = 0; i < half; i++) {
+        int a = is_neox ? i : 2 * i, b = is_neox ? i + half : 2 * i + 1;
+        float c = fx_tensor_get(cos_sin, (int64_t[]){pos, i});
+        float s = fx_tensor_get(cos_sin, (int64_t[]){pos, half + i});
+        rotated[a] = row[a] * c - row[b] * s;
+        rotated[b] = row[b] * c + row[a] * s;
+    }
+    memcpy(row, rotated, sizeof(float) * (size_t)rotary_dim);
+}

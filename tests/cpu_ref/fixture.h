@@ -59,6 +59,13 @@ void fx_encode(ap_dtype dtype, void *at, float value);
 float fx_decode(ap_dtype dtype, const void *at);
 const char *fx_dtype_name(ap_dtype dtype);
 
+/* RoPE, naively: cos_sin [max_position][rotary_dim] float32 gets row p = cos(p * f_i) for
+ * i < rotary_dim/2, then sin(p * f_i), f_i = 10000^(-2i/rotary_dim); fx_rope_naive rotates
+ * row[0 .. rotary_dim) at position pos, pair (a, b) = (i, i + rot/2) for neox, (2i, 2i + 1)
+ * otherwise: a' = a*c - b*s, b' = b*c + a*s in float32. */
+void fx_rope_table(fx_tensor *cos_sin);
+void fx_rope_naive(const fx_tensor *cos_sin, float *row, int rotary_dim, int is_neox, int pos);
+
 /* sqrt(sum (got - want)^2) / sqrt(sum want^2) */
 double fx_rel_l2(const double *got, const double *want, size_t count);
 

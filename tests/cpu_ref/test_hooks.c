@@ -37,30 +37,8 @@ typedef struct rope_setup {
     ap_append_kv_args args;
 } rope_setup;
 
-/* cos_sin[p] = cos(p * f_i) for i < rotary_dim/2, then sin(p * f_i); f_i = 10000^(-2i/rot). */
-static void rope_table(rope_setup *r) {
-    int half = r->c.rotary_dim / 2;
-    for (int p = 0; p < r->c.max_position; p++)
-        for (int i = 0; i < half; i++) {
-            double angle = p * pow(10000.0, -2.0 * i / r->c.rotary_dim);
-            fx_tensor_set(&r->cos_sin, (int64_t[]){p, i}, (float)cos(angle));
-            fx_tensor_set(&r->cos_sin, (int64_t[]){p, half + i}, (float)sin(angle));
-        }
-}
-
-/* The naive rotation: pair (a, b) is (i, i + rot/2) for neox, (2i, 2i + 1) otherwise. */
 static void rope_naive(const rope_setup *r, float *row, int pos) {
-    int half = r->c.rotary_dim / 2;
-    float rotated[512];
-    memcpy(rotated, row, sizeof(float) * (size_t)r->c.head_dim_qk);
-    for (int i = 0; i < half; i++) {
-        int a = r->c.is_neox ? i : 2 * i, b = r->c.is_neox ? i + half : 2 * i + 1;
-        float c = fx_tensor_get(&r->cos_sin, (int64_t[]){pos, i});
-        float s = fx_tensor_get(&r->cos_sin, (int64_t[]){pos, half + i});
-        rotated[a] = row[a] * c - row[b] * s;
-        rotated[b] = row[b] * c + row[a] * s;
-    }
-    memcpy(row, rotated, sizeof(float) * (size_t)r->c.head_dim_qk);
+    fx_rope_naive(&r->cos_sin, row, r->c.rotary_dim, r->c.is_neox, pos);
 }
 
 static void rope_build(rope_setup *r, const rope_case *c) {
@@ -111,7 +89,7 @@ static void rope_build(rope_setup *r, const rope_case *c) {
     fx_tensor_make(&r->positions, AP_DTYPE_NONE, 1, (int64_t[]){t});
     fx_tensor_make(&r->out_loc, AP_DTYPE_NONE, 1, (int64_t[]){t});
     fx_tensor_make(&r->cos_sin, AP_DTYPE_F32, 2, (int64_t[]){c->max_position, c->rotary_dim});
-    rope_table(r);
+    fx_rope_table(&r->cos_sin);
     /* distinct slots: a random sample of all slots */
     int total = c->num_pages * c->page_size;
     int *slots_all = malloc(sizeof(int) * (size_t)total);

@@ -78,7 +78,7 @@ static void test_descriptor_and_caps(void **state) {
     assert_int_equal(caps->struct_size, sizeof(ap_caps));
     assert_int_equal(caps->device_kinds, AP_DEVICE_KIND_CPU);
     assert_int_equal(caps->num_archs, 0);
-    assert_int_equal(caps->attn_kinds, AP_ATTN_BIT(AP_ATTN_MHA));
+    assert_int_equal(caps->attn_kinds, AP_ATTN_BIT(AP_ATTN_MHA) | AP_ATTN_BIT(AP_ATTN_MLA));
     assert_int_equal(caps->q_dtypes, AP_DTYPE_BIT(AP_DTYPE_F32) | AP_DTYPE_BIT(AP_DTYPE_BF16) |
                                          AP_DTYPE_BIT(AP_DTYPE_F16));
     assert_int_equal(caps->kv_dtypes, AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) |
@@ -156,6 +156,7 @@ static void test_kv_spec_and_hooks(void **state) {
         assert_int_equal(spec.alignment, 64);
         assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_APPEND_KV_V1));
         assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1));
+        assert_non_null(plugin.vt->get_hook(backend, AP_HOOK_MERGE_STATE_V1));
         assert_null(plugin.vt->get_hook(backend, AP_HOOK_CUDA_GRAPH_V1));
         assert_null(plugin.vt->get_hook(backend, "append_kv/2"));
         assert_null(plugin.vt->get_hook(backend, NULL));

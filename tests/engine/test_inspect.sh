@@ -16,7 +16,7 @@ expect_line "$out" '^attnplug core ABI 1\.1$' "core ABI version"
 expect_line "$out" '^Device: ' "device line"
 expect_line "$out" '^  loaded   /.*/ap_cpu_ref\.so -> cpu_ref$' "cpu_ref's file loaded"
 expect_line "$out" '^cpu_ref [0-9]+\.[0-9]+\.[0-9]+: ' "cpu_ref's header"
-expect_line "$out" '^  attention:    mha$' "cpu_ref serves MHA"
+expect_line "$out" '^  attention:    mha, mla$' "cpu_ref serves MHA and MLA"
 expect_line "$out" '^  kv dtypes:    .*bf16' "cpu_ref's KV dtypes"
 expect_line "$out" '^  page sizes:   any$' "cpu_ref takes any page size"
 expect_line "$out" '^  phases:       extend, decode$' "cpu_ref's phases"
@@ -42,7 +42,7 @@ assert doc["core_abi"] == "1.1", doc["core_abi"]
 ref = [b for b in doc["backends"] if b["name"] == "cpu_ref"]
 assert len(ref) == 1, [b["name"] for b in doc["backends"]]
 ref = ref[0]
-assert ref["attention"] == ["mha"], ref["attention"]
+assert ref["attention"] == ["mha", "mla"], ref["attention"]
 assert ref["page_sizes"] == "any" and ref["head_dims"] == "any"
 assert "bf16" in ref["kv_dtypes"] and ref["phases"] == ["extend", "decode"]
 assert ref["verdicts"][0]["model"] == "meta-llama/Llama-3-8B" and ref["verdicts"][0]["usable"] is True
@@ -57,15 +57,15 @@ expect_line "$work/cfg.txt" '^Config .*models\.yaml: valid \(version 1, [0-9]+ r
 expect_line "$work/cfg.txt" '^  1\. \S+  \(line [0-9]+\)$' "rule 1 listed with its line"
 expect_line "$work/cfg.txt" '^       backends: .*cpu_ref' "a rule's backends listed"
 
-# A walk that succeeds; one that fails (MLA: nothing here serves it); a shape from --model-spec
-# that cpu_ref refuses for a stated reason.
+# Walks that succeed (MLA too: cpu_ref serves it where trtllm_mla does not); a shape from
+# --model-spec that cpu_ref refuses for a stated reason.
 run_status 0 "$work/walk.txt" -- "$inspect" --config "$config" --model meta-llama/Llama-3-8B
 expect_line "$work/walk.txt" '^Selection for meta-llama/Llama-3-8B \(built-in example model\)$' "walk header"
 expect_line "$work/walk.txt" '^Chosen: [a-z0-9_]+$' "walk chooses a backend"
 expect_line "$work/walk.txt" '^  [0-9]+\. [a-z0-9_]+ +USABLE  <- chosen$' "the chosen candidate is marked"
-run_status 1 "$work/mla.txt" -- "$inspect" --config "$config" --model deepseek-ai/DeepSeek-V3
-expect_line "$work/mla.txt" '^  [0-9]+\. cpu_ref +REFUSED \(AP_ERR_[A-Z_]+\)$' "cpu_ref refuses MLA"
-expect_line "$work/mla.txt" '^No backend of this rule can serve deepseek-ai/DeepSeek-V3 here' "walk failure stated"
+run_status 0 "$work/mla.txt" -- "$inspect" --config "$config" --model deepseek-ai/DeepSeek-V3
+expect_line "$work/mla.txt" '^Chosen: (trtllm_mla|cpu_ref)$' "an MLA backend serves DeepSeek-V3"
+expect_line "$work/mla.txt" '^  [0-9]+\. cpu_ref +USABLE' "cpu_ref serves MLA"
 run_status 1 "$work/spec.txt" -- "$inspect" --config "$config" --model my/model \
     --model-spec qo_heads=8,kv_heads=3
 expect_line "$work/spec.txt" 'cpu_ref.*REFUSED' "cpu_ref refuses 8 query heads over 3 KV heads"
