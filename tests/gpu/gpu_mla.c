@@ -323,7 +323,7 @@ static int mt_decode_data_make(const mt_decode_case *c, uint64_t *rng, mt_decode
 static float mt_q_at(const mt_decode_data *d, int t, int h, int dim) {
     const int64_t row = ((int64_t)t * d->c->heads + h);
     if (dim < 512) return mt_bf16_f(d->q[row * d->qw + dim]);
-    if (d->c->strided) return mt_bf16_f(d->q[row * d->qw + dim]); /* rope at 576.. of the row */
+    if (d->c->strided) return mt_bf16_f(d->q[row * d->qw + 576 + (dim - 512)]); /* 576..639 */
     return mt_bf16_f(d->q_rope_dense[row * 64 + (dim - 512)]);
 }
 
@@ -684,6 +684,39 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     mt_decode_data_free(&d);
 }
 
+/* --cpu-only: the test's own float64 reference against cpu_ref on every decode case, no GPU.
+ * It proves the references and the arguments the GPU run builds before any GPU judges them. */
+static void mt_decode_selfcheck(mt_ctx *ctx, const mt_decode_case *c, uint64_t seed) {
+    mt_decode_data d;
+    char detail[200] = "";
+    int ok = mt_decode_data_make(c, &seed, &d) && mt_decode_reference(&d);
+    double *rout = NULL, *rlse = NULL;
+    int have = ok ? mt_cpu_ref_decode(ctx, &d, &rout, &rlse) : -1;
+    if (have > 0) {
+        size_t n = (size_t)d.num_tokens * c->heads, bad_o, bad_l;
+        double eo = mt_rel_l2(rout, d.ref_out, n * 512, &bad_o);
+        double el = mt_rel_l2(rlse, d.ref_lse, n, &bad_l);
+        snprintf(detail, sizeof detail, "cpu_ref vs f64: out %.2e lse %.2e", eo, el);
+        ok = bad_o + bad_l == 0 && eo < 1e-2 && el < 1e-4;
+    } else {
+        snprintf(detail, sizeof detail, "cpu_ref: %s", have == 0 ? "refused" : "failed");
+        ok = 0;
+    }
+    mt_verdict(ctx, c->name, ok, detail);
+    free(rout);
+    free(rlse);
+    mt_decode_data_free(&d);
+}
+
+void mt_run_decode_selfcheck(mt_ctx *ctx, uint64_t seed) {
+    for (size_t i = 0; i < sizeof mt_decode_cases / sizeof mt_decode_cases[0]; i++) {
+        const mt_decode_case *c = &mt_decode_cases[i];
+        if (!mt_selected(ctx, c->name, c->quick)) continue;
+        uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
+        mt_decode_selfcheck(ctx, c, gpu_rand_next(&s));
+    }
+}
+
 void mt_run_decode_cases(mt_ctx *ctx, uint64_t seed) {
     for (size_t i = 0; i < sizeof mt_decode_cases / sizeof mt_decode_cases[0]; i++) {
         const mt_decode_case *c = &mt_decode_cases[i];
@@ -700,7 +733,7 @@ int main(int argc, char **argv) {
     const char *dirs[8];
     size_t num_dirs = 0;
     uint64_t seed = 0;
-    int have_seed = 0;
+    int have_seed = 0, cpu_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc && num_dirs < 8)
             dirs[num_dirs++] = argv[++i];
@@ -710,8 +743,10 @@ int main(int argc, char **argv) {
             ctx.filter = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             ctx.quick = 1;
+        else if (strcmp(argv[i], "--cpu-only") == 0)
+            cpu_only = 1;
         else {
-            fprintf(stderr, "usage: gpu-mla [--quick] [--seed N] [--filter TEXT] "
+            fprintf(stderr, "usage: gpu-mla [--quick] [--cpu-only] [--seed N] [--filter TEXT] "
                             "[--plugin-dir DIR]...\n");
             return 2;
         }
@@ -737,6 +772,14 @@ int main(int argc, char **argv) {
         return MT_EXIT_SKIP;
     }
     ap_device_cpu(&ctx.cpu, "");
+    if (cpu_only) {
+        mt_run_append_selfcheck(&ctx, seed ^ 0x2222);
+        mt_run_decode_selfcheck(&ctx, seed ^ 0x4444);
+        printf("summary: gpu-mla --cpu-only: %zu passed, %zu failed (seed %llu)\n", ctx.passed,
+               ctx.failed, (unsigned long long)seed);
+        ap_registry_destroy(ctx.registry);
+        return ctx.failed > 0 ? 1 : 0;
+    }
     if (ap_device_query(0, &ctx.device) != AP_OK || ctx.device.unusable_reason[0] != '\0') {
         printf("SKIP: no usable GPU\n");
         ap_registry_destroy(ctx.registry);

@@ -52,5 +52,7 @@ void mt_run_decode_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_pack_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_append_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_merge_cases(mt_ctx *ctx, uint64_t seed);
+void mt_run_decode_selfcheck(mt_ctx *ctx, uint64_t seed); /* --cpu-only */
+void mt_run_append_selfcheck(mt_ctx *ctx, uint64_t seed); /* --cpu-only */
 
 #endif /* AP_GPU_MLA_H */

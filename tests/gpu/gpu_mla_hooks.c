@@ -9,11 +9,6 @@
 #include "gpu_mla.h"
 #include "gpu_rand.h"
 
-/* The core wrapper lands with cpu_ref's merge_state/1; until then the test checks against its
- * own float64 merge only. */
-ap_status ap_instance_merge_state(ap_instance *instance, const ap_merge_state_args *args,
-                                  void *stream) __attribute__((weak));
-
 static ap_options mt_no_options(void) {
     ap_options o = {.struct_size = sizeof o,
                     .prefix_cache = AP_OPTION_UNSET,
@@ -168,16 +163,18 @@ typedef struct mt_append_case {
     const char *name;
     int32_t tokens, heads, page_size;
     ap_dtype kv_dtype;
-    int32_t q_dim; /* 64: q_rope; 576: a latent-width q; 0: no q */
+    int32_t q_dim; /* 64: q_rope; 0: no q */
+    int q_strided; /* q_rope as the rope slice of a [T][H][192] projection output */
     int is_neox, in_place, quick;
 } mt_append_case;
 
 static const mt_append_case mt_append_cases[] = {
-    {"mla-append-bf16-h16-p64-neox-t1", 1, 16, 64, AP_DTYPE_BF16, 64, 1, 0, 1},
-    {"mla-append-fp8-h128-p32-gptj-t100", 100, 128, 32, AP_DTYPE_FP8_E4M3, 64, 0, 0, 1},
-    {"mla-append-fp8-h16-p64-neox-q576-inplace", 257, 16, 64, AP_DTYPE_FP8_E4M3, 576, 1, 1, 0},
-    {"mla-append-bf16-h128-p64-noq-t5000", 5000, 128, 64, AP_DTYPE_BF16, 0, 1, 0, 0},
-    {"mla-append-fp8-h16-p64-neox-t16384", 16384, 16, 64, AP_DTYPE_FP8_E4M3, 64, 1, 0, 0},
+    {"mla-append-bf16-h16-p64-neox-t1", 1, 16, 64, AP_DTYPE_BF16, 64, 0, 1, 0, 1},
+    {"mla-append-fp8-h128-p32-gptj-t100", 100, 128, 32, AP_DTYPE_FP8_E4M3, 64, 0, 0, 0, 1},
+    {"mla-append-fp8-h16-p64-gptj-strided-inplace", 257, 16, 64, AP_DTYPE_FP8_E4M3, 64, 1, 0, 1, 0},
+    {"mla-append-bf16-h128-p64-neox-strided", 300, 128, 64, AP_DTYPE_BF16, 64, 1, 1, 0, 0},
+    {"mla-append-bf16-h128-p64-noq-t5000", 5000, 128, 64, AP_DTYPE_BF16, 0, 0, 1, 0, 0},
+    {"mla-append-fp8-h16-p64-gptj-t16384", 16384, 16, 64, AP_DTYPE_FP8_E4M3, 64, 0, 0, 0, 0},
 };
 
 /* The host's expectation, the way cpu_ref's rope.c computes it: float32, no fused multiply-add
@@ -195,28 +192,77 @@ static void mt_rope_row(const uint16_t *in, float *out, int width, int neox, con
     }
 }
 
+/* Host and device tensors of one append: k [T][1][576]; q_rope [T][H][64] as the last 64 of
+ * rows of width qw (192: the slice of a q projection output, read and written in place). */
+typedef struct mt_append_views {
+    mt_tensor k, q, q_out, pos, loc, cs;
+    ap_kv_cache kv;
+    ap_layer layer;
+    ap_append_kv_args args;
+} mt_append_views;
+
+static void mt_append_views_make(mt_append_views *v, const mt_append_case *c, int dev, void *k,
+                                 void *q, void *q_out, void *pos, void *loc, void *cs, void *cache,
+                                 int64_t num_pages, int max_pos, float k_scale) {
+    const int64_t T = c->tokens, H = c->heads, qw = c->q_strided ? 192 : 64;
+    const int64_t q_str[3] = {H * qw, qw, 1};
+    mt_tensor_make(&v->k, k, AP_DTYPE_BF16, dev, 3, (int64_t[]){T, 1, 576}, NULL);
+    mt_tensor_make(&v->q, (uint16_t *)q + (qw - 64), AP_DTYPE_BF16, dev, 3, (int64_t[]){T, H, 64},
+                   q_str);
+    mt_tensor_make(&v->q_out, (uint16_t *)q_out + (qw - 64), AP_DTYPE_BF16, dev, 3,
+                   (int64_t[]){T, H, 64}, q_str);
+    mt_tensor_make(&v->pos, pos, AP_DTYPE_NONE, dev, 1, (int64_t[]){T}, NULL);
+    mt_tensor_make(&v->loc, loc, AP_DTYPE_NONE, dev, 1, (int64_t[]){T}, NULL);
+    mt_tensor_make(&v->cs, cs, AP_DTYPE_F32, dev, 2, (int64_t[]){max_pos, 64}, NULL);
+    v->kv = (ap_kv_cache){.struct_size = sizeof(ap_kv_cache),
+                          .layout = AP_KV_LAYOUT_NHD,
+                          .dtype = c->kv_dtype,
+                          .page_size = c->page_size,
+                          .num_pages = (int32_t)num_pages,
+                          .num_kv_heads = 1,
+                          .head_dim_qk = 576,
+                          .head_dim_v = 512,
+                          .k_pages = cache};
+    v->layer = (ap_layer){.struct_size = sizeof(ap_layer),
+                          .sm_scale = 0.07f,
+                          .k_scale = k_scale,
+                          .v_scale = k_scale,
+                          .window_left = -1,
+                          .kv = &v->kv};
+    v->args = (ap_append_kv_args){.struct_size = sizeof(ap_append_kv_args),
+                                  .q = c->q_dim > 0 ? &v->q.dl : NULL,
+                                  .q_out = c->q_dim > 0 ? &v->q_out.dl : NULL,
+                                  .k = &v->k.dl,
+                                  .v = NULL,
+                                  .positions = &v->pos.dl,
+                                  .out_loc = &v->loc.dl,
+                                  .cos_sin = &v->cs.dl,
+                                  .rotary_dim = 64,
+                                  .is_neox = c->is_neox};
+}
+
 static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t seed) {
-    const int64_t T = c->tokens, H = c->heads, QD = c->q_dim, P = c->page_size;
+    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = c->q_strided ? 192 : 64;
     const int64_t num_pages = (T + P - 1) / P + 2, slots = num_pages * P;
     const int max_pos = 70000;
     const size_t elem = c->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
     const size_t cache_bytes = (size_t)slots * 576 * elem, k_elems = (size_t)T * 576;
-    const size_t q_elems = (size_t)T * H * (QD > 0 ? QD : 1);
+    const size_t q_elems = (size_t)T * H * qw;
     const float k_scale = 0.0213f;
     uint16_t *k = malloc(k_elems * 2), *q = malloc(q_elems * 2), *qo = malloc(q_elems * 2);
+    uint16_t *ref_q = malloc(q_elems * 2), *want_q = malloc(q_elems * 2);
     int32_t *pos = malloc((size_t)T * 4), *loc = malloc((size_t)T * 4);
     int32_t *perm = malloc((size_t)slots * 4);
     float *cs = malloc((size_t)max_pos * 64 * 4), *row = malloc(576 * 4);
-    uint8_t *cache = malloc(cache_bytes), *want = malloc(cache_bytes);
-    uint16_t *want_q = malloc(q_elems * 2);
+    uint8_t *cache = malloc(cache_bytes), *want = malloc(cache_bytes), *ref = malloc(cache_bytes);
     void *dk = mt_dev_alloc(k_elems * 2), *dq = mt_dev_alloc(q_elems * 2);
     void *dqo = c->in_place ? dq : mt_dev_alloc(q_elems * 2), *dcache = mt_dev_alloc(cache_bytes);
     int32_t *dpos = mt_dev_alloc((size_t)T * 4), *dloc = mt_dev_alloc((size_t)T * 4);
     float *dcs = mt_dev_alloc((size_t)max_pos * 64 * 4);
-    ap_instance *inst = NULL;
-    char detail[200] = "";
-    int ok = k && q && qo && pos && loc && perm && cs && row && cache && want && want_q && dk &&
-             dq && dqo && dcache && dpos && dloc && dcs;
+    ap_instance *inst = NULL, *cpu = NULL;
+    char detail[240] = "";
+    int ok = k && q && qo && ref_q && want_q && pos && loc && perm && cs && row && cache && want &&
+             ref && dk && dq && dqo && dcache && dpos && dloc && dcs;
     for (int p = 0; ok && p < max_pos; p++)
         for (int i = 0; i < 32; i++) {
             double f = pow(10000.0, -2.0 * i / 64.0);
@@ -236,13 +282,15 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
     }
     for (size_t i = 0; ok && i < k_elems; i++) k[i] = mt_bf16(gpu_rand_uniform(&seed, -4, 4));
     for (size_t i = 0; ok && i < q_elems; i++) q[i] = mt_bf16(gpu_rand_uniform(&seed, -4, 4));
-    for (size_t i = 0; ok && i < cache_bytes; i++) want[i] = 0x5a;
+    for (size_t i = 0; ok && i < cache_bytes; i++) want[i] = ref[i] = 0x5a;
+    for (size_t i = 0; ok && i < q_elems; i++) /* what the rope slice leaves around it */
+        want_q[i] = ref_q[i] = c->in_place ? q[i] : 0xffff;
     ok = ok && mt_upload(dk, k, k_elems * 2) && mt_upload(dq, q, q_elems * 2) &&
          mt_upload(dpos, pos, (size_t)T * 4) && mt_upload(dloc, loc, (size_t)T * 4) &&
          mt_upload(dcs, cs, (size_t)max_pos * 64 * 4) &&
          mt_cuda_ok(cudaMemset(dcache, 0x5a, cache_bytes), "memset");
-    if (ok && !c->in_place && QD > 0) ok = mt_cuda_ok(cudaMemset(dqo, 0xff, q_elems * 2), "m");
-    /* the expectation */
+    if (ok && !c->in_place) ok = mt_cuda_ok(cudaMemset(dqo, 0xff, q_elems * 2), "m");
+    /* the host expectation, rope.c's arithmetic */
     for (int64_t t = 0; ok && t < T; t++) {
         const float *cst = cs + (size_t)pos[t] * 64;
         mt_rope_row(k + t * 576, row, 576, c->is_neox, cst);
@@ -253,9 +301,10 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
             else
                 ((uint16_t *)want)[idx] = mt_bf16(row[d]);
         }
-        for (int64_t h = 0; QD > 0 && h < H; h++) {
-            mt_rope_row(q + (t * H + h) * QD, row, (int)QD, c->is_neox, cst);
-            for (int d = 0; d < QD; d++) want_q[(t * H + h) * QD + d] = mt_bf16(row[d]);
+        for (int64_t h = 0; c->q_dim > 0 && h < H; h++) {
+            uint16_t *src = q + (t * H + h) * qw + (qw - 64);
+            mt_rope_row(src, row, 64, c->is_neox, cst);
+            for (int d = 0; d < 64; d++) want_q[(t * H + h) * qw + (qw - 64) + d] = mt_bf16(row[d]);
         }
     }
     ap_model m = mt_mla_model(c->heads, c->page_size, c->kv_dtype);
@@ -264,60 +313,128 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
         snprintf(detail, sizeof detail, "open: %s", ap_last_error());
         ok = 0;
     }
-    ap_kv_cache kv = {.struct_size = sizeof kv,
-                      .layout = AP_KV_LAYOUT_NHD,
-                      .dtype = c->kv_dtype,
-                      .page_size = c->page_size,
-                      .num_pages = (int32_t)num_pages,
-                      .num_kv_heads = 1,
-                      .head_dim_qk = 576,
-                      .head_dim_v = 512,
-                      .k_pages = dcache};
-    ap_layer layer = {.struct_size = sizeof layer,
-                      .sm_scale = 0.07f,
-                      .k_scale = k_scale,
-                      .v_scale = k_scale,
-                      .window_left = -1,
-                      .kv = &kv};
-    mt_tensor tk, tq, tqo, tpos, tloc, tcs;
-    mt_tensor_make(&tk, dk, AP_DTYPE_BF16, 1, 3, (int64_t[]){T, 1, 576}, NULL);
-    mt_tensor_make(&tq, dq, AP_DTYPE_BF16, 1, 3, (int64_t[]){T, H, QD}, NULL);
-    mt_tensor_make(&tqo, dqo, AP_DTYPE_BF16, 1, 3, (int64_t[]){T, H, QD}, NULL);
-    mt_tensor_make(&tpos, dpos, AP_DTYPE_NONE, 1, 1, (int64_t[]){T}, NULL);
-    mt_tensor_make(&tloc, dloc, AP_DTYPE_NONE, 1, 1, (int64_t[]){T}, NULL);
-    mt_tensor_make(&tcs, dcs, AP_DTYPE_F32, 1, 2, (int64_t[]){max_pos, 64}, NULL);
-    ap_append_kv_args a = {.struct_size = sizeof a,
-                           .q = QD > 0 ? &tq.dl : NULL,
-                           .q_out = QD > 0 ? &tqo.dl : NULL,
-                           .k = &tk.dl,
-                           .v = NULL,
-                           .positions = &tpos.dl,
-                           .out_loc = &tloc.dl,
-                           .cos_sin = &tcs.dl,
-                           .rotary_dim = 64,
-                           .is_neox = c->is_neox};
-    if (ok && ap_instance_append_kv(inst, &layer, &a, ctx->stream) != AP_OK) {
+    mt_append_views gv, hv;
+    mt_append_views_make(&gv, c, 1, dk, dq, dqo, dpos, dloc, dcs, dcache, num_pages, max_pos,
+                         k_scale);
+    if (ok && ap_instance_append_kv(inst, &gv.layer, &gv.args, ctx->stream) != AP_OK) {
         snprintf(detail, sizeof detail, "append: %s", ap_last_error());
         ok = 0;
     }
     ok = ok && mt_cuda_ok(cudaStreamSynchronize(ctx->stream), "sync") &&
-         mt_download(cache, dcache, cache_bytes) && (QD == 0 || mt_download(qo, dqo, q_elems * 2));
+         mt_download(cache, dcache, cache_bytes) && mt_download(qo, dqo, q_elems * 2);
+    /* cpu_ref on host copies: q_out in place over a copy of q, or into a poisoned buffer */
+    uint16_t *hq = malloc(q_elems * 2), *hqo = c->in_place ? NULL : malloc(q_elems * 2);
+    if (ok && hq != NULL && (c->in_place || hqo != NULL)) {
+        memcpy(hq, q, q_elems * 2);
+        if (hqo != NULL) memset(hqo, 0xff, q_elems * 2);
+        mt_append_views_make(&hv, c, 0, k, hq, c->in_place ? hq : hqo, pos, loc, cs, ref, num_pages,
+                             max_pos, k_scale);
+        int have = ap_instance_open(ctx->registry, "cpu_ref", &m, &o, &ctx->cpu, &cpu) == AP_OK;
+        if (have && ap_instance_append_kv(cpu, &hv.layer, &hv.args, NULL) != AP_OK) {
+            snprintf(detail, sizeof detail, "cpu_ref append: %s", ap_last_error());
+            ok = 0;
+        }
+        if (have && ok) memcpy(ref_q, c->in_place ? hq : hqo, q_elems * 2);
+        if (!have) memcpy(ref, want, cache_bytes), memcpy(ref_q, want_q, q_elems * 2);
+    }
     if (ok) {
-        size_t diff = 0, qdiff = 0;
-        for (size_t i = 0; i < cache_bytes; i++) diff += cache[i] != want[i];
-        for (size_t i = 0; QD > 0 && i < q_elems; i++) qdiff += qo[i] != want_q[i];
+        size_t diff = 0, qdiff = 0, rdiff = 0, rqdiff = 0;
+        for (size_t i = 0; i < cache_bytes; i++)
+            diff += cache[i] != want[i], rdiff += cache[i] != ref[i];
+        for (size_t i = 0; i < q_elems; i++)
+            qdiff += qo[i] != want_q[i], rqdiff += qo[i] != ref_q[i];
         snprintf(detail, sizeof detail,
-                 "cache: %zu of %zu bytes differ; q_out: %zu of %zu differ (host rope.c "
-                 "arithmetic)",
-                 diff, cache_bytes, qdiff, QD > 0 ? q_elems : 0);
-        ok = diff == 0 && qdiff == 0;
+                 "vs cpu_ref: cache %zu, q %zu bytes/elems differ; vs host rope: %zu, %zu "
+                 "(of %zu, %zu)",
+                 rdiff, rqdiff, diff, qdiff, cache_bytes, q_elems);
+        ok = diff == 0 && qdiff == 0 && rdiff == 0 && rqdiff == 0;
     }
     mt_verdict(ctx, c->name, ok, detail);
     ap_instance_close(inst);
-    free(k), free(q), free(qo), free(pos), free(loc), free(perm), free(cs), free(row);
-    free(cache), free(want), free(want_q);
+    ap_instance_close(cpu);
+    free(hq), free(hqo);
+    free(k), free(q), free(qo), free(ref_q), free(want_q), free(pos), free(loc), free(perm);
+    free(cs), free(row), free(cache), free(want), free(ref);
     cudaFree(dk), cudaFree(dq), cudaFree(dcache), cudaFree(dpos), cudaFree(dloc), cudaFree(dcs);
     if (!c->in_place) cudaFree(dqo);
+}
+
+/* --cpu-only: the host rope expectation against cpu_ref's append (MLA form), no GPU. */
+static void mt_append_selfcheck(mt_ctx *ctx, const mt_append_case *c, uint64_t seed) {
+    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = c->q_strided ? 192 : 64;
+    const int64_t num_pages = (T + P - 1) / P + 2, slots = num_pages * P;
+    const int max_pos = 4096;
+    const size_t elem = c->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
+    const size_t cache_bytes = (size_t)slots * 576 * elem, q_elems = (size_t)T * H * qw;
+    const float k_scale = 0.0213f;
+    uint16_t *k = malloc((size_t)T * 576 * 2), *q = malloc(q_elems * 2), *qo = malloc(q_elems * 2);
+    uint16_t *want_q = malloc(q_elems * 2);
+    int32_t *pos = malloc((size_t)T * 4), *loc = malloc((size_t)T * 4);
+    float *cs = malloc((size_t)max_pos * 64 * 4), row[576];
+    uint8_t *cache = malloc(cache_bytes), *want = malloc(cache_bytes);
+    ap_instance *cpu = NULL;
+    char detail[200] = "";
+    int ok = k && q && qo && want_q && pos && loc && cs && cache && want;
+    for (int p = 0; ok && p < max_pos; p++)
+        for (int i = 0; i < 32; i++) {
+            double f = pow(10000.0, -2.0 * i / 64.0);
+            cs[(size_t)p * 64 + i] = (float)cos(p * f);
+            cs[(size_t)p * 64 + 32 + i] = (float)sin(p * f);
+        }
+    for (int64_t t = 0; ok && t < T; t++)
+        pos[t] = (int32_t)gpu_rand_below(&seed, max_pos), loc[t] = (int32_t)(slots - 1 - t);
+    for (size_t i = 0; ok && i < (size_t)T * 576; i++)
+        k[i] = mt_bf16(gpu_rand_uniform(&seed, -4, 4));
+    for (size_t i = 0; ok && i < q_elems; i++) q[i] = mt_bf16(gpu_rand_uniform(&seed, -4, 4));
+    if (ok) {
+        memset(cache, 0x5a, cache_bytes), memset(want, 0x5a, cache_bytes);
+        memcpy(qo, q, q_elems * 2), memcpy(want_q, q, q_elems * 2);
+    }
+    for (int64_t t = 0; ok && t < T; t++) {
+        const float *cst = cs + (size_t)pos[t] * 64;
+        mt_rope_row(k + t * 576, row, 576, c->is_neox, cst);
+        for (int d = 0; d < 576; d++) {
+            size_t idx = (size_t)loc[t] * 576 + d;
+            if (elem == 1)
+                want[idx] = ap_float_to_fp8_e4m3(row[d] / k_scale);
+            else
+                ((uint16_t *)want)[idx] = mt_bf16(row[d]);
+        }
+        for (int64_t h = 0; c->q_dim > 0 && h < H; h++) {
+            mt_rope_row(q + (t * H + h) * qw + (qw - 64), row, 64, c->is_neox, cst);
+            for (int d = 0; d < 64; d++) want_q[(t * H + h) * qw + (qw - 64) + d] = mt_bf16(row[d]);
+        }
+    }
+    ap_model m = mt_mla_model(c->heads, c->page_size, c->kv_dtype);
+    ap_options o = mt_no_options();
+    mt_append_views hv;
+    mt_append_views_make(&hv, c, 0, k, qo, qo, pos, loc, cs, cache, num_pages, max_pos, k_scale);
+    if (ok && (ap_instance_open(ctx->registry, "cpu_ref", &m, &o, &ctx->cpu, &cpu) != AP_OK ||
+               ap_instance_append_kv(cpu, &hv.layer, &hv.args, NULL) != AP_OK)) {
+        snprintf(detail, sizeof detail, "cpu_ref append: %s", ap_last_error());
+        ok = 0;
+    }
+    if (ok) {
+        size_t diff = 0, qdiff = 0;
+        for (size_t i = 0; i < cache_bytes; i++) diff += cache[i] != want[i];
+        for (size_t i = 0; i < q_elems; i++) qdiff += qo[i] != want_q[i];
+        snprintf(detail, sizeof detail, "host rope vs cpu_ref: cache %zu, q %zu differ", diff,
+                 qdiff);
+        ok = diff == 0 && qdiff == 0;
+    }
+    mt_verdict(ctx, c->name, ok, detail);
+    ap_instance_close(cpu);
+    free(k), free(q), free(qo), free(want_q), free(pos), free(loc), free(cs), free(cache),
+        free(want);
+}
+
+void mt_run_append_selfcheck(mt_ctx *ctx, uint64_t seed) {
+    for (size_t i = 0; i < sizeof mt_append_cases / sizeof mt_append_cases[0]; i++) {
+        const mt_append_case *c = &mt_append_cases[i];
+        if (!mt_selected(ctx, c->name, c->quick)) continue;
+        uint64_t s = seed ^ (0x9e3779b97f4a7c15ull * (i + 1));
+        mt_append_selfcheck(ctx, c, gpu_rand_next(&s));
+    }
 }
 
 void mt_run_append_cases(mt_ctx *ctx, uint64_t seed) {
@@ -423,14 +540,7 @@ static void mt_merge_case_run(mt_ctx *ctx, const mt_merge_case *c, uint64_t seed
                              .lse_b = &tlb.dl,
                              .o = &to.dl,
                              .lse = &tlo.dl};
-    ap_status st = AP_ERR_UNSUPPORTED;
-    if (ok && ap_instance_merge_state != NULL) {
-        st = ap_instance_merge_state(inst, &a, ctx->stream);
-    } else if (ok) {
-        /* no core wrapper yet: the hook straight from the plugin, through the core's lookup */
-        snprintf(detail, sizeof detail, "no ap_instance_merge_state in the core yet");
-        ok = 0;
-    }
+    ap_status st = ok ? ap_instance_merge_state(inst, &a, ctx->stream) : AP_OK;
     if (ok && st != AP_OK) {
         snprintf(detail, sizeof detail, "merge_state: %s", ap_last_error());
         ok = 0;
@@ -438,18 +548,64 @@ static void mt_merge_case_run(mt_ctx *ctx, const mt_merge_case *c, uint64_t seed
     ok = ok && mt_cuda_ok(cudaStreamSynchronize(ctx->stream), "sync") &&
          mt_download(oo, doo, n * es) && mt_download(lo, dlo, rows * 4);
     if (ok) {
-        size_t bad_o = 0, bad_l = 0;
+        size_t bad_o = 0, bad_l = 0, bad_inf = 0;
         for (size_t i = 0; i < n; i++) got[i] = mt_load(oo, c->dtype, i);
         for (size_t r = 0; r < rows; r++) {
             gl[r] = lo[r];
             if (wl[r] == -INFINITY) {
-                bad_l += gl[r] != -INFINITY;
+                bad_inf += gl[r] != -INFINITY;
                 gl[r] = wl[r] = 0;
             }
         }
         double eo = mt_rel_l2(got, want, n, &bad_o), el = mt_rel_l2(gl, wl, rows, &bad_l);
-        snprintf(detail, sizeof detail, "f64: out %.2e lse %.2e (%zu bad)", eo, el, bad_o + bad_l);
-        ok = bad_o + bad_l == 0 && eo < (c->dtype == AP_DTYPE_F32 ? 1e-5 : 5e-3) && el < 1e-5;
+        int w = snprintf(detail, sizeof detail, "f64: out %.2e lse %.2e (%zu bad)", eo, el,
+                         bad_o + bad_l + bad_inf);
+        ok = bad_o + bad_l + bad_inf == 0 && eo < (c->dtype == AP_DTYPE_F32 ? 1e-5 : 5e-3) &&
+             el < 1e-5;
+        /* cpu_ref's merge on the same host inputs: ours within a rounding of it */
+        ap_instance *cpu = NULL;
+        void *ho = malloc(n * es);
+        float *hl = malloc(rows * 4);
+        if (ho != NULL && hl != NULL &&
+            ap_instance_open(ctx->registry, "cpu_ref", &m, &o, &ctx->cpu, &cpu) == AP_OK) {
+            mt_tensor ha, hb, hoo, hla, hlb, hlo;
+            mt_tensor_make(&ha, oa, c->dtype, 0, 3, oshape, NULL);
+            mt_tensor_make(&hb, ob, c->dtype, 0, 3, oshape, NULL);
+            mt_tensor_make(&hoo, ho, c->dtype, 0, 3, oshape, NULL);
+            mt_tensor_make(&hla, la, AP_DTYPE_F32, 0, 2, lshape, NULL);
+            mt_tensor_make(&hlb, lb, AP_DTYPE_F32, 0, 2, lshape, NULL);
+            mt_tensor_make(&hlo, hl, AP_DTYPE_F32, 0, 2, lshape, NULL);
+            ap_merge_state_args ha_args = {.struct_size = sizeof ha_args,
+                                           .o_a = &ha.dl,
+                                           .lse_a = &hla.dl,
+                                           .o_b = &hb.dl,
+                                           .lse_b = &hlb.dl,
+                                           .o = &hoo.dl,
+                                           .lse = &hlo.dl};
+            if (ap_instance_merge_state(cpu, &ha_args, NULL) == AP_OK) {
+                for (size_t i = 0; i < n; i++) want[i] = mt_load(ho, c->dtype, i);
+                size_t lse_mismatch = 0;
+                for (size_t r = 0; r < rows; r++) {
+                    double x = hl[r], y = lo[r];
+                    if (x == -INFINITY || y == -INFINITY)
+                        lse_mismatch += x != y;
+                    else if (fabs(x - y) > 1e-5 * fmax(1.0, fabs(x)))
+                        lse_mismatch++;
+                }
+                double ec = mt_rel_l2(got, want, n, &bad_o);
+                snprintf(detail + w, sizeof detail - (size_t)w,
+                         "; cpu_ref: out %.2e, %zu lse differ", ec, lse_mismatch);
+                ok = ok && bad_o == 0 && ec < (c->dtype == AP_DTYPE_F32 ? 1e-6 : 5e-3) &&
+                     lse_mismatch == 0;
+            } else {
+                snprintf(detail + w, sizeof detail - (size_t)w, "; cpu_ref merge: %s",
+                         ap_last_error());
+                ok = 0;
+            }
+        }
+        ap_instance_close(cpu);
+        free(ho);
+        free(hl);
     }
     mt_verdict(ctx, c->name, ok, detail);
     ap_instance_close(inst);
