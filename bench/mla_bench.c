@@ -18,6 +18,11 @@
 static int mb_runs = 100;
 static FILE *mb_json;
 static int mb_first_row = 1;
+static const char *mb_only; /* --only TEXT: the cases whose name contains it */
+
+static int mb_skip(const char *name) {
+    return mb_only != NULL && strstr(name, mb_only) == NULL;
+}
 
 static int mb_ok(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return 1;
@@ -168,11 +173,12 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
                   .max_tokens = 16384,
                   .max_kv_len = 65536};
     char name[96];
-    snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s%s", B, L, H, page,
-             kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", q_len > 1 ? " MTP q2" : "");
+    snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s", B, L, H, page,
+             kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     if (q_len > 1)
         snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s MTP q%d", B, L, H, page,
                  kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", q_len);
+    if (mb_skip(name)) return;
     if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &d.inst) != AP_OK) {
         printf("%s: open: %s\n", name, ap_last_error());
         return;
@@ -298,6 +304,9 @@ static int mb_pack_call(void *ctx, int set) {
 static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, uint64_t *rng) {
     mb_pack p;
     memset(&p, 0, sizeof p);
+    char name[96];
+    snprintf(name, sizeof name, "pack s=%d H%d (128/64/128) bf16->fp8", T, H);
+    if (mb_skip(name)) return;
     ap_model m = {.struct_size = sizeof m,
                   .name = "deepseek-ai/DeepSeek-V3",
                   .kind = AP_ATTN_MLA,
@@ -347,8 +356,6 @@ static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, u
                                    .v_out = &p.vo,
                                    .k_scale = 0.02f,
                                    .v_scale = 0.03f};
-        char name[96];
-        snprintf(name, sizeof name, "pack s=%d H%d (128/64/128) bf16->fp8", T, H);
         double bytes = (double)T * H * 128 * 2 * 2 + (double)T * 64 * 2 + (double)T * H * 320;
         double mn, ms;
         if (T <= 64) {
@@ -386,6 +393,10 @@ static void mb_append_case(ap_registry *reg, const ap_device *dev, int T, int H,
                            uint64_t *rng) {
     mb_append a;
     memset(&a, 0, sizeof a);
+    char name[96];
+    snprintf(name, sizeof name, "append %d tokens H%d q_rope in place, %s cache", T, H,
+             kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+    if (mb_skip(name)) return;
     ap_model m = {.struct_size = sizeof m,
                   .name = "deepseek-ai/DeepSeek-V3",
                   .kind = AP_ATTN_MLA,
@@ -459,9 +470,6 @@ static void mb_append_case(ap_registry *reg, const ap_device *dev, int T, int H,
                                      .cos_sin = &a.cs,
                                      .rotary_dim = 64,
                                      .is_neox = 0};
-        char name[96];
-        snprintf(name, sizeof name, "append %d tokens H%d q_rope in place, %s cache", T, H,
-                 elem == 1 ? "fp8" : "bf16");
         /* k read, cache written, q_rope read and written in place (cos_sin rows: L2 traffic) */
         double bytes = (double)T * 576 * (2 + elem) + (double)T * H * 64 * 2 * 2;
         double mn, ms = mb_time(mb_append_call, &a, 1, &mn);
@@ -480,10 +488,14 @@ int main(int argc, char **argv) {
             dirs[nd++] = argv[++i];
         else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
             mb_runs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            mb_only = argv[++i];
         else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
             json = argv[++i];
         else {
-            fprintf(stderr, "usage: mla-bench [--runs N] [--json FILE] [--plugin-dir DIR]...\n");
+            fprintf(
+                stderr,
+                "usage: mla-bench [--runs N] [--only TEXT] [--json FILE] [--plugin-dir DIR]...\n");
             return 2;
         }
     }
