@@ -63,22 +63,27 @@ struct Seq {
     const int32_t *pages;
 };
 
-// Issue the cp.async copies of KV tile `tile` (64 tokens from position tile*64) into `stage`.
-// Four threads share a token row; a token past kv_len is zero-filled.
+// The cache slot of this thread's token row of KV tile `tile` (four threads share a row), or -1
+// past kv_len. Split from the copies so the page-table load of the next tile can be issued before
+// the barrier that precedes its copies, not serialised after it.
+__device__ __forceinline__ int64_t tile_slot(const mla_decode_params &p, const Seq &sq, int tile) {
+    const int pos = tile * MLA_TILE + (threadIdx.x >> 2);
+    if (pos >= sq.kv_len) return -1;
+    const int shift = p.page_size == 64 ? 6 : 5;
+    return (static_cast<int64_t>(__ldg(sq.pages + (pos >> shift))) << shift) +
+           (pos & (p.page_size - 1));
+}
+
+// Issue the cp.async copies of this thread's quarter of its token row into `stage`; a row past
+// kv_len (slot -1) is zero-filled.
 template <bool FP8>
-__device__ __forceinline__ void load_tile(const mla_decode_params &p, const Seq &sq, int tile,
+__device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t slot,
                                           uint8_t *stage) {
     const int row = threadIdx.x >> 2, part = threadIdx.x & 3;
-    const int pos = tile * MLA_TILE + row;
-    const bool valid = pos < sq.kv_len;
-    const int shift = p.page_size == 64 ? 6 : 5;
-    int64_t slot = 0;
-    if (valid)
-        slot = (static_cast<int64_t>(__ldg(sq.pages + (pos >> shift))) << shift) +
-               (pos & (p.page_size - 1));
+    const bool valid = slot >= 0;
     constexpr int kRowBytes = MLA_ROW * (FP8 ? 1 : 2);
     constexpr int kRowChunks = kRowBytes / 16;
-    const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + slot * kRowBytes;
+    const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + (valid ? slot : 0) * kRowBytes;
     const uint32_t base = ap_smem_addr(stage);
 #pragma unroll
     for (int c = part; c < kRowChunks; c += 4) {
@@ -161,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     float *red_sum = reinterpret_cast<float *>(smem + L::kRedSum);
 
     load_q<M>(p, sq, row0, q_smem);
-    if (t_begin < t_end) load_tile<FP8>(p, sq, t_begin, smem + L::kStage0);
+    if (t_begin < t_end) load_tile<FP8>(p, tile_slot(p, sq, t_begin), smem + L::kStage0);
     ap_cp_async_commit();
 
     // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
@@ -185,10 +190,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     for (int tile = t_begin; tile < t_end; tile++) {
         const int stage = (tile - t_begin) & 1;
         uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
+        const int64_t next_slot = tile + 1 < t_end ? tile_slot(p, sq, tile + 1) : -1;
         ap_cp_async_wait<0>();
         __syncthreads(); // tile `tile` landed for everyone; the other stage is free
         if (tile + 1 < t_end)
-            load_tile<FP8>(p, sq, tile + 1, smem + L::kStage0 + (stage ^ 1) * L::kStageBytes);
+            load_tile<FP8>(p, next_slot, smem + L::kStage0 + (stage ^ 1) * L::kStageBytes);
         ap_cp_async_commit();
         uint8_t *kt = cur;
         if (FP8) {
