@@ -149,7 +149,7 @@ static int mb_decode_call(void *ctx, int set) {
 }
 
 static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L, int H, int page,
-                           ap_dtype kvd, int q_len, uint64_t *rng) {
+                           ap_dtype kvd, int q_len, int stages, uint64_t *rng) {
     mb_decode d;
     memset(&d, 0, sizeof d);
     d.B = B, d.L = L, d.H = H, d.q_len = q_len, d.kv = kvd;
@@ -178,8 +178,16 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
     if (q_len > 1)
         snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s MTP q%d", B, L, H, page,
                  kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", q_len);
+    if (stages == 3) strncat(name, " 3stage", sizeof name - strlen(name) - 1);
     if (mb_skip(name)) return;
-    if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &d.inst) != AP_OK) {
+    ap_option_kv three = {"decode_stages", "3"};
+    ap_options opts = {.struct_size = sizeof opts,
+                       .prefix_cache = AP_OPTION_UNSET,
+                       .chunked_prefill = AP_OPTION_UNSET,
+                       .cuda_graphs = AP_OPTION_UNSET,
+                       .extra = &three,
+                       .num_extra = stages == 3 ? 1 : 0};
+    if (ap_instance_open(reg, "trtllm_mla", &m, &opts, dev, &d.inst) != AP_OK) {
         printf("%s: open: %s\n", name, ap_last_error());
         return;
     }
@@ -518,13 +526,17 @@ int main(int argc, char **argv) {
     for (int t = 1; t <= 4; t++) mb_pack_case(reg, &dev, t, 128, &rng);
     mb_append_case(reg, &dev, 16384, 16, AP_DTYPE_FP8_E4M3, &rng);
     mb_append_case(reg, &dev, 16384, 128, AP_DTYPE_BF16, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_BF16, 1, &rng);
-    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, &rng);
-    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 1, &rng);
-    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_BF16, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, 2, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, 2, &rng);
+    /* the 16-row kernel with three stages (option decode_stages: 3) beside the default */
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 3, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
     if (mb_json != NULL) {
         fprintf(mb_json, "\n]\n");
         fclose(mb_json);

@@ -39,23 +39,31 @@ __device__ __forceinline__ uint32_t p_off(int row, int chunk) {
     return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
-template <int M, bool FP8> struct Layout {
+// STAGES load stages (2, or 3 for M = 16). QREG (M = 16 with 3 stages): every warp keeps the 16
+// rows' Q fragments in registers (144), read once from a stage buffer before the pipeline reuses
+// it, so Q takes no shared memory and no per-tile ldmatrix.
+template <int M, bool FP8, int STAGES> struct Layout {
+    static constexpr bool kQReg = M == 16 && STAGES == 3;
     static constexpr int kRowBlocks = M / 16;
     static constexpr int kSplits = kWarps / kRowBlocks; // column splits
     static constexpr int kTN = MLA_TILE / kSplits;      // tokens of S per warp
     static constexpr int kDN = MLA_LATENT / kSplits;    // output dims per warp
-    static constexpr int kQBytes = M * MLA_ROW * 2;
+    static constexpr int kQBytes = kQReg ? 0 : M * MLA_ROW * 2;
     static constexpr int kTileBytes = MLA_TILE * MLA_ROW * 2;              // bf16 tile
     static constexpr int kStageBytes = MLA_TILE * MLA_ROW * (FP8 ? 1 : 2); // one load stage
     static constexpr int kPBytes = M * MLA_TILE * 2;
     static constexpr int kRedBytes = kSplits * M * 4;
     static constexpr int kQ = 0;
     static constexpr int kStage0 = kQ + kQBytes;
-    static constexpr int kConv = kStage0 + 2 * kStageBytes; // fp8 only: the converted tile
+    static constexpr int kConv = kStage0 + STAGES * kStageBytes; // fp8 only: the converted tile
     static constexpr int kP = kConv + (FP8 ? kTileBytes : 0);
     static constexpr int kRedMax = kP + kPBytes;
     static constexpr int kRedSum = kRedMax + kRedBytes;
     static constexpr int kBytes = kRedSum + kRedBytes;
+    // where Q is staged: its own region, or (QREG) the last stage until its fragments are read
+    static constexpr int kQStage = kQReg ? kStage0 + (STAGES - 1) * kStageBytes : kQ;
+    static_assert(!kQReg || M * MLA_ROW * 2 <= kStageBytes, "Q must fit a stage");
+    static_assert(kBytes <= 232448, "over the H100's shared memory per block");
 };
 
 struct Seq {
@@ -137,9 +145,9 @@ __device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq
     }
 }
 
-template <int M, bool FP8>
+template <int M, bool FP8, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
-    using L = Layout<M, FP8>;
+    using L = Layout<M, FP8, STAGES>;
     extern __shared__ __align__(128) uint8_t smem[];
     const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -160,14 +168,35 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int per = (tiles + p.num_splits - 1) / p.num_splits;
     const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
 
-    uint8_t *q_smem = smem + L::kQ;
+    uint8_t *q_smem = smem + L::kQStage;
     uint8_t *p_smem = smem + L::kP;
     float *red_max = reinterpret_cast<float *>(smem + L::kRedMax);
     float *red_sum = reinterpret_cast<float *>(smem + L::kRedSum);
 
+    // Prologue: Q, then tiles t_begin .. t_begin + STAGES - 2, one commit group each (a group is
+    // committed even when empty, so "tile t landed" is always wait_group<STAGES - 2>).
     load_q<M>(p, sq, row0, q_smem);
-    if (t_begin < t_end) load_tile<FP8>(p, tile_slot(p, sq, t_begin), smem + L::kStage0);
     ap_cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (t_begin + i < t_end)
+            load_tile<FP8>(p, tile_slot(p, sq, t_begin + i),
+                           smem + L::kStage0 + i * L::kStageBytes);
+        ap_cp_async_commit();
+    }
+    const uint32_t q_base = ap_smem_addr(q_smem);
+    uint32_t qf[L::kQReg ? MLA_ROW / 32 : 1][2][4]; // QREG: A fragments of 32 dims per step
+    if constexpr (L::kQReg) {
+        ap_cp_async_wait<STAGES - 1>(); // the Q group
+        __syncthreads();
+        const int qrow = lane & 15;
+#pragma unroll
+        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
+            ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+            ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+        }
+        __syncthreads(); // the last stage is free for tile t_begin + STAGES - 1
+    }
 
     // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
     int limit[2];
@@ -185,16 +214,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     for (int i = 0; i < kNT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-    const uint32_t q_base = ap_smem_addr(q_smem);
     const uint32_t p_base = ap_smem_addr(p_smem);
     for (int tile = t_begin; tile < t_end; tile++) {
-        const int stage = (tile - t_begin) & 1;
+        const int stage = (tile - t_begin) % STAGES;
         uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
-        const int64_t next_slot = tile + 1 < t_end ? tile_slot(p, sq, tile + 1) : -1;
-        ap_cp_async_wait<0>();
-        __syncthreads(); // tile `tile` landed for everyone; the other stage is free
-        if (tile + 1 < t_end)
-            load_tile<FP8>(p, next_slot, smem + L::kStage0 + (stage ^ 1) * L::kStageBytes);
+        const int ahead = tile + STAGES - 1; // the tile this iteration starts loading
+        const int64_t next_slot = ahead < t_end ? tile_slot(p, sq, ahead) : -1;
+        ap_cp_async_wait<STAGES - 2>();
+        // Tile `tile` landed for everyone, and every warp is done with tile - 1, whose stage
+        // takes tile + STAGES - 1.
+        __syncthreads();
+        if (ahead < t_end)
+            load_tile<FP8>(p, next_slot,
+                           smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
         ap_cp_async_commit();
         uint8_t *kt = cur;
         if (FP8) {
@@ -209,12 +241,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
         float s[kSN][4];
 #pragma unroll
         for (int j = 0; j < kSN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll 2
-        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
-            uint32_t a0[4], a1[4];
-            const int qrow = rb * 16 + (lane & 15);
-            ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
-            ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+        // One step of 32 dims: the two A fragments (from registers or shared memory), then for
+        // each n-tile the B fragments of both 16-dim halves and two mma.
+        auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1) {
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
                 uint32_t b[4];
@@ -222,6 +251,20 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
                 ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
                 ap_mma_16816<__nv_bfloat16>(s[j], a0, b[0], b[1]);
                 ap_mma_16816<__nv_bfloat16>(s[j], a1, b[2], b[3]);
+            }
+        };
+        if constexpr (L::kQReg) {
+            // fully unrolled: qf is indexed by compile-time constants only (registers, no stack)
+#pragma unroll
+            for (int k32 = 0; k32 < MLA_ROW / 32; k32++) qk_step(k32, qf[k32][0], qf[k32][1]);
+        } else {
+#pragma unroll 2
+            for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
+                uint32_t a0[4], a1[4];
+                const int qrow = rb * 16 + (lane & 15);
+                ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+                ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+                qk_step(k32, a0, a1);
             }
         }
 
@@ -425,11 +468,12 @@ __global__ void __launch_bounds__(kThreads)
         p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
 }
 
-template <int M, bool FP8>
+template <int M, bool FP8, int STAGES>
 ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
     const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
     dim3 grid(p.num_splits, row_blocks, p.num_seqs);
-    mla_decode_kernel<M, FP8><<<grid, kThreads, Layout<M, FP8>::kBytes, stream>>>(p);
+    mla_decode_kernel<M, FP8, STAGES>
+        <<<grid, kThreads, Layout<M, FP8, STAGES>::kBytes, stream>>>(p);
     ap_status st = ap_cuda_launch_status(MLA_WHO, "mla_decode_kernel", msg);
     if (st != AP_OK || p.num_splits == 1) return st;
     const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M;
@@ -441,32 +485,36 @@ ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgb
     return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
 }
 
-template <int M, bool FP8> cudaError_t raise_smem() {
-    return cudaFuncSetAttribute(mla_decode_kernel<M, FP8>,
+template <int M, bool FP8, int STAGES> cudaError_t raise_smem() {
+    return cudaFuncSetAttribute(mla_decode_kernel<M, FP8, STAGES>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                Layout<M, FP8>::kBytes);
+                                Layout<M, FP8, STAGES>::kBytes);
 }
 
 } // namespace
 
 extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
-    ap_status st = ap_cuda_status(raise_smem<16, false>(), MLA_WHO, "cudaFuncSetAttribute", msg);
-    if (st == AP_OK)
-        st = ap_cuda_status(raise_smem<16, true>(), MLA_WHO, "cudaFuncSetAttribute", msg);
-    if (st == AP_OK)
-        st = ap_cuda_status(raise_smem<64, false>(), MLA_WHO, "cudaFuncSetAttribute", msg);
-    if (st == AP_OK)
-        st = ap_cuda_status(raise_smem<64, true>(), MLA_WHO, "cudaFuncSetAttribute", msg);
-    return st;
+    const cudaError_t errs[] = {raise_smem<16, false, 2>(), raise_smem<16, true, 2>(),
+                                raise_smem<64, false, 2>(), raise_smem<64, true, 2>(),
+                                raise_smem<16, false, 3>(), raise_smem<16, true, 3>()};
+    for (cudaError_t err : errs)
+        if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
+    return AP_OK;
 }
 
+// Three stages (with Q in registers) exist for the 16-row kernels only: the 64-row ones have no
+// shared memory left for a third 72 KB stage.
 extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr, ap_msgbuf *msg) {
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
     if (p->num_seqs == 0) return AP_OK;
     const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
-    if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16)
-        return fp8 ? launch_decode<16, true>(*p, stream, msg)
-                   : launch_decode<16, false>(*p, stream, msg);
-    return fp8 ? launch_decode<64, true>(*p, stream, msg)
-               : launch_decode<64, false>(*p, stream, msg);
+    if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16) {
+        if (p->stages == 3)
+            return fp8 ? launch_decode<16, true, 3>(*p, stream, msg)
+                       : launch_decode<16, false, 3>(*p, stream, msg);
+        return fp8 ? launch_decode<16, true, 2>(*p, stream, msg)
+                   : launch_decode<16, false, 2>(*p, stream, msg);
+    }
+    return fp8 ? launch_decode<64, true, 2>(*p, stream, msg)
+               : launch_decode<64, false, 2>(*p, stream, msg);
 }

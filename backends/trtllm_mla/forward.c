@@ -113,6 +113,7 @@ static ap_status mla_forward(ap_backend *b, const ap_layer *layer, const ap_forw
     p.partial_out = b->partial_out;
     p.partial_lse = b->partial_lse;
     p.use_pdl = b->use_pdl;
+    p.stages = b->stages;
     return mla_decode_run(&p, stream, msg);
 }
 

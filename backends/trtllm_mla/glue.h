@@ -29,6 +29,7 @@ struct ap_backend {
     int32_t sm_count;
     int32_t split_kv; /* 0: option split_kv off */
     int32_t use_pdl;
+    int32_t stages;     /* option decode_stages */
     float *partial_out; /* [sm_count * 64][512]: split-KV partial states */
     float *partial_lse;
     mla_plan plan;
@@ -38,6 +39,7 @@ struct ap_backend {
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int mla_option_split_kv(const ap_options *options);
+int mla_option_stages(const ap_options *options); /* decode_stages: 2 (default) or 3 */
 
 /* tensor.c: DLTensor checks shared by the forwards and the hooks */
 #define MLA_DATA(t) ((char *)(t)->data + (t)->byte_offset)

@@ -99,6 +99,11 @@ static void test_validate(void) {
     expect_verdict("unknown option", &m, &o, &d, "unknown option 'split'");
     o.extra = &off;
     expect_verdict("split_kv off", &m, &o, &d, NULL);
+    ap_option_kv three = {"decode_stages", "3"}, four = {"decode_stages", "4"};
+    o.extra = &three;
+    expect_verdict("decode_stages 3", &m, &o, &d, NULL);
+    o.extra = &four;
+    expect_verdict("decode_stages 4", &m, &o, &d, "decode_stages is '4', not 2 or 3");
     /* every reason, not just the first */
     m = deepseek(8), m.page_size = 16;
     char text[1024] = "";

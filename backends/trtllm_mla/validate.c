@@ -97,7 +97,21 @@ int mla_option_split_kv(const ap_options *options) {
     return 1;
 }
 
-/* One backend-specific option, split_kv: auto | off (a measurement knob). */
+int mla_option_stages(const ap_options *options) {
+    if (options == NULL || options->extra == NULL) return 2;
+    for (size_t i = 0; i < options->num_extra; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        if (kv->key != NULL && strcmp(kv->key, "decode_stages") == 0 && kv->value != NULL &&
+            strcmp(kv->value, "3") == 0)
+            return 3;
+    }
+    return 2;
+}
+
+/* Backend-specific options, both measurement knobs:
+ *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
+ *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
+ *                              registers to make room); the 64-row kernel always has 2 */
 static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {
@@ -113,11 +127,17 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         if (strcmp(key, "split_kv") == 0 &&
             (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
             continue;
+        if (strcmp(key, "decode_stages") == 0 &&
+            (strcmp(value, "2") == 0 || strcmp(value, "3") == 0))
+            continue;
         *refused = 1;
         if (strcmp(key, "split_kv") == 0)
             ap_msgbuf_add(reasons, MLA_NAME ": option split_kv is '%s', not auto or off", value);
+        else if (strcmp(key, "decode_stages") == 0)
+            ap_msgbuf_add(reasons, MLA_NAME ": option decode_stages is '%s', not 2 or 3", value);
         else
-            ap_msgbuf_add(reasons, MLA_NAME ": unknown option '%s' (known: split_kv)", key);
+            ap_msgbuf_add(reasons,
+                          MLA_NAME ": unknown option '%s' (known: split_kv, decode_stages)", key);
     }
 }
 

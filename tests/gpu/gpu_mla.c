@@ -131,98 +131,38 @@ typedef struct mt_decode_case {
     int split_off;     /* option split_kv: off */
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
+    int stages; /* option decode_stages (0: the default, 2) */
 } mt_decode_case;
 
+/* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages */
+// clang-format off
 static const mt_decode_case mt_decode_cases[] = {
-    {"mla-decode-bf16-h16-p64-mixed",
-     16,
-     64,
-     AP_DTYPE_BF16,
-     5,
-     {1, 63, 64, 65, 5000},
-     {0},
-     1,
-     0,
-     0,
-     0},
-    {"mla-decode-bf16-h128-p32-mixed",
-     128,
-     32,
-     AP_DTYPE_BF16,
-     5,
-     {1, 63, 64, 65, 5000},
-     {0},
-     1,
-     0,
-     0,
-     0},
-    {"mla-decode-fp8-h16-p32-mixed",
-     16,
-     32,
-     AP_DTYPE_FP8_E4M3,
-     5,
-     {1, 63, 64, 65, 5000},
-     {0},
-     1,
-     0,
-     0,
-     0},
-    {"mla-decode-fp8-h128-p64-mixed",
-     128,
-     64,
-     AP_DTYPE_FP8_E4M3,
-     5,
-     {65, 1, 5000, 64, 63},
-     {0},
-     0,
-     0,
-     0,
-     0},
-    {"mla-decode-bf16-h16-b1-l32768-split", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0},
-    {"mla-decode-bf16-h64-p64-nosplit", 64, 64, AP_DTYPE_BF16, 3, {100, 3000, 1}, {0}, 1, 1, 0, 0},
-    {"mla-decode-bf16-h32-b40-random", 32, 32, AP_DTYPE_BF16, 40, {2000}, {0}, 0, 0, 0, 0},
-    {"mla-decode-fp8-h128-b150-random", 128, 64, AP_DTYPE_FP8_E4M3, 150, {700}, {0}, 0, 0, 0, 0},
-    {"mla-mtp-bf16-h128-q1to4",
-     128,
-     64,
-     AP_DTYPE_BF16,
-     5,
-     {4, 63, 64, 65, 5000},
-     {1, 2, 3, 4, 2},
-     1,
-     0,
-     0,
-     0},
-    {"mla-mtp-fp8-h16-q2",
-     16,
-     32,
-     AP_DTYPE_FP8_E4M3,
-     4,
-     {2, 65, 300, 4097},
-     {2, 2, 2, 2},
-     1,
-     0,
-     0,
-     0},
-    {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0},
-    {"mla-decode-bf16-h16-graph",
-     16,
-     64,
-     AP_DTYPE_BF16,
-     6,
-     {1, 63, 64, 65, 5000, 777},
-     {0},
-     1,
-     0,
-     1,
-     0},
-    {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0},
+    {"mla-decode-bf16-h16-p64-mixed", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
+    {"mla-decode-bf16-h128-p32-mixed", 128, 32, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
+    {"mla-decode-fp8-h16-p32-mixed", 16, 32, AP_DTYPE_FP8_E4M3, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
+    {"mla-decode-fp8-h128-p64-mixed", 128, 64, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-b1-l32768-split", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h64-p64-nosplit", 64, 64, AP_DTYPE_BF16, 3, {100, 3000, 1}, {0}, 1, 1, 0, 0, 0},
+    {"mla-decode-bf16-h32-b40-random", 32, 32, AP_DTYPE_BF16, 40, {2000}, {0}, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h128-b150-random", 128, 64, AP_DTYPE_FP8_E4M3, 150, {700}, {0}, 0, 0, 0, 0, 0},
+    {"mla-mtp-bf16-h128-q1to4", 128, 64, AP_DTYPE_BF16, 5, {4, 63, 64, 65, 5000}, {1, 2, 3, 4, 2}, 1, 0, 0, 0, 0},
+    {"mla-mtp-fp8-h16-q2", 16, 32, AP_DTYPE_FP8_E4M3, 4, {2, 65, 300, 4097}, {2, 2, 2, 2}, 1, 0, 0, 0, 0},
+    {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0},
+    {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0},
+    /* decode_stages 3: the 16-row kernel with three stages and Q in registers */
+    {"mla-decode-bf16-h16-p64-mixed-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 3},
+    {"mla-decode-fp8-h16-p32-mixed-3stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 3},
+    {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
     /* the quick subset, run under compute-sanitizer */
-    {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1},
-    {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1},
-    {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1},
-    {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1},
+    {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
+    {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0},
+    {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1, 0},
+    {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0},
+    {"quick-mla-decode-bf16-h16-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 3},
+    {"quick-mla-decode-fp8-h16-3stage-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 3},
 };
+// clang-format on
 
 /* One decode case's host data: batch arrays, cache, queries; device copies. */
 typedef struct mt_decode_data {
@@ -620,13 +560,16 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     ap_instance *inst = NULL;
     char detail[256] = "";
     int ok = mt_decode_data_make(c, &seed, &d);
-    ap_option_kv off = {"split_kv", "off"};
+    ap_option_kv extra[2];
+    size_t num_extra = 0;
+    if (c->split_off) extra[num_extra++] = (ap_option_kv){"split_kv", "off"};
+    if (c->stages == 3) extra[num_extra++] = (ap_option_kv){"decode_stages", "3"};
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
                        .chunked_prefill = AP_OPTION_UNSET,
                        .cuda_graphs = AP_OPTION_UNSET,
-                       .extra = &off,
-                       .num_extra = c->split_off ? 1 : 0};
+                       .extra = extra,
+                       .num_extra = num_extra};
     if (ok && ap_instance_open(ctx->registry, MT_BACKEND, &d.model, &opts, &ctx->device, &inst) !=
                   AP_OK) {
         snprintf(detail, sizeof detail, "open: %s", ap_last_error());
