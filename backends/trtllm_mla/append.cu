@@ -106,16 +106,8 @@ __device__ __forceinline__ int rope_unit(const __nv_bfloat16 *row, int d, int ro
     return 2;
 }
 
-// Index i over tokens x (72 latent units + heads * q units): unit u of token t.
-__global__ void __launch_bounds__(kThreads) mla_append_kernel(const mla_append_params p) {
-    ap_pdl_wait();
-    ap_pdl_launch_dependents();
-    const int q_units = p.q != NULL ? p.num_heads * (p.q_dim >> 3) : 0;
-    const int units = kLatentUnits + q_units;
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-    if (i >= p.num_tokens * units) return;
-    const int64_t t = i / units;
-    const int u = static_cast<int>(i - t * units);
+// Unit u (8 values) of token t: a latent unit (u < 72) or a q unit.
+__device__ __forceinline__ void append_unit(const mla_append_params &p, int64_t t, int u) {
     const int32_t pos = __ldg(p.positions + t * p.positions_stride);
     if (pos < 0 || pos >= p.max_position) return; // out of the table: left unwritten
     const float *cs = p.cos_sin + static_cast<int64_t>(pos) * p.rotary_dim;
@@ -144,15 +136,27 @@ __global__ void __launch_bounds__(kThreads) mla_append_kernel(const mla_append_p
     if (n == 2) store8_bf16(qo + (d + 32) * 2, y);
 }
 
+// Grid: x over the 16-byte units of a token (72 latent units, then heads * q units), y over
+// tokens (striding by gridDim.y past 65535): no 64-bit division per thread.
+__global__ void __launch_bounds__(kThreads) mla_append_kernel(const mla_append_params p) {
+    ap_pdl_wait();
+    ap_pdl_launch_dependents();
+    const int q_units = p.q != NULL ? p.num_heads * (p.q_dim >> 3) : 0;
+    const int u = blockIdx.x * kThreads + threadIdx.x;
+    if (u >= kLatentUnits + q_units) return;
+    for (int64_t t = blockIdx.y; t < p.num_tokens; t += gridDim.y) append_unit(p, t, u);
+}
+
 } // namespace
 
 extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr, ap_msgbuf *msg) {
     if (p->num_tokens == 0) return AP_OK;
     const int q_units = p->q != NULL ? p->num_heads * (p->q_dim >> 3) : 0;
-    const int64_t n = p->num_tokens * (kLatentUnits + q_units);
-    cudaError_t err =
-        ap_launch(mla_append_kernel, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
-                  dim3(kThreads), 0, static_cast<cudaStream_t>(stream_ptr), true, *p);
+    const int units = kLatentUnits + q_units;
+    const dim3 grid(static_cast<unsigned>((units + kThreads - 1) / kThreads),
+                    static_cast<unsigned>(p->num_tokens < 65535 ? p->num_tokens : 65535));
+    cudaError_t err = ap_launch(mla_append_kernel, grid, dim3(kThreads), 0,
+                                static_cast<cudaStream_t>(stream_ptr), true, *p);
     ap_status st = ap_cuda_status(err, MLA_WHO, "cudaLaunchKernelEx", msg);
     return st != AP_OK ? st : ap_cuda_launch_status(MLA_WHO, "mla_append_kernel", msg);
 }

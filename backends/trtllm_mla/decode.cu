@@ -238,35 +238,55 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
 
         // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
         constexpr int kSN = L::kTN / 8;
-        float s[kSN][4];
+        // With one n-tile per warp (M = 16) the 36 mma of S would form one dependent chain:
+        // four accumulators (even/odd step x low/high 16 dims) cut it to four chains of 9.
+        constexpr int kChains = kSN == 1 ? 4 : 1;
+        float sc[kChains][kSN][4];
 #pragma unroll
-        for (int j = 0; j < kSN; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+        for (int c = 0; c < kChains; c++)
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+                sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
         // One step of 32 dims: the two A fragments (from registers or shared memory), then for
         // each n-tile the B fragments of both 16-dim halves and two mma.
-        auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1) {
+        auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
+                           float(*sb)[4]) {
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
                 uint32_t b[4];
                 const int krow = cs * L::kTN + j * 8 + (lane & 7);
                 ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
-                ap_mma_16816<__nv_bfloat16>(s[j], a0, b[0], b[1]);
-                ap_mma_16816<__nv_bfloat16>(s[j], a1, b[2], b[3]);
+                ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
             }
         };
         if constexpr (L::kQReg) {
             // fully unrolled: qf is indexed by compile-time constants only (registers, no stack)
 #pragma unroll
-            for (int k32 = 0; k32 < MLA_ROW / 32; k32++) qk_step(k32, qf[k32][0], qf[k32][1]);
+            for (int k32 = 0; k32 < MLA_ROW / 32; k32++)
+                qk_step(k32, qf[k32][0], qf[k32][1], sc[(2 * (k32 & 1)) % kChains],
+                        sc[(2 * (k32 & 1) + 1) % kChains]);
         } else {
-#pragma unroll 2
-            for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
-                uint32_t a0[4], a1[4];
-                const int qrow = rb * 16 + (lane & 15);
-                ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
-                ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
-                qk_step(k32, a0, a1);
+#pragma unroll 1
+            for (int k64 = 0; k64 < MLA_ROW / 64; k64++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int k32 = 2 * k64 + h;
+                    uint32_t a0[4], a1[4];
+                    const int qrow = rb * 16 + (lane & 15);
+                    ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+                    ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+                    qk_step(k32, a0, a1, sc[(2 * h) % kChains], sc[(2 * h + 1) % kChains]);
+                }
             }
         }
+        float(&s)[kSN][4] = sc[0];
+#pragma unroll
+        for (int c = 1; c < kChains; c++)
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[j][e] += sc[c][j][e];
 
         // Mask: keys past the row's limit (or past the sequence) are -inf.
         const int pos0 = tile * MLA_TILE + cs * L::kTN;
@@ -410,13 +430,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     }
 }
 
-// Combine: one warp per row; the splits' base-2 states merged by their weights 2^(lse2 - max).
+// Combine: one warp per (row, quarter of the 512 output dims), so a batch of few rows with many
+// splits still spreads over many SMs. The splits' base-2 states merge by their weights
+// 2^(lse2 - max); the loop over splits has no branch around its loads (an empty split wrote
+// zeros and -inf, weight 0), so the unrolled loads are all in flight together.
+constexpr int kCombineChunks = 4; // 128 output dims per warp: one float4 per lane
+
 template <int M>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(32)
     mla_combine_kernel(const mla_decode_params p, int row_blocks) {
     ap_pdl_wait();
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; // (seq, rb, row)
+    const int lane = threadIdx.x;
+    const int chunk = static_cast<int>(blockIdx.x % kCombineChunks);
+    const int64_t item = blockIdx.x / kCombineChunks; // (seq, rb, row)
     const int r = static_cast<int>(item % M);
     const int64_t sr = item / M;
     const int rb = static_cast<int>(sr % row_blocks), seq = static_cast<int>(sr / row_blocks);
@@ -427,44 +453,34 @@ __global__ void __launch_bounds__(kThreads)
     if (gr >= rows) return;
     const int S = p.num_splits;
     const int64_t cta0 = (static_cast<int64_t>(seq) * row_blocks + rb) * S;
+    const float *lse = p.partial_lse + cta0 * M + r; // split s at lse[s * M]
     float mx = -INFINITY;
-    for (int s = lane; s < S; s += 32) mx = fmaxf(mx, p.partial_lse[(cta0 + s) * M + r]);
+    for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[static_cast<int64_t>(s) * M]);
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-    float acc[16];
-#pragma unroll
-    for (int i = 0; i < 16; i++) acc[i] = 0.f;
+    const float base = mx == -INFINITY ? 0.f : mx;
+    const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
+    const float *src = p.partial_out + (cta0 * M + r) * MLA_LATENT + d;
+    const int64_t step = static_cast<int64_t>(M) * MLA_LATENT; // one split further
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
-    if (mx != -INFINITY) {
-        for (int s = 0; s < S; s++) {
-            const int64_t prow = (cta0 + s) * M + r;
-            const float l2 = p.partial_lse[prow];
-            if (l2 == -INFINITY) continue;
-            const float w = exp2f(l2 - mx);
-            wsum += w;
-            const float4 *src = reinterpret_cast<const float4 *>(p.partial_out + prow * MLA_LATENT);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float4 v = src[lane + 32 * i];
-                acc[4 * i] += w * v.x;
-                acc[4 * i + 1] += w * v.y;
-                acc[4 * i + 2] += w * v.z;
-                acc[4 * i + 3] += w * v.w;
-            }
-        }
+#pragma unroll 8
+    for (int s = 0; s < S; s++) {
+        const float4 v = *reinterpret_cast<const float4 *>(src + s * step);
+        const float w = exp2f(lse[static_cast<int64_t>(s) * M] - base); // -inf: 0
+        wsum += w;
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
     }
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     const int tok = gr / p.num_heads, head = gr % p.num_heads;
     const int64_t orow = static_cast<int64_t>(q_begin + tok) * p.num_heads + head;
-    uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int d = 4 * (lane + 32 * i);
-        *reinterpret_cast<uint2 *>(dst + d * 2) =
-            make_uint2(ap_pack2<__nv_bfloat16>(acc[4 * i] * inv, acc[4 * i + 1] * inv),
-                       ap_pack2<__nv_bfloat16>(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv));
-    }
-    if (p.lse != NULL && lane == 0)
+    uint8_t *dst = static_cast<uint8_t *>(p.out) + (orow * MLA_LATENT + d) * 2;
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(ap_pack2<__nv_bfloat16>(acc.x * inv, acc.y * inv),
+                                                 ap_pack2<__nv_bfloat16>(acc.z * inv, acc.w * inv));
+    if (p.lse != NULL && chunk == 0 && lane == 0)
         p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
 }
 
@@ -476,11 +492,11 @@ ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgb
         <<<grid, kThreads, Layout<M, FP8, STAGES>::kBytes, stream>>>(p);
     ap_status st = ap_cuda_launch_status(MLA_WHO, "mla_decode_kernel", msg);
     if (st != AP_OK || p.num_splits == 1) return st;
-    const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M;
-    dim3 cgrid(static_cast<unsigned>((items + kWarps - 1) / kWarps));
-    st = ap_cuda_status(ap_launch(mla_combine_kernel<M>, cgrid, dim3(kThreads), 0, stream,
-                                  p.use_pdl != 0, p, row_blocks),
-                        MLA_WHO, "mla_combine_kernel", msg);
+    const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M * kCombineChunks;
+    dim3 cgrid(static_cast<unsigned>(items));
+    st = ap_cuda_status(
+        ap_launch(mla_combine_kernel<M>, cgrid, dim3(32), 0, stream, p.use_pdl != 0, p, row_blocks),
+        MLA_WHO, "mla_combine_kernel", msg);
     if (st != AP_OK) return st;
     return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
 }
@@ -509,7 +525,7 @@ extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr
     if (p->num_seqs == 0) return AP_OK;
     const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16) {
-        if (p->stages == 3)
+        if (p->stages == 3 || (p->stages == 0 && fp8))
             return fp8 ? launch_decode<16, true, 3>(*p, stream, msg)
                        : launch_decode<16, false, 3>(*p, stream, msg);
         return fp8 ? launch_decode<16, true, 2>(*p, stream, msg)

@@ -39,7 +39,7 @@ struct ap_backend {
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int mla_option_split_kv(const ap_options *options);
-int mla_option_stages(const ap_options *options); /* decode_stages: 2 (default) or 3 */
+int mla_option_stages(const ap_options *options); /* decode_stages: 0 (unset), 2 or 3 */
 
 /* tensor.c: DLTensor checks shared by the forwards and the hooks */
 #define MLA_DATA(t) ((char *)(t)->data + (t)->byte_offset)

@@ -76,17 +76,20 @@ __device__ __forceinline__ void pack_unit(const mla_pack_params &p, int64_t t, i
     }
 }
 
-template <typename T>
+// IDX: uint32_t when tokens * heads * units < 2^32 (the usual case: no 64-bit division).
+template <typename T, typename IDX>
 __global__ void __launch_bounds__(kThreads) pack_flat(const mla_pack_params p) {
     ap_pdl_wait();
     ap_pdl_launch_dependents();
-    const int units = ((p.nope_dim + p.rope_dim + p.v_dim) >> 4);
-    const int64_t per_token = static_cast<int64_t>(units) * p.heads;
-    const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-    if (i >= per_token * p.tokens) return;
-    const int64_t t = i / per_token;
-    const int rest = static_cast<int>(i - t * per_token);
-    pack_unit<T>(p, t, rest / units, rest % units);
+    const IDX units = static_cast<IDX>((p.nope_dim + p.rope_dim + p.v_dim) >> 4);
+    const IDX per_token = units * static_cast<IDX>(p.heads);
+    const IDX i = static_cast<IDX>(blockIdx.x) * kThreads + threadIdx.x;
+    if (i >= per_token * static_cast<IDX>(p.tokens)) return;
+    const IDX t = i / per_token;
+    const IDX rest = i - t * per_token;
+    const IDX h = rest / units;
+    pack_unit<T>(p, static_cast<int64_t>(t), static_cast<int>(h),
+                 static_cast<int>(rest - h * units));
 }
 
 template <typename T> __global__ void __launch_bounds__(kThreads) pack_2d(const mla_pack_params p) {
@@ -165,8 +168,10 @@ ap_status launch(const mla_pack_params &p, cudaStream_t stream, ap_msgbuf *msg) 
         err = ap_launch(pack_2d<T>, grid, dim3(kThreads), 0, stream, pdl, p);
     } else {
         const int64_t n = p.tokens * p.heads * ((p.nope_dim + p.rope_dim + p.v_dim) >> 4);
-        err = ap_launch(pack_flat<T>, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
-                        dim3(kThreads), 0, stream, pdl, p);
+        const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads));
+        err = n + kThreads < (int64_t{1} << 32)
+                  ? ap_launch(pack_flat<T, uint32_t>, grid, dim3(kThreads), 0, stream, pdl, p)
+                  : ap_launch(pack_flat<T, uint64_t>, grid, dim3(kThreads), 0, stream, pdl, p);
     }
     ap_status st = ap_cuda_status(err, MLA_WHO, "cudaLaunchKernelEx", msg);
     return st != AP_OK ? st : ap_cuda_launch_status(MLA_WHO, "pack kernel", msg);

@@ -97,21 +97,23 @@ int mla_option_split_kv(const ap_options *options) {
     return 1;
 }
 
+/* 0 (unset: the kernel picks), 2 or 3. */
 int mla_option_stages(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 2;
+    if (options == NULL || options->extra == NULL) return 0;
     for (size_t i = 0; i < options->num_extra; i++) {
         const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "decode_stages") == 0 && kv->value != NULL &&
-            strcmp(kv->value, "3") == 0)
-            return 3;
+        if (kv->key != NULL && strcmp(kv->key, "decode_stages") == 0 && kv->value != NULL)
+            return strcmp(kv->value, "3") == 0 ? 3 : 2;
     }
-    return 2;
+    return 0;
 }
 
 /* Backend-specific options, both measurement knobs:
  *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
  *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
- *                              registers to make room); the 64-row kernel always has 2 */
+ *                              registers to make room); the 64-row kernel always has 2. Unset:
+ *                              3 for an fp8 cache, 2 for bf16 (measured on the H100: fp8 1.17x
+ *                              faster with 3, bf16 the same within 0.5%) */
 static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {

@@ -131,7 +131,7 @@ typedef struct mt_decode_case {
     int split_off;     /* option split_kv: off */
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
-    int stages; /* option decode_stages (0: the default, 2) */
+    int stages; /* option decode_stages: 0 unset (fp8 3, bf16 2), or 2 / 3 forced */
 } mt_decode_case;
 
 /* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages */
@@ -150,9 +150,9 @@ static const mt_decode_case mt_decode_cases[] = {
     {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0},
     {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0},
     {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0},
-    /* decode_stages 3: the 16-row kernel with three stages and Q in registers */
+    /* decode_stages forced: the 16-row kernel with three stages (Q in registers), or two */
     {"mla-decode-bf16-h16-p64-mixed-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 3},
-    {"mla-decode-fp8-h16-p32-mixed-3stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 3},
+    {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2},
     {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
     /* the quick subset, run under compute-sanitizer */
     {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
@@ -160,7 +160,8 @@ static const mt_decode_case mt_decode_cases[] = {
     {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-bf16-h16-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 3},
-    {"quick-mla-decode-fp8-h16-3stage-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 3},
+    {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0},
+    {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2},
 };
 // clang-format on
 
@@ -564,6 +565,7 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     size_t num_extra = 0;
     if (c->split_off) extra[num_extra++] = (ap_option_kv){"split_kv", "off"};
     if (c->stages == 3) extra[num_extra++] = (ap_option_kv){"decode_stages", "3"};
+    if (c->stages == 2) extra[num_extra++] = (ap_option_kv){"decode_stages", "2"};
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
                        .chunked_prefill = AP_OPTION_UNSET,
