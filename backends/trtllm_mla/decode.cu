@@ -430,17 +430,21 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     }
 }
 
-// Combine: one warp per (row, quarter of the 512 output dims), so a batch of few rows with many
-// splits still spreads over many SMs. The splits' base-2 states merge by their weights
-// 2^(lse2 - max); the loop over splits has no branch around its loads (an empty split wrote
-// zeros and -inf, weight 0), so the unrolled loads are all in flight together.
-constexpr int kCombineChunks = 4; // 128 output dims per warp: one float4 per lane
+// Combine: one CTA per (row, quarter of the 512 output dims); its 8 warps take every 8th split,
+// so a batch of few rows with many splits (B1: 16 rows x 132 splits) still has 8 x 4 loads in
+// flight per CTA. The splits' base-2 states merge by their weights 2^(lse2 - max); the loop over
+// splits has no branch around its loads (an empty split wrote zeros and -inf: weight 0).
+constexpr int kCombineChunks = 4; // 128 output dims per CTA: one float4 per lane
+constexpr int kCombineThreads = 256;
 
 template <int M>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(kCombineThreads)
     mla_combine_kernel(const mla_decode_params p, int row_blocks) {
+    constexpr int kWarpsC = kCombineThreads / 32;
+    __shared__ float4 part[kWarpsC][32];
+    __shared__ float part_w[kWarpsC];
     ap_pdl_wait();
-    const int lane = threadIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int chunk = static_cast<int>(blockIdx.x % kCombineChunks);
     const int64_t item = blockIdx.x / kCombineChunks; // (seq, rb, row)
     const int r = static_cast<int>(item % M);
@@ -450,7 +454,7 @@ __global__ void __launch_bounds__(32)
     const int q_begin = __ldg(p.qo_indptr + seq);
     const int rows = (__ldg(p.qo_indptr + seq + 1) - q_begin) * p.num_heads;
     const int gr = rb * M + r;
-    if (gr >= rows) return;
+    if (gr >= rows) return; // uniform over the CTA
     const int S = p.num_splits;
     const int64_t cta0 = (static_cast<int64_t>(seq) * row_blocks + rb) * S;
     const float *lse = p.partial_lse + cta0 * M + r; // split s at lse[s * M]
@@ -464,8 +468,8 @@ __global__ void __launch_bounds__(32)
     const int64_t step = static_cast<int64_t>(M) * MLA_LATENT; // one split further
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     float wsum = 0.f;
-#pragma unroll 8
-    for (int s = 0; s < S; s++) {
+#pragma unroll 4
+    for (int s = warp; s < S; s += kWarpsC) {
         const float4 v = *reinterpret_cast<const float4 *>(src + s * step);
         const float w = exp2f(lse[static_cast<int64_t>(s) * M] - base); // -inf: 0
         wsum += w;
@@ -473,6 +477,21 @@ __global__ void __launch_bounds__(32)
         acc.y += w * v.y;
         acc.z += w * v.z;
         acc.w += w * v.w;
+    }
+    part[warp][lane] = acc;
+    if (lane == 0) part_w[warp] = wsum;
+    __syncthreads();
+    if (warp != 0) return;
+    acc = part[0][lane];
+    wsum = part_w[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsC; w++) {
+        const float4 v = part[w][lane];
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+        wsum += part_w[w];
     }
     const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     const int tok = gr / p.num_heads, head = gr % p.num_heads;
@@ -494,9 +513,9 @@ ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgb
     if (st != AP_OK || p.num_splits == 1) return st;
     const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M * kCombineChunks;
     dim3 cgrid(static_cast<unsigned>(items));
-    st = ap_cuda_status(
-        ap_launch(mla_combine_kernel<M>, cgrid, dim3(32), 0, stream, p.use_pdl != 0, p, row_blocks),
-        MLA_WHO, "mla_combine_kernel", msg);
+    st = ap_cuda_status(ap_launch(mla_combine_kernel<M>, cgrid, dim3(kCombineThreads), 0, stream,
+                                  p.use_pdl != 0, p, row_blocks),
+                        MLA_WHO, "mla_combine_kernel", msg);
     if (st != AP_OK) return st;
     return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
 }

@@ -33,11 +33,14 @@ template <> __device__ __forceinline__ float in_at<float>(const float *b, int64_
     return b[i];
 }
 
+// sat_e4m3(a / scale) .. sat_e4m3(d / scale) packed low byte first. One cvt makes two bytes
+// (cvt.rn.satfinite.e4m3x2.f32: the same rounding and saturation as the single conversion).
 __device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, float scale) {
-    return static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(a, scale))) |
-           (static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(b, scale))) << 8) |
-           (static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(c, scale))) << 16) |
-           (static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(d, scale))) << 24);
+    const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
+        make_float2(__fdiv_rn(c, scale), __fdiv_rn(d, scale)), __NV_SATFINITE, __NV_E4M3);
+    return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
 // 16 contiguous 16-bit inputs (two 16-byte loads) -> 16 fp8 bytes.
