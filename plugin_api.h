@@ -353,9 +353,10 @@ typedef struct ap_batch {
      * MHA models take k [kv][Hkv][head_dim_qk], v [kv][Hkv][head_dim_v]. MLA uses it in the MHA
      * form only: q [T][H][qk_nope + qk_rope] (no q_rope), k [kv][H][qk_nope + qk_rope],
      * v [kv][H][v_head_dim], out [T][H][v_head_dim] (the MHA form without kv_indptr attends over
-     * the new tokens' own k/v, causal). save_kv must be 0; page arrays may be NULL (and are not
-     * read), and so may layer->kv. Backends that read mirrors need kv_indptr_host; a batch
-     * without the source leaves kv_indptr and kv_indptr_host NULL and num_kv_tokens 0. */
+     * the new tokens' own k/v, masked as model.causal says). save_kv must be 0; page arrays may
+     * be NULL (and are not read), and so may layer->kv. Backends that read mirrors need
+     * kv_indptr_host; a batch without the source leaves kv_indptr and kv_indptr_host NULL and
+     * num_kv_tokens 0. */
     const int32_t *kv_indptr;      /* [num_seqs + 1], device (host pointer for cpu_ref), or NULL */
     const int32_t *kv_indptr_host; /* host mirror, read by backends with needs_host_mirrors */
     int32_t num_kv_tokens;         /* kv_indptr[num_seqs]; 0 when kv_indptr is NULL */
@@ -368,8 +369,9 @@ typedef struct ap_layer {
     int32_t layer_id;
     float sm_scale;      /* softmax scale, usually 1/sqrt(head_dim_qk) */
     float logit_softcap; /* 0: off; else logits = cap * tanh(logits / cap) */
-    float k_scale;       /* fp8: real K = stored * k_scale; nvfp4: the global scale. 1 otherwise */
-    float v_scale;
+    float k_scale;       /* fp8: real K = stored * k_scale; nvfp4: the global scale. 1 otherwise.
+                          * MLA: the scale of the whole latent row [c | k_pe] (V = c included) */
+    float v_scale;       /* the same for V; unused by MLA's latent cache */
     int32_t window_left; /* sliding window: attend to the last window_left + 1 positions; -1 off */
     const ap_kv_cache *kv;
 } ap_layer;

@@ -325,6 +325,44 @@ static ap_status ap_check_forward_kv(const ap_instance *instance, const ap_forwa
                              AP_DENSE);
 }
 
+/* MLA has two forms. MHA-style prefill (extend, q without q_rope is qk_nope + qk_rope wide):
+ * per-head k and v. Absorbed (decode, or extend over the latent: MTP verification): q is the
+ * latent width (576 = 512 + 64) or its 512 part with q_rope beside it, both read in place; new k
+ * is the latent [T][1][576] and there is no v (V is the latent's first 512 values). A batch with
+ * the ragged K/V source takes the MHA form only. */
+static ap_status ap_check_forward_mla(const ap_instance *instance, ap_forward_mode mode,
+                                      const ap_forward_args *a, ap_msgbuf *msg) {
+    const ap_model *m = &instance->model;
+    int ragged = instance->batch_num_kv_tokens >= 0;
+    ap_status status;
+    int64_t prefill_dq = (int64_t)m->qk_nope_head_dim + m->qk_rope_head_dim;
+    int mha_form = mode == AP_MODE_EXTEND && a->q_rope == NULL && a->q != NULL && a->q->ndim == 3 &&
+                   a->q->shape != NULL && m->qk_nope_head_dim > 0 && m->v_head_dim > 0 &&
+                   a->q->shape[2] == prefill_dq && prefill_dq != m->head_dim_qk;
+    if (ragged && !mha_form)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "the batch's ragged K/V source takes MLA's MHA form: q [T][%d][%d] "
+                             "(qk_nope + qk_rope) without q_rope",
+                             (int)m->num_qo_heads, (int)prefill_dq);
+    if (mha_form) {
+        if (a->save_kv)
+            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                                 "args.save_kv must be 0 in MLA's MHA form (the latent cache "
+                                 "holds no per-head K/V)");
+        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, AP_DENSE, msg);
+        if (status != AP_OK) return status;
+        return ap_check_forward_kv(instance, a, m->num_qo_heads, prefill_dq, m->v_head_dim, 0, msg);
+    }
+    int64_t dq = a->q_rope != NULL ? m->kv_lora_rank : m->head_dim_qk;
+    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, AP_ROWS, msg);
+    if (status != AP_OK) return status;
+    if (a->v != NULL)
+        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
+                             "args.v must be NULL in MLA's absorbed form (V is the first "
+                             "kv_lora_rank values of the latent row in args.k)");
+    return ap_check_forward_kv(instance, a, 1, m->head_dim_qk, m->head_dim_v, 1, msg);
+}
+
 ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, const ap_layer *layer,
                            const ap_forward_args *a, ap_msgbuf *msg) {
     const ap_model *m = &instance->model;
@@ -366,34 +404,5 @@ ap_status ap_check_forward(const ap_instance *instance, ap_forward_mode mode, co
         return ap_check_forward_kv(instance, a, m->num_kv_heads, m->head_dim_qk, m->head_dim_v, 0,
                                    msg);
     }
-    /* MLA has two forms. MHA-style prefill (extend, q without q_rope is qk_nope + qk_rope wide):
-     * per-head k and v. Absorbed (decode, or extend over the latent: MTP verification): q is the
-     * latent width (576 = 512 + 64) or its 512 part with q_rope beside it, both read in place;
-     * new k is the latent [T][1][576] and there is no v (V is the latent's first 512 values). */
-    int64_t prefill_dq = (int64_t)m->qk_nope_head_dim + m->qk_rope_head_dim;
-    int mha_form = mode == AP_MODE_EXTEND && a->q_rope == NULL && a->q != NULL && a->q->ndim == 3 &&
-                   a->q->shape != NULL && m->qk_nope_head_dim > 0 && m->v_head_dim > 0 &&
-                   a->q->shape[2] == prefill_dq && prefill_dq != m->head_dim_qk;
-    if (ragged && !mha_form)
-        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
-                             "the batch's ragged K/V source takes MLA's MHA form: q [T][%d][%d] "
-                             "(qk_nope + qk_rope) without q_rope",
-                             (int)m->num_qo_heads, (int)prefill_dq);
-    if (mha_form) {
-        if (a->save_kv)
-            return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
-                                 "args.save_kv must be 0 in MLA's MHA form (the latent cache "
-                                 "holds no per-head K/V)");
-        status = ap_check_forward_q(instance, a, prefill_dq, m->v_head_dim, AP_DENSE, msg);
-        if (status != AP_OK) return status;
-        return ap_check_forward_kv(instance, a, m->num_qo_heads, prefill_dq, m->v_head_dim, 0, msg);
-    }
-    int64_t dq = a->q_rope != NULL ? m->kv_lora_rank : m->head_dim_qk;
-    status = ap_check_forward_q(instance, a, dq, m->head_dim_v, AP_ROWS, msg);
-    if (status != AP_OK) return status;
-    if (a->v != NULL)
-        return ap_check_fail(msg, AP_ERR_INVALID_ARGUMENT,
-                             "args.v must be NULL in MLA's absorbed form (V is the first "
-                             "kv_lora_rank values of the latent row in args.k)");
-    return ap_check_forward_kv(instance, a, 1, m->head_dim_qk, m->head_dim_v, 1, msg);
+    return ap_check_forward_mla(instance, mode, a, msg);
 }

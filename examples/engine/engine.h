@@ -13,6 +13,7 @@
 typedef struct eng_args {
     const char *config_path; /* NULL: the shipped examples/configs/models.yaml */
     const char *model_name;  /* NULL: every preset some rule of the config matches */
+    const char *model_spec;  /* --model-spec KEY=VAL,...: applied to each model run, or NULL */
     int32_t steps;           /* decode steps after the prefill */
     int32_t layers;          /* attention layers run per forward (each with its own cache) */
     int32_t batch;           /* sequences */
@@ -89,6 +90,10 @@ ap_status eng_tensor_download(eng_tensor *tensor, const eng_memory *memory);
 float eng_tensor_get(const eng_tensor *tensor, size_t index); /* host copy, as float */
 size_t eng_tensor_count(const eng_tensor *tensor);
 DLDataType eng_dl_dtype(ap_dtype dtype);
+/* The host copy as a kDLCPU tensor of the same shape and dtype (what cpu_ref replays read). */
+DLTensor eng_tensor_host_view(const eng_tensor *tensor);
+/* ||got - want|| / ||want|| over the host copies; NaN when either holds a NaN or inf. */
+double eng_tensor_rel_l2(const eng_tensor *got, const eng_tensor *want);
 
 /* ---- batches and the paged cache (engine_batch.c) ------------------------------------------ */
 
@@ -121,6 +126,8 @@ typedef struct eng_batch {
 ap_status eng_batch_make(eng_batch *batch, eng_sequences *seqs, ap_forward_mode mode,
                          int with_pages, const eng_memory *memory);
 void eng_batch_free(eng_batch *batch, const eng_memory *memory);
+/* The batch as a host reader (the cpu_ref replay) takes it: every array its host mirror. */
+ap_batch eng_batch_host(const eng_batch *batch);
 
 /* One layer's paged cache: the bytes the backend asked for, in host or device memory. */
 typedef struct eng_cache {
@@ -154,5 +161,18 @@ ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *rep
 
 /* Largest relative L2 error allowed against cpu_ref for a KV cache dtype. */
 double eng_check_tolerance(ap_dtype kv_dtype);
+
+/* A cpu_ref instance for `model` on the CPU with the rule's options (less backend-specific
+ * keys), for a replay; AP_ERR_UNSUPPORTED with the reason in `why` when cpu_ref refuses it. */
+ap_status eng_open_cpu_ref(ap_registry *registry, const ap_model *model,
+                           const ap_options *rule_options, ap_instance **out, char *why,
+                           size_t why_size);
+
+/* ---- MLA models (engine_mla.c) ---------------------------------------------------------------
+ * Chunked-prefix prefill in MLA's MHA form, merged by merge_state/1, the latent rows appended by
+ * append_kv/1, then absorbed decode steps over the latent cache; checked against cpu_ref when
+ * another backend serves. `memory` says where the backend's tensors live. */
+eng_outcome eng_mla_run(eng_context *context, const ap_config_rule *rule, ap_instance *instance,
+                        const eng_memory *memory, eng_rng *rng);
 
 #endif /* AP_ENGINE_H */

@@ -134,6 +134,17 @@ ap_status eng_batch_make(eng_batch *b, eng_sequences *seqs, ap_forward_mode mode
     return status;
 }
 
+ap_batch eng_batch_host(const eng_batch *b) {
+    ap_batch batch = b->batch;
+    batch.qo_indptr = batch.qo_indptr_host;
+    batch.kv_page_indptr = batch.kv_page_indptr_host;
+    batch.kv_page_indices = batch.kv_page_indices_host;
+    batch.kv_last_page_len = batch.kv_last_page_len_host;
+    batch.seq_lens = batch.seq_lens_host;
+    batch.positions = batch.positions_host;
+    return batch;
+}
+
 void eng_batch_free(eng_batch *b, const eng_memory *memory) {
     for (int a = 0; a < 6; a++) {
         free(b->host[a]);

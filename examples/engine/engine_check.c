@@ -11,17 +11,8 @@ double eng_check_tolerance(ap_dtype kv_dtype) {
     return kv_dtype == AP_DTYPE_FP8_E4M3 || kv_dtype == AP_DTYPE_FP8_E5M2 ? 5e-2 : 1e-2;
 }
 
-/* A CPU view of a host tensor: same shape and dtype, data in host memory. */
-static DLTensor eng_host_view(const eng_tensor *tensor) {
-    DLTensor view = tensor->dl;
-    view.data = tensor->host;
-    view.device = (DLDevice){kDLCPU, 0};
-    view.byte_offset = 0;
-    return view;
-}
-
 /* ||backend - reference|| / ||reference|| over every element; NaN when either holds a NaN/inf. */
-static double eng_rel_l2(const eng_tensor *backend, const eng_tensor *reference) {
+double eng_tensor_rel_l2(const eng_tensor *backend, const eng_tensor *reference) {
     double diff = 0.0, norm = 0.0;
     size_t count = eng_tensor_count(reference);
     for (size_t i = 0; i < count; i++) {
@@ -47,15 +38,9 @@ static ap_status eng_replay_run(ap_instance *ref, const eng_replay *replay, eng_
         layer.kv = &kv;
     }
     /* cpu_ref reads host memory: every device array becomes its host mirror. */
-    ap_batch batch = replay->batch->batch;
-    batch.qo_indptr = batch.qo_indptr_host;
-    batch.kv_page_indptr = batch.kv_page_indptr_host;
-    batch.kv_page_indices = batch.kv_page_indices_host;
-    batch.kv_last_page_len = batch.kv_last_page_len_host;
-    batch.seq_lens = batch.seq_lens_host;
-    batch.positions = batch.positions_host;
-    DLTensor q = eng_host_view(replay->q), k = eng_host_view(replay->k);
-    DLTensor v = eng_host_view(replay->v), out = eng_host_view(reference);
+    ap_batch batch = eng_batch_host(replay->batch);
+    DLTensor q = eng_tensor_host_view(replay->q), k = eng_tensor_host_view(replay->k);
+    DLTensor v = eng_tensor_host_view(replay->v), out = eng_tensor_host_view(reference);
     ap_forward_args args = {sizeof(ap_forward_args), &q, &k, &v, &out, NULL, replay->save_kv, NULL};
     ap_status status = ap_instance_init_metadata(ref, &batch, NULL);
     if (status == AP_OK)
@@ -68,20 +53,26 @@ static ap_status eng_replay_run(ap_instance *ref, const eng_replay *replay, eng_
     return status;
 }
 
-ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *replay,
-                                    double *rel_error, char *why, size_t why_size) {
+ap_status eng_open_cpu_ref(ap_registry *registry, const ap_model *model,
+                           const ap_options *rule_options, ap_instance **out, char *why,
+                           size_t why_size) {
     ap_device cpu;
     ap_device_cpu(&cpu, "");
     /* Backend-specific keys are the checked backend's business; cpu_ref takes none. */
-    ap_options options = *replay->options;
+    ap_options options = *rule_options;
     options.extra = NULL;
     options.num_extra = 0;
+    if (ap_instance_open(registry, "cpu_ref", model, &options, &cpu, out) == AP_OK) return AP_OK;
+    snprintf(why, why_size, "cpu_ref cannot replay this model: %s", ap_last_error());
+    return AP_ERR_UNSUPPORTED;
+}
+
+ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *replay,
+                                    double *rel_error, char *why, size_t why_size) {
     ap_instance *ref = NULL;
-    ap_status status = ap_instance_open(registry, "cpu_ref", replay->model, &options, &cpu, &ref);
-    if (status != AP_OK) {
-        snprintf(why, why_size, "cpu_ref cannot replay this model: %s", ap_last_error());
-        return AP_ERR_UNSUPPORTED;
-    }
+    ap_status status =
+        eng_open_cpu_ref(registry, replay->model, replay->options, &ref, why, why_size);
+    if (status != AP_OK) return status;
     eng_memory host = {0, -1};
     eng_tensor reference;
     status = eng_tensor_make(&reference, &host, replay->out->dtype, replay->out->dl.ndim,
@@ -93,7 +84,7 @@ ap_status eng_check_against_cpu_ref(ap_registry *registry, const eng_replay *rep
     } else {
         snprintf(why, why_size, "out of host memory for the reference output");
     }
-    if (status == AP_OK) *rel_error = eng_rel_l2(replay->out, &reference);
+    if (status == AP_OK) *rel_error = eng_tensor_rel_l2(replay->out, &reference);
     eng_tensor_free(&reference, &host);
     ap_instance_close(ref);
     return status;

@@ -14,13 +14,16 @@
 #define ENG_EXIT_USAGE 2
 
 static void eng_usage(FILE *stream) {
-    fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--steps N] [--layers N]\n"
-          "                       [--batch B] [--prompt-len L] [--seed S] [--plugin-dir DIR]\n"
+    fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--model-spec K=V,...]\n"
+          "                       [--steps N] [--layers N] [--batch B] [--prompt-len L]\n"
+          "                       [--seed S] [--plugin-dir DIR]\n"
           "\n"
           "Runs each example model that a rule of the config matches (or the one --model names)\n"
           "on the backend the config selects here: a prefill of B random prompts (1..L tokens)\n"
           "and N decode steps over L layers with random activations; prints the selection walk,\n"
           "per-step times and, for any backend but cpu_ref, its error against cpu_ref.\n"
+          "--model-spec overrides the shape of the models run, as ap-inspect's does (e.g.\n"
+          "qo_heads=16: DeepSeek-V3's heads per GPU at tensor parallelism 8).\n"
           "Defaults: the shipped examples/configs/models.yaml, --steps 8 --layers 2 --batch 4\n"
           "--prompt-len 64, a fresh seed (printed).\n"
           "\n"
@@ -47,6 +50,7 @@ static int eng_parse_int(const char *text, const char *what, int32_t min, int32_
 enum {
     ENG_OPT_CONFIG = 256,
     ENG_OPT_MODEL,
+    ENG_OPT_MODEL_SPEC,
     ENG_OPT_STEPS,
     ENG_OPT_LAYERS,
     ENG_OPT_BATCH,
@@ -60,6 +64,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
     static const struct option options[] = {
         {"config", required_argument, NULL, ENG_OPT_CONFIG},
         {"model", required_argument, NULL, ENG_OPT_MODEL},
+        {"model-spec", required_argument, NULL, ENG_OPT_MODEL_SPEC},
         {"steps", required_argument, NULL, ENG_OPT_STEPS},
         {"layers", required_argument, NULL, ENG_OPT_LAYERS},
         {"batch", required_argument, NULL, ENG_OPT_BATCH},
@@ -74,6 +79,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
         switch (opt) {
             case ENG_OPT_CONFIG: args->config_path = optarg; break;
             case ENG_OPT_MODEL: args->model_name = optarg; break;
+            case ENG_OPT_MODEL_SPEC: args->model_spec = optarg; break;
             case ENG_OPT_STEPS:
                 ok = eng_parse_int(optarg, "--steps", 0, 100000, &args->steps);
                 break;
@@ -102,6 +108,15 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
     if (optind < argc) {
         fprintf(stderr, "attnplug-engine: unexpected argument '%s'\n", argv[optind]);
         return ENG_EXIT_USAGE;
+    }
+    if (args->model_spec != NULL) {
+        /* a bad key or value is a usage error, found before any model runs */
+        ap_model scratch = ap_preset_at(0)->model;
+        char error[256];
+        if (ap_preset_apply_spec(&scratch, args->model_spec, error, sizeof(error)) != AP_OK) {
+            fprintf(stderr, "attnplug-engine: --model-spec: %s\n", error);
+            return ENG_EXIT_USAGE;
+        }
     }
     if ((int64_t)args->batch * args->prompt_len > INT32_MAX / 2) {
         fprintf(stderr, "attnplug-engine: --batch x --prompt-len is too large\n");
@@ -192,7 +207,7 @@ static int eng_open(eng_context *context, ap_config *config) {
 }
 
 int main(int argc, char **argv) {
-    eng_args args = {NULL, NULL, 8, 2, 4, 64, 0, NULL, 0};
+    eng_args args = {NULL, NULL, NULL, 8, 2, 4, 64, 0, NULL, 0};
     args.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     args.plugin_dirs = calloc((size_t)argc + 1, sizeof(*args.plugin_dirs));
     if (args.plugin_dirs == NULL) return ENG_EXIT_ERROR;

@@ -340,9 +340,13 @@ static void eng_run_free(eng_run *run) {
     ap_instance_close(run->instance);
 }
 
-/* The preset resized to the engine's run: layers, batch and lengths from the command line. */
+/* The preset resized to the engine's run: --model-spec (checked by the argument parser), then
+ * layers, batch and lengths from the command line. */
 static ap_model eng_model_for_run(const eng_args *args, const ap_model_preset *preset) {
     ap_model model = preset->model;
+    char error[256];
+    if (args->model_spec != NULL)
+        ap_preset_apply_spec(&model, args->model_spec, error, sizeof(error));
     model.num_layers = args->layers;
     model.max_batch = args->batch;
     model.max_tokens = args->batch * args->prompt_len;
@@ -367,14 +371,12 @@ eng_outcome eng_model_run(eng_context *context, const ap_model_preset *preset) {
     if (outcome != ENG_RAN) return outcome;
     run.model = ap_instance_model(run.instance);
     const char *backend = ap_instance_backend(run.instance);
-    if (run.model->kind == AP_ATTN_MLA) {
-        /* MLA's forward takes the absorbed latent layout; this engine drives MHA only. */
-        printf("  %s can serve it, but this engine drives MHA models only: skipped\n", backend);
-        eng_run_free(&run);
-        return ENG_NO_BACKEND;
-    }
+    /* MLA's latent cache and its two forward forms are engine_mla.c's */
+    int mla = run.model->kind == AP_ATTN_MLA;
     outcome = eng_run_place(&run);
-    if (outcome == ENG_RAN) {
+    if (outcome == ENG_RAN && mla)
+        outcome = eng_mla_run(context, run.rule, run.instance, &run.memory, &run.rng);
+    if (outcome == ENG_RAN && !mla) {
         printf("  backend: %s on %s\n", backend,
                run.memory.on_device ? context->device.name : "the CPU (host memory)");
         int32_t steps = run.model->embedding ? 0 : context->args->steps;

@@ -116,3 +116,11 @@ ap_status eng_tensor_download(eng_tensor *tensor, const eng_memory *memory) {
     if (tensor->device == NULL || tensor->bytes == 0) return AP_OK;
     return eng_mem_download(memory, tensor->host, tensor->device, tensor->bytes);
 }
+
+DLTensor eng_tensor_host_view(const eng_tensor *tensor) {
+    DLTensor view = tensor->dl;
+    view.data = tensor->host;
+    view.device = (DLDevice){kDLCPU, 0};
+    view.byte_offset = 0;
+    return view;
+}

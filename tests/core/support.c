@@ -15,7 +15,7 @@ ap_registry *tc_registry_open(void) {
     ap_registry *registry = NULL;
     TC_ASSERT_OK(ap_registry_create(&options, &registry));
     TC_ASSERT_OK(ap_registry_scan(registry));
-    assert_int_equal(ap_registry_backend_count(registry), 7);
+    assert_int_equal(ap_registry_backend_count(registry), 8);
     return registry;
 }
 

@@ -387,6 +387,13 @@ static void test_ragged_mha_model(void **state) {
                     "args.k has shape [7][4][8], expected [7][2][8]");
     ragged_free(&r);
     ap_instance_close(inst);
+    /* A plugin that negotiated ABI 1.0 does not know the source's fields: refused, not ignored. */
+    TC_ASSERT_OK(ap_instance_open(s->registry, "fx_abi10", &mha, NULL, &cpu, &inst));
+    ragged_init(&r, 2, 8, 8);
+    TC_ASSERT_FAILS(ap_instance_init_metadata(inst, &r.batch.b, NULL), AP_ERR_UNSUPPORTED,
+                    "backend 'fx_abi10' serves ABI 1.0, which has no ragged K/V source");
+    ragged_free(&r);
+    ap_instance_close(inst);
 }
 
 int main(void) {

@@ -91,6 +91,7 @@ static void test_hooks_and_refusals(void **state) {
     assert_int_equal(ap_instance_open(registry, "cpu_ref", &s.model, NULL, &cpu, &instance), AP_OK);
     assert_true(ap_instance_has_hook(instance, AP_HOOK_APPEND_KV_V1));
     assert_true(ap_instance_has_hook(instance, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1));
+    assert_true(ap_instance_has_hook(instance, AP_HOOK_MERGE_STATE_V1));
     assert_false(ap_instance_has_hook(instance, AP_HOOK_CUDA_GRAPH_V1));
     assert_int_equal(ap_instance_cuda_graph_prepare(instance, 8, NULL), AP_ERR_UNSUPPORTED);
     /* a page index past the cache: refused (by the core or by cpu_ref), nothing written */
@@ -104,13 +105,18 @@ static void test_hooks_and_refusals(void **state) {
     assert_memory_equal(k_before, s.k_pages, s.k_bytes);
     free(k_before);
     ap_instance_close(instance);
-    /* MLA is refused with its reason */
+    /* an MLA model whose widths do not add up (no latent, 2 KV heads) is refused with its
+     * reason; one that does is served */
     ap_model mla = s.model;
     mla.kind = AP_ATTN_MLA;
     instance = NULL;
     assert_int_not_equal(ap_instance_open(registry, "cpu_ref", &mla, NULL, &cpu, &instance), AP_OK);
     assert_null(instance);
     assert_non_null(strstr(ap_last_error(), "MLA"));
+    mla.num_kv_heads = 1, mla.kv_lora_rank = 48, mla.qk_rope_head_dim = 16;
+    mla.head_dim_qk = 64, mla.head_dim_v = 48;
+    assert_int_equal(ap_instance_open(registry, "cpu_ref", &mla, NULL, &cpu, &instance), AP_OK);
+    ap_instance_close(instance);
     sc_free(&s, &plugin);
 }
 
