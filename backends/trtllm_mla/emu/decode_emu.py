@@ -6,7 +6,8 @@ the m16n8k16 fragment layouts, the per-warp softmax bookkeeping with the cross-w
 exchange, the causal mask, the split over KV tiles and the combine, on random inputs, and
 compares the result with plain float64 attention. It checks the index math of the kernel as
 written (the formulas below are copied from decode.cu by hand: keep them in step), not the
-compiler or the hardware. Run: python3 backends/trtllm_mla/emu/decode_emu.py
+compiler or the hardware. Summation order is not modelled: the 16-row kernel's four S accumulator
+chains and the combine's eight warps sharing the splits add the same terms in another order. Run: python3 backends/trtllm_mla/emu/decode_emu.py
 """
 import math
 import sys
