@@ -1,0 +1,557 @@
+// decode.cu: MLA absorbed decode over the paged latent cache, on tensor cores (mma.sync), with a
+// device-computed split over KV tiles and a combine kernel launched with PDL.
+//
+// Per row r (a query token and head) over the keys j the row may see (causal, aligned to the end):
+//   s_j = (q_nope_r . c_j + q_rope_r . kpe_j) * sm_scale * kv_scale
+//   out_r = sum_j softmax(s)_j c_j * kv_scale,   lse_r = log(sum_j exp(s_j))
+// where row j of the cache is [c_j (512) | kpe_j (64)], stored in bf16, or fp8 with kv_scale.
+// A CTA holds `M` rows' queries (M x 576) in shared memory and streams 64-token tiles of the cache
+// (cp.async, two stages). Its 8 warps form (M/16) row blocks x (8 / (M/16)) column splits: warp
+// (rb, cs) computes S for rows rb*16.. over tokens cs*TN.. of the tile, the row maxima are shared
+// through shared memory, P goes to shared memory as bf16, and the warp accumulates O for its rows
+// over output dims cs*DN.. (DN = 512 / splits). V is the first 512 columns of the same K tile.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "../common/pdl.cuh"
+#include "mla.h"
+
+#define MLA_WHO "trtllm_mla decode"
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = 8;
+constexpr int kChunks = MLA_ROW / 8; // 16-byte chunks of a bf16 row: 72
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][576] bf16 tile, swizzled so that
+// eight consecutive rows at the same chunk land in eight different bank groups (ldmatrix).
+__device__ __forceinline__ uint32_t tile_off(int row, int chunk) {
+    return static_cast<uint32_t>(row * (MLA_ROW * 2) + ((chunk ^ (row & 7)) << 4));
+}
+// Same for the [M][64] bf16 P tile (8 chunks a row).
+__device__ __forceinline__ uint32_t p_off(int row, int chunk) {
+    return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
+}
+
+// STAGES load stages (2, or 3 for M = 16). QREG (M = 16 with 3 stages): every warp keeps the 16
+// rows' Q fragments in registers (144), read once from a stage buffer before the pipeline reuses
+// it, so Q takes no shared memory and no per-tile ldmatrix.
+template <int M, bool FP8, int STAGES> struct Layout {
+    static constexpr bool kQReg = M == 16 && STAGES == 3;
+    static constexpr int kRowBlocks = M / 16;
+    static constexpr int kSplits = kWarps / kRowBlocks; // column splits
+    static constexpr int kTN = MLA_TILE / kSplits;      // tokens of S per warp
+    static constexpr int kDN = MLA_LATENT / kSplits;    // output dims per warp
+    static constexpr int kQBytes = kQReg ? 0 : M * MLA_ROW * 2;
+    static constexpr int kTileBytes = MLA_TILE * MLA_ROW * 2;              // bf16 tile
+    static constexpr int kStageBytes = MLA_TILE * MLA_ROW * (FP8 ? 1 : 2); // one load stage
+    static constexpr int kPBytes = M * MLA_TILE * 2;
+    static constexpr int kRedBytes = kSplits * M * 4;
+    static constexpr int kQ = 0;
+    static constexpr int kStage0 = kQ + kQBytes;
+    static constexpr int kConv = kStage0 + STAGES * kStageBytes; // fp8 only: the converted tile
+    static constexpr int kP = kConv + (FP8 ? kTileBytes : 0);
+    static constexpr int kRedMax = kP + kPBytes;
+    static constexpr int kRedSum = kRedMax + kRedBytes;
+    static constexpr int kBytes = kRedSum + kRedBytes;
+    // where Q is staged: its own region, or (QREG) the last stage until its fragments are read
+    static constexpr int kQStage = kQReg ? kStage0 + (STAGES - 1) * kStageBytes : kQ;
+    static_assert(!kQReg || M * MLA_ROW * 2 <= kStageBytes, "Q must fit a stage");
+    static_assert(kBytes <= 232448, "over the H100's shared memory per block");
+};
+
+struct Seq {
+    int32_t q_begin, q_len, kv_len;
+    const int32_t *pages;
+};
+
+// The cache slot of this thread's token row of KV tile `tile` (four threads share a row), or -1
+// past kv_len. Split from the copies so the page-table load of the next tile can be issued before
+// the barrier that precedes its copies, not serialised after it.
+__device__ __forceinline__ int64_t tile_slot(const mla_decode_params &p, const Seq &sq, int tile) {
+    const int pos = tile * MLA_TILE + (threadIdx.x >> 2);
+    if (pos >= sq.kv_len) return -1;
+    const int shift = p.page_size == 64 ? 6 : 5;
+    return (static_cast<int64_t>(__ldg(sq.pages + (pos >> shift))) << shift) +
+           (pos & (p.page_size - 1));
+}
+
+// Issue the cp.async copies of this thread's quarter of its token row into `stage`; a row past
+// kv_len (slot -1) is zero-filled.
+template <bool FP8>
+__device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t slot,
+                                          uint8_t *stage) {
+    const int row = threadIdx.x >> 2, part = threadIdx.x & 3;
+    const bool valid = slot >= 0;
+    constexpr int kRowBytes = MLA_ROW * (FP8 ? 1 : 2);
+    constexpr int kRowChunks = kRowBytes / 16;
+    const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + (valid ? slot : 0) * kRowBytes;
+    const uint32_t base = ap_smem_addr(stage);
+#pragma unroll
+    for (int c = part; c < kRowChunks; c += 4) {
+        const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
+        ap_cp_async_16(dst, src + c * 16, valid);
+    }
+}
+
+// fp8 tile -> bf16 tile (exact: every e4m3 value is a bf16), swizzled like a bf16 stage.
+__device__ __forceinline__ void convert_tile(const uint8_t *raw, uint8_t *conv) {
+    for (int i = threadIdx.x; i < MLA_TILE * (MLA_ROW / 16); i += kThreads) {
+        const int row = i / (MLA_ROW / 16), c16 = i % (MLA_ROW / 16);
+        const uint4 in = *reinterpret_cast<const uint4 *>(raw + row * MLA_ROW + c16 * 16);
+        const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+        uint32_t outw[8];
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t hb =
+                    ap_fp8x2_to_half2_bits(static_cast<uint16_t>(words[w] >> (16 * h)));
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&hb));
+                outw[2 * w + h] = ap_pack2<__nv_bfloat16>(f.x, f.y);
+            }
+        }
+        *reinterpret_cast<uint4 *>(conv + tile_off(row, 2 * c16)) =
+            make_uint4(outw[0], outw[1], outw[2], outw[3]);
+        *reinterpret_cast<uint4 *>(conv + tile_off(row, 2 * c16 + 1)) =
+            make_uint4(outw[4], outw[5], outw[6], outw[7]);
+    }
+}
+
+// The queries of this CTA's rows into shared memory (zero rows past the sequence's rows).
+template <int M>
+__device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq, int row0,
+                                       uint8_t *q_smem) {
+    const uint32_t base = ap_smem_addr(q_smem);
+    const uint8_t *qn = static_cast<const uint8_t *>(p.q_nope);
+    const uint8_t *qr = static_cast<const uint8_t *>(p.q_rope);
+    const int rows = sq.q_len * p.num_heads;
+    for (int i = threadIdx.x; i < M * kChunks; i += kThreads) {
+        const int r = i / kChunks, c = i % kChunks;
+        const int gr = row0 + r;
+        const bool valid = gr < rows;
+        const int tok = valid ? gr / p.num_heads : 0, head = valid ? gr % p.num_heads : 0;
+        const int64_t t = sq.q_begin + tok;
+        const uint8_t *src =
+            c < 64 ? qn + 2 * (t * p.q_stride_t + head * p.q_stride_h + c * 8)
+                   : qr + 2 * (t * p.qr_stride_t + head * p.qr_stride_h + (c - 64) * 8);
+        ap_cp_async_16(base + tile_off(r, c), src, valid);
+    }
+}
+
+template <int M, bool FP8, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
+    using L = Layout<M, FP8, STAGES>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int rb = warp % L::kRowBlocks, cs = warp / L::kRowBlocks;
+
+    Seq sq;
+    sq.q_begin = __ldg(p.qo_indptr + seq);
+    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
+    sq.kv_len = __ldg(p.seq_lens + seq);
+    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
+    const int row0 = rb_cta * M;
+    const int rows = sq.q_len * p.num_heads;
+    const int cta = (seq * gridDim.y + rb_cta) * gridDim.x + split;
+    if (row0 >= rows) return; // a row block past this sequence's rows: nothing to write
+
+    const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
+    const int per = (tiles + p.num_splits - 1) / p.num_splits;
+    const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
+
+    uint8_t *q_smem = smem + L::kQStage;
+    uint8_t *p_smem = smem + L::kP;
+    float *red_max = reinterpret_cast<float *>(smem + L::kRedMax);
+    float *red_sum = reinterpret_cast<float *>(smem + L::kRedSum);
+
+    // Prologue: Q, then tiles t_begin .. t_begin + STAGES - 2, one commit group each (a group is
+    // committed even when empty, so "tile t landed" is always wait_group<STAGES - 2>).
+    load_q<M>(p, sq, row0, q_smem);
+    ap_cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (t_begin + i < t_end)
+            load_tile<FP8>(p, tile_slot(p, sq, t_begin + i),
+                           smem + L::kStage0 + i * L::kStageBytes);
+        ap_cp_async_commit();
+    }
+    const uint32_t q_base = ap_smem_addr(q_smem);
+    uint32_t qf[L::kQReg ? MLA_ROW / 32 : 1][2][4]; // QREG: A fragments of 32 dims per step
+    if constexpr (L::kQReg) {
+        ap_cp_async_wait<STAGES - 1>(); // the Q group
+        __syncthreads();
+        const int qrow = lane & 15;
+#pragma unroll
+        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
+            ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+            ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+        }
+        __syncthreads(); // the last stage is free for tile t_begin + STAGES - 1
+    }
+
+    // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
+    int limit[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int gr = row0 + rb * 16 + g + 8 * h;
+        const int tok = gr < rows ? gr / p.num_heads : 0;
+        limit[h] = sq.kv_len - sq.q_len + tok;
+    }
+    const float scale2 = p.sm_scale * p.kv_scale * kLog2e;
+
+    constexpr int kNT = L::kDN / 8; // n-tiles of O per warp
+    float o[kNT][4];
+#pragma unroll
+    for (int i = 0; i < kNT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+    const uint32_t p_base = ap_smem_addr(p_smem);
+    for (int tile = t_begin; tile < t_end; tile++) {
+        const int stage = (tile - t_begin) % STAGES;
+        uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
+        const int ahead = tile + STAGES - 1; // the tile this iteration starts loading
+        const int64_t next_slot = ahead < t_end ? tile_slot(p, sq, ahead) : -1;
+        ap_cp_async_wait<STAGES - 2>();
+        // Tile `tile` landed for everyone, and every warp is done with tile - 1, whose stage
+        // takes tile + STAGES - 1.
+        __syncthreads();
+        if (ahead < t_end)
+            load_tile<FP8>(p, next_slot,
+                           smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
+        ap_cp_async_commit();
+        uint8_t *kt = cur;
+        if (FP8) {
+            convert_tile(cur, smem + L::kConv);
+            __syncthreads();
+            kt = smem + L::kConv;
+        }
+        const uint32_t k_base = ap_smem_addr(kt);
+
+        // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
+        constexpr int kSN = L::kTN / 8;
+        // With one n-tile per warp (M = 16) the 36 mma of S would form one dependent chain:
+        // four accumulators (even/odd step x low/high 16 dims) cut it to four chains of 9.
+        constexpr int kChains = kSN == 1 ? 4 : 1;
+        float sc[kChains][kSN][4];
+#pragma unroll
+        for (int c = 0; c < kChains; c++)
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+                sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+        // One step of 32 dims: the two A fragments (from registers or shared memory), then for
+        // each n-tile the B fragments of both 16-dim halves and two mma.
+        auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
+                           float(*sb)[4]) {
+#pragma unroll
+            for (int j = 0; j < kSN; j++) {
+                uint32_t b[4];
+                const int krow = cs * L::kTN + j * 8 + (lane & 7);
+                ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
+                ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
+            }
+        };
+        if constexpr (L::kQReg) {
+            // fully unrolled: qf is indexed by compile-time constants only (registers, no stack)
+#pragma unroll
+            for (int k32 = 0; k32 < MLA_ROW / 32; k32++)
+                qk_step(k32, qf[k32][0], qf[k32][1], sc[(2 * (k32 & 1)) % kChains],
+                        sc[(2 * (k32 & 1) + 1) % kChains]);
+        } else {
+#pragma unroll 1
+            for (int k64 = 0; k64 < MLA_ROW / 64; k64++) {
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int k32 = 2 * k64 + h;
+                    uint32_t a0[4], a1[4];
+                    const int qrow = rb * 16 + (lane & 15);
+                    ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+                    ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+                    qk_step(k32, a0, a1, sc[(2 * h) % kChains], sc[(2 * h + 1) % kChains]);
+                }
+            }
+        }
+        float(&s)[kSN][4] = sc[0];
+#pragma unroll
+        for (int c = 1; c < kChains; c++)
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[j][e] += sc[c][j][e];
+
+        // Mask: keys past the row's limit (or past the sequence) are -inf.
+        const int pos0 = tile * MLA_TILE + cs * L::kTN;
+        if (tile * MLA_TILE + MLA_TILE - 1 > sq.kv_len - sq.q_len) {
+#pragma unroll
+            for (int j = 0; j < kSN; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int pos = pos0 + j * 8 + 2 * t4 + (e & 1);
+                    if (pos > limit[e >> 1]) s[j][e] = -INFINITY;
+                }
+        }
+        // Row maxima of this warp's columns, shared with the other column splits.
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < kSN; j++) {
+            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        }
+        if (t4 == 0) {
+            red_max[cs * M + rb * 16 + g] = mx[0];
+            red_max[cs * M + rb * 16 + g + 8] = mx[1];
+        }
+        __syncthreads();
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float tmax = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < L::kSplits; c++)
+                tmax = fmaxf(tmax, red_max[c * M + rb * 16 + g + 8 * h]);
+            const float m_new = fmaxf(m_run[h], tmax * scale2);
+            m_use[h] = m_new == -INFINITY ? 0.f : m_new;
+            alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
+            m_run[h] = m_new;
+        }
+        // P = 2^(s * scale2 - m), to shared memory as bf16; partial row sums in l_run.
+        float rs[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < kSN; j++) {
+            float pv[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                pv[e] = ap_exp2_approx(s[j][e] * scale2 - m_use[e >> 1]);
+                rs[e >> 1] += pv[e];
+            }
+            const int col = cs * L::kTN + j * 8 + 2 * t4;
+            const int r = rb * 16 + g;
+            *reinterpret_cast<uint32_t *>(p_smem + p_off(r, col >> 3) + (col & 7) * 2) =
+                ap_pack2<__nv_bfloat16>(pv[0], pv[1]);
+            *reinterpret_cast<uint32_t *>(p_smem + p_off(r + 8, col >> 3) + (col & 7) * 2) =
+                ap_pack2<__nv_bfloat16>(pv[2], pv[3]);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; h++) l_run[h] = l_run[h] * alpha[h] + rs[h];
+#pragma unroll
+        for (int i = 0; i < kNT; i++) {
+            o[i][0] *= alpha[0];
+            o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1];
+            o[i][3] *= alpha[1];
+        }
+        __syncthreads(); // P complete
+
+        // O += P V: rows rb*16.., dims cs*DN.., 4 steps of 16 tokens.
+#pragma unroll
+        for (int k16 = 0; k16 < MLA_TILE / 16; k16++) {
+            uint32_t a[4];
+            ap_ldmatrix_x4(a, p_base + p_off(rb * 16 + (lane & 15), 2 * k16 + (lane >> 4)));
+            const int vrow = k16 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int i = 0; i < kNT; i += 2) {
+                uint32_t b[4];
+                const int chunk = (cs * L::kDN + i * 8) / 8 + (lane >> 4);
+                ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
+                ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
+            }
+        }
+    }
+    ap_cp_async_wait<0>();
+    ap_pdl_launch_dependents();
+
+    // Full row sums: add the other column splits' partial sums.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
+        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
+    }
+    __syncthreads();
+    if (t4 == 0) {
+        red_sum[cs * M + rb * 16 + g] = l_run[0];
+        red_sum[cs * M + rb * 16 + g + 8] = l_run[1];
+    }
+    __syncthreads();
+    float inv[2], lse2[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = 0.f;
+#pragma unroll
+        for (int c = 0; c < L::kSplits; c++) l += red_sum[c * M + rb * 16 + g + 8 * h];
+        inv[h] = l > 0.f ? 1.f / l : 0.f;
+        lse2[h] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
+    }
+
+    // Write: rows rb*16 + g (+8), dims cs*DN + i*8 + 2*t4.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = rb * 16 + g + 8 * h;
+        const int gr = row0 + r;
+        if (gr >= rows) continue;
+        if (p.num_splits == 1) {
+            const int tok = gr / p.num_heads, head = gr % p.num_heads;
+            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+            uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
+            const float outs = inv[h] * p.kv_scale;
+#pragma unroll
+            for (int i = 0; i < kNT; i++) {
+                const int d = cs * L::kDN + i * 8 + 2 * t4;
+                *reinterpret_cast<uint32_t *>(dst + d * 2) =
+                    ap_pack2<__nv_bfloat16>(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
+            }
+            if (p.lse != NULL && cs == 0 && t4 == 0) p.lse[orow] = lse2[h] * 0.69314718055994531f;
+        } else {
+            const int64_t prow = static_cast<int64_t>(cta) * M + r;
+            float *dst = p.partial_out + prow * MLA_LATENT;
+            const float outs = inv[h] * p.kv_scale;
+#pragma unroll
+            for (int i = 0; i < kNT; i++) {
+                const int d = cs * L::kDN + i * 8 + 2 * t4;
+                *reinterpret_cast<float2 *>(dst + d) =
+                    make_float2(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
+            }
+            if (cs == 0 && t4 == 0) p.partial_lse[prow] = lse2[h];
+        }
+    }
+}
+
+// Combine: one CTA per (row, quarter of the 512 output dims); its 8 warps take every 8th split,
+// so a batch of few rows with many splits (B1: 16 rows x 132 splits) still has 8 x 4 loads in
+// flight per CTA. The splits' base-2 states merge by their weights 2^(lse2 - max); the loop over
+// splits has no branch around its loads (an empty split wrote zeros and -inf: weight 0).
+constexpr int kCombineChunks = 4; // 128 output dims per CTA: one float4 per lane
+constexpr int kCombineThreads = 256;
+
+template <int M>
+__global__ void __launch_bounds__(kCombineThreads)
+    mla_combine_kernel(const mla_decode_params p, int row_blocks) {
+    constexpr int kWarpsC = kCombineThreads / 32;
+    __shared__ float4 part[kWarpsC][32];
+    __shared__ float part_w[kWarpsC];
+    ap_pdl_wait();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int chunk = static_cast<int>(blockIdx.x % kCombineChunks);
+    const int64_t item = blockIdx.x / kCombineChunks; // (seq, rb, row)
+    const int r = static_cast<int>(item % M);
+    const int64_t sr = item / M;
+    const int rb = static_cast<int>(sr % row_blocks), seq = static_cast<int>(sr / row_blocks);
+    if (seq >= p.num_seqs) return;
+    const int q_begin = __ldg(p.qo_indptr + seq);
+    const int rows = (__ldg(p.qo_indptr + seq + 1) - q_begin) * p.num_heads;
+    const int gr = rb * M + r;
+    if (gr >= rows) return; // uniform over the CTA
+    const int S = p.num_splits;
+    const int64_t cta0 = (static_cast<int64_t>(seq) * row_blocks + rb) * S;
+    const float *lse = p.partial_lse + cta0 * M + r; // split s at lse[s * M]
+    float mx = -INFINITY;
+    for (int s = lane; s < S; s += 32) mx = fmaxf(mx, lse[static_cast<int64_t>(s) * M]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    const float base = mx == -INFINITY ? 0.f : mx;
+    const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
+    const float *src = p.partial_out + (cta0 * M + r) * MLA_LATENT + d;
+    const int64_t step = static_cast<int64_t>(M) * MLA_LATENT; // one split further
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+#pragma unroll 4
+    for (int s = warp; s < S; s += kWarpsC) {
+        const float4 v = *reinterpret_cast<const float4 *>(src + s * step);
+        const float w = exp2f(lse[static_cast<int64_t>(s) * M] - base); // -inf: 0
+        wsum += w;
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+    }
+    part[warp][lane] = acc;
+    if (lane == 0) part_w[warp] = wsum;
+    __syncthreads();
+    if (warp != 0) return;
+    acc = part[0][lane];
+    wsum = part_w[0];
+#pragma unroll
+    for (int w = 1; w < kWarpsC; w++) {
+        const float4 v = part[w][lane];
+        acc.x += v.x;
+        acc.y += v.y;
+        acc.z += v.z;
+        acc.w += v.w;
+        wsum += part_w[w];
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int tok = gr / p.num_heads, head = gr % p.num_heads;
+    const int64_t orow = static_cast<int64_t>(q_begin + tok) * p.num_heads + head;
+    uint8_t *dst = static_cast<uint8_t *>(p.out) + (orow * MLA_LATENT + d) * 2;
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(ap_pack2<__nv_bfloat16>(acc.x * inv, acc.y * inv),
+                                                 ap_pack2<__nv_bfloat16>(acc.z * inv, acc.w * inv));
+    if (p.lse != NULL && chunk == 0 && lane == 0)
+        p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+}
+
+template <int M, bool FP8, int STAGES>
+ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
+    const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
+    dim3 grid(p.num_splits, row_blocks, p.num_seqs);
+    mla_decode_kernel<M, FP8, STAGES>
+        <<<grid, kThreads, Layout<M, FP8, STAGES>::kBytes, stream>>>(p);
+    ap_status st = ap_cuda_launch_status(MLA_WHO, "mla_decode_kernel", msg);
+    if (st != AP_OK || p.num_splits == 1) return st;
+    const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M * kCombineChunks;
+    dim3 cgrid(static_cast<unsigned>(items));
+    st = ap_cuda_status(ap_launch(mla_combine_kernel<M>, cgrid, dim3(kCombineThreads), 0, stream,
+                                  p.use_pdl != 0, p, row_blocks),
+                        MLA_WHO, "mla_combine_kernel", msg);
+    if (st != AP_OK) return st;
+    return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
+}
+
+template <int M, bool FP8, int STAGES> cudaError_t raise_smem() {
+    return cudaFuncSetAttribute(mla_decode_kernel<M, FP8, STAGES>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Layout<M, FP8, STAGES>::kBytes);
+}
+
+} // namespace
+
+extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
+    const cudaError_t errs[] = {raise_smem<16, false, 2>(), raise_smem<16, true, 2>(),
+                                raise_smem<64, false, 2>(), raise_smem<64, true, 2>(),
+                                raise_smem<16, false, 3>(), raise_smem<16, true, 3>()};
+    for (cudaError_t err : errs)
+        if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
+    return AP_OK;
+}
+
+// Three stages (with Q in registers) exist for the 16-row kernels only: the 64-row ones have no
+// shared memory left for a third 72 KB stage. Unset (stages 0), the 16-row kernel takes three for
+// an fp8 cache and for split-KV batches, two for bf16 without splits (H100, runs 2 and 3: fp8
+// B128 1.17-1.23x faster with three; bf16 B1 L32768 split 5-8% faster; bf16 B128 1% slower).
+extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr, ap_msgbuf *msg) {
+    cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+    if (p->num_seqs == 0) return AP_OK;
+    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16) {
+        if (p->stages == 3 || (p->stages == 0 && (fp8 || p->num_splits > 1)))
+            return fp8 ? launch_decode<16, true, 3>(*p, stream, msg)
+                       : launch_decode<16, false, 3>(*p, stream, msg);
+        return fp8 ? launch_decode<16, true, 2>(*p, stream, msg)
+                   : launch_decode<16, false, 2>(*p, stream, msg);
+    }
+    return fp8 ? launch_decode<64, true, 2>(*p, stream, msg)
+               : launch_decode<64, false, 2>(*p, stream, msg);
+}

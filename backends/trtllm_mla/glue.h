@@ -1,0 +1,69 @@
+/* glue.h: what the C files of the trtllm_mla plugin share: the instance, the plan, the checks. */
+#ifndef AP_MLA_GLUE_H
+#define AP_MLA_GLUE_H
+
+#include "mla.h"
+
+#define MLA_NAME "trtllm_mla"
+#define MLA_MAX_SPLITS 256 /* KV splits per (sequence, row block) at most */
+
+/* The batch last given to init_metadata. Nothing here comes from a host mirror: the kernels read
+ * the batch's device arrays, so a planned call is capturable in a CUDA graph. */
+typedef struct mla_plan {
+    int ready;
+    ap_forward_mode mode;
+    int ragged; /* the batch names a ragged K/V source (MLA's MHA form): not served */
+    int32_t num_seqs;
+    int32_t num_tokens;
+    int32_t max_q_len;
+    int32_t num_splits;
+    const int32_t *qo_indptr;
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *seq_lens;
+} mla_plan;
+
+struct ap_backend {
+    ap_model model; /* as validated; `name` not kept */
+    int32_t device_ordinal;
+    int32_t sm_count;
+    int32_t split_kv; /* 0: option split_kv off */
+    int32_t use_pdl;
+    int32_t stages;     /* option decode_stages */
+    float *partial_out; /* [sm_count * 64][512]: split-KV partial states */
+    float *partial_lse;
+    mla_plan plan;
+};
+
+/* validate.c */
+ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
+                       ap_msgbuf *reasons);
+int mla_option_split_kv(const ap_options *options);
+int mla_option_stages(const ap_options *options); /* decode_stages: 0 (unset), 2 or 3 */
+
+/* tensor.c: DLTensor checks shared by the forwards and the hooks */
+#define MLA_DATA(t) ((char *)(t)->data + (t)->byte_offset)
+/* A tensor of `ndim` dims, dtype, on our GPU, the last dim dense; each other stride (elements) in
+ * strides_out. `shape` entries < 0 match anything. With `vec` the base and every outer stride
+ * keep 16-byte alignment (the kernels' vector accesses). */
+ap_status mla_tensor_check(const DLTensor *t, const char *what, int ndim, const int64_t *shape,
+                           ap_dtype dtype, int32_t ordinal, int vec, int64_t *strides_out,
+                           ap_msgbuf *msg);
+int mla_dl_dtype(DLDataType t, ap_dtype *out); /* 1 and the dtype for bf16, f16, f32, fp8 */
+ap_status mla_layer_check(const ap_backend *b, const ap_layer *layer, ap_msgbuf *msg);
+
+/* forward.c */
+ap_status mla_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
+                             void *stream, ap_msgbuf *msg);
+ap_status mla_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
+                             void *stream, ap_msgbuf *msg);
+
+/* hooks.c */
+ap_status mla_hook_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,
+                             void *stream, ap_msgbuf *msg);
+ap_status mla_hook_pack(ap_backend *b, const ap_pack_kv_args *args, void *stream, ap_msgbuf *msg);
+ap_status mla_hook_merge_state(ap_backend *b, const ap_merge_state_args *args, void *stream,
+                               ap_msgbuf *msg);
+ap_status mla_hook_cuda_graph(ap_backend *b, int32_t max_batch, void *stream, ap_msgbuf *msg);
+
+#endif /* AP_MLA_GLUE_H */

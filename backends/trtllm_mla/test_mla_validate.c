@@ -1,0 +1,183 @@
+/* test_mla_validate.c: trtllm_mla's negotiation, caps, validate() reasons, hooks and the split
+ * plan through the built plugin, no GPU needed. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mla.h"
+
+static int failures;
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            failures++; \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__); \
+            printf("\n"); \
+        } \
+    } while (0)
+
+static const ap_vtable *vt;
+static const ap_caps *caps;
+
+static ap_model deepseek(int32_t heads) {
+    return (ap_model){.struct_size = sizeof(ap_model),
+                      .name = "deepseek-ai/DeepSeek-V3",
+                      .kind = AP_ATTN_MLA,
+                      .num_qo_heads = heads,
+                      .num_kv_heads = 1,
+                      .head_dim_qk = 576,
+                      .head_dim_v = 512,
+                      .kv_lora_rank = 512,
+                      .qk_rope_head_dim = 64,
+                      .qk_nope_head_dim = 128,
+                      .v_head_dim = 128,
+                      .dtype = AP_DTYPE_BF16,
+                      .kv_dtype = AP_DTYPE_BF16,
+                      .page_size = 64,
+                      .num_layers = 61,
+                      .causal = 1,
+                      .max_batch = 256,
+                      .max_tokens = 16384,
+                      .max_kv_len = 163840};
+}
+
+static ap_device h100(void) {
+    ap_device d;
+    memset(&d, 0, sizeof d);
+    d.struct_size = sizeof d;
+    d.cc_major = 9;
+    d.sm_count = 132;
+    d.smem_per_block_optin = 232448;
+    snprintf(d.name, sizeof d.name, "NVIDIA H100 80GB HBM3");
+    return d;
+}
+
+static void expect_verdict(const char *what, const ap_model *m, const ap_options *o,
+                           const ap_device *d, const char *reason) {
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    ap_status st = vt->validate(m, o, d, &msg);
+    if (reason == NULL)
+        EXPECT(st == AP_OK && text[0] == '\0', "%s accepted, got %d '%s'", what, (int)st, text);
+    else
+        EXPECT(st == AP_ERR_REFUSED && strstr(text, reason) != NULL,
+               "%s refused with '%s', got %d '%s'", what, reason, (int)st, text);
+}
+
+static void test_validate(void) {
+    ap_device d = h100();
+    for (int h = 16; h <= 128; h *= 2) {
+        ap_model m = deepseek(h);
+        expect_verdict("DeepSeek-V3 bf16", &m, NULL, &d, NULL);
+        m.kv_dtype = AP_DTYPE_FP8_E4M3, m.page_size = 32;
+        expect_verdict("DeepSeek-V3 fp8 page 32", &m, NULL, &d, NULL);
+    }
+    ap_model m = deepseek(128);
+    m.kind = AP_ATTN_MHA;
+    expect_verdict("MHA", &m, NULL, &d, "MLA only");
+    m = deepseek(8);
+    expect_verdict("8 heads", &m, NULL, &d, "8 query heads");
+    m = deepseek(128), m.page_size = 16;
+    expect_verdict("page 16", &m, NULL, &d, "page size 16");
+    m = deepseek(128), m.kv_lora_rank = 256, m.head_dim_qk = 320, m.head_dim_v = 256;
+    expect_verdict("latent 256", &m, NULL, &d, "not DeepSeek's 512 + 64");
+    m = deepseek(128), m.kv_dtype = AP_DTYPE_FP8_E5M2;
+    expect_verdict("e5m2", &m, NULL, &d, "fp8_e5m2 is not bf16 or fp8_e4m3");
+    m = deepseek(128), m.dtype = AP_DTYPE_F16;
+    expect_verdict("f16 queries", &m, NULL, &d, "query dtype f16");
+    m = deepseek(16);
+    ap_device old = h100();
+    old.cc_major = 8;
+    expect_verdict("sm_80", &m, NULL, &old, "below 9.0");
+    ap_device cpu = h100();
+    cpu.ordinal = -1;
+    snprintf(cpu.unusable_reason, sizeof cpu.unusable_reason, "no CUDA driver");
+    expect_verdict("the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver");
+    ap_option_kv bad = {"split", "off"}, off = {"split_kv", "off"};
+    ap_options o = {.struct_size = sizeof o, .extra = &bad, .num_extra = 1};
+    expect_verdict("unknown option", &m, &o, &d, "unknown option 'split'");
+    o.extra = &off;
+    expect_verdict("split_kv off", &m, &o, &d, NULL);
+    ap_option_kv three = {"decode_stages", "3"}, four = {"decode_stages", "4"};
+    o.extra = &three;
+    expect_verdict("decode_stages 3", &m, &o, &d, NULL);
+    o.extra = &four;
+    expect_verdict("decode_stages 4", &m, &o, &d, "decode_stages is '4', not 2 or 3");
+    /* every reason, not just the first */
+    m = deepseek(8), m.page_size = 16;
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT(vt->validate(&m, NULL, &d, &msg) == AP_ERR_REFUSED && strstr(text, "8 query heads") &&
+               strstr(text, "page size 16"),
+           "two reasons, got '%s'", text);
+}
+
+static void test_caps(void) {
+    EXPECT(caps->attn_kinds == AP_ATTN_BIT(AP_ATTN_MLA), "MLA only");
+    EXPECT(caps->needs_host_mirrors == 0, "no host mirrors (graph-capturable plan)");
+    EXPECT(caps->cuda_graph == AP_GRAPH_DECODE_ONLY, "decode graphs");
+    EXPECT(caps->num_archs >= 1 && caps->archs[0].sm == 90, "sm_90 built");
+    EXPECT((caps->features & AP_FEATURE_LSE) && (caps->features & AP_FEATURE_SPLIT_KV), "lse");
+}
+
+static void test_splits(void) {
+    /* rows per CTA: 16 for H16 single token, else 64 */
+    EXPECT(mla_decode_block_rows(16, 1) == 16 && mla_decode_block_rows(16, 2) == 64 &&
+               mla_decode_block_rows(128, 1) == 64,
+           "block rows");
+    /* enough CTAs already: no split; few: fill the SMs once, capped */
+    EXPECT(mla_decode_num_splits(128, 16, 1, 132, 256) == 1, "B128 H16: 128 CTAs");
+    EXPECT(mla_decode_num_splits(128, 128, 1, 132, 256) == 1, "B128 H128");
+    EXPECT(mla_decode_num_splits(1, 16, 1, 132, 256) == 132, "B1 H16: 132 splits");
+    EXPECT(mla_decode_num_splits(1, 128, 1, 132, 256) == 66, "B1 H128: 2 blocks x 66");
+    EXPECT(mla_decode_num_splits(8, 16, 1, 132, 4) == 4, "capped");
+    EXPECT(mla_decode_num_splits(0, 16, 1, 132, 256) == 1, "empty batch");
+    /* the workspace bound: ctas * splits <= sm_count whenever splits > 1 */
+    for (int b = 1; b <= 200; b++)
+        for (int h = 16; h <= 128; h *= 2)
+            for (int q = 1; q <= 4; q++) {
+                int s = mla_decode_num_splits(b, h, q, 132, 256);
+                int m = mla_decode_block_rows(h, q);
+                long ctas = (long)b * ((h * q + m - 1) / m);
+                EXPECT(s == 1 || ctas * s <= 132, "b %d h %d q %d: %ld ctas x %d", b, h, q, ctas,
+                       s);
+            }
+}
+
+static void test_hooks_and_spec(void) {
+    const char *names[] = {AP_HOOK_APPEND_KV_V1, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1,
+                           AP_HOOK_MERGE_STATE_V1, AP_HOOK_CUDA_GRAPH_V1};
+    for (size_t i = 0; i < 4; i++) EXPECT(vt->get_hook(NULL, names[i]) != NULL, "%s", names[i]);
+    EXPECT(vt->get_hook(NULL, "vendor.none/1") == NULL, "unknown hook");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    void *so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (so == NULL) {
+        printf("dlopen %s: %s\n", argv[1], dlerror());
+        return 1;
+    }
+    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(so, AP_PLUGIN_ENTRY);
+    EXPECT(negotiate != NULL, "entry symbol");
+    if (negotiate == NULL) return 1;
+    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
+    ap_negotiate_reply reply = {.struct_size = sizeof reply};
+    char text[256] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT(negotiate(&offer, &reply, &msg) == AP_OK, "negotiate: %s", text);
+    offer.core_abi_minor = 0;
+    ap_negotiate_reply old = {.struct_size = sizeof old};
+    EXPECT(negotiate(&offer, &old, &msg) == AP_ERR_ABI_MISMATCH, "ABI 1.0 core refused");
+    vt = reply.descriptor->vtable;
+    caps = reply.descriptor->caps;
+    EXPECT(strcmp(reply.descriptor->name, "trtllm_mla") == 0, "name");
+    test_validate();
+    test_caps();
+    test_splits();
+    test_hooks_and_spec();
+    printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
+    dlclose(so);
+    return failures ? 1 : 0;
+}

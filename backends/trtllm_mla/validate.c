@@ -1,0 +1,162 @@
+/* validate.c: may trtllm_mla serve this model here? Every reason it cannot, no allocation. */
+#include <string.h>
+
+#include "glue.h"
+
+/* The kernels are written for DeepSeek's latent: 512 + 64, one latent head, 16..128 query heads
+ * (TP 8 .. TP 1), bf16 activations, a bf16 or fp8 e4m3 cache in pages of 32 or 64. */
+static void mla_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refused) {
+    if (m->kind != AP_ATTN_MLA) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": attention kind %s is not served (MLA only)",
+                      m->kind == AP_ATTN_MHA ? "MHA" : "unknown");
+        return;
+    }
+    if (m->kv_lora_rank != MLA_LATENT || m->qk_rope_head_dim != MLA_ROPE ||
+        m->head_dim_qk != MLA_ROW || m->head_dim_v != MLA_LATENT || m->num_kv_heads != 1) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      MLA_NAME ": latent %d + rope %d (qk %d, v %d, %d KV heads) is not "
+                               "DeepSeek's 512 + 64 (qk 576, v 512, 1 KV head)",
+                      m->kv_lora_rank, m->qk_rope_head_dim, m->head_dim_qk, m->head_dim_v,
+                      m->num_kv_heads);
+    }
+    int h = m->num_qo_heads;
+    if (h != 16 && h != 32 && h != 64 && h != 128) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": %d query heads (16, 32, 64 or 128 served)", h);
+    }
+    if (m->page_size != 32 && m->page_size != 64) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": page size %d is not 32 or 64", m->page_size);
+    }
+    if (m->max_batch <= 0 || m->max_tokens <= 0 || m->max_batch > (1 << 16) ||
+        m->max_tokens > (1 << 24)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons,
+                      MLA_NAME ": max_batch %d and max_tokens %d must be in 1..2^16 and "
+                               "1..2^24",
+                      m->max_batch, m->max_tokens);
+    }
+    if (m->causal != 1) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": non-causal MLA is not served");
+    }
+}
+
+static void mla_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {
+    if (m->dtype != AP_DTYPE_BF16) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": query dtype %s is not bf16", ap_dtype_str(m->dtype));
+    }
+    if (m->kv_dtype != AP_DTYPE_BF16 && m->kv_dtype != AP_DTYPE_FP8_E4M3) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": latent cache dtype %s is not bf16 or fp8_e4m3",
+                      ap_dtype_str(m->kv_dtype));
+    }
+}
+
+/* cp.async, mma.sync and the fp8 conversions need sm_89+, griddepcontrol sm_90; the build is for
+ * sm_90a, which the core's arch check also enforces. */
+static void mla_validate_device(const ap_device *device, ap_msgbuf *reasons, int *refused) {
+    if (device == NULL) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": no device given");
+        return;
+    }
+    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": needs a CUDA GPU%s%s",
+                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
+        return;
+    }
+    if (device->cc_major < 9) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": compute capability %d.%d is below 9.0", device->cc_major,
+                      device->cc_minor);
+    }
+    if (device->sm_count <= 0) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": the device reports %d SMs", device->sm_count);
+    }
+    if (device->smem_per_block_optin > 0 && device->smem_per_block_optin < 230400) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": %d bytes of shared memory per block (230400 needed)",
+                      device->smem_per_block_optin);
+    }
+}
+
+int mla_option_split_kv(const ap_options *options) {
+    if (options == NULL || options->extra == NULL) return 1;
+    for (size_t i = 0; i < options->num_extra; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        if (kv->key != NULL && strcmp(kv->key, "split_kv") == 0 && kv->value != NULL &&
+            strcmp(kv->value, "off") == 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* 0 (unset: the kernel picks), 2 or 3. */
+int mla_option_stages(const ap_options *options) {
+    if (options == NULL || options->extra == NULL) return 0;
+    for (size_t i = 0; i < options->num_extra; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        if (kv->key != NULL && strcmp(kv->key, "decode_stages") == 0 && kv->value != NULL)
+            return strcmp(kv->value, "3") == 0 ? 3 : 2;
+    }
+    return 0;
+}
+
+/* Backend-specific options, both measurement knobs:
+ *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
+ *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
+ *                              registers to make room); the 64-row kernel always has 2. Unset:
+ *                              3 for an fp8 cache or a split-KV batch, else 2 (decode.cu) */
+static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
+    if (options == NULL) return;
+    if (options->struct_size < sizeof(ap_options)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, MLA_NAME ": ap_options struct_size %zu < %zu", options->struct_size,
+                      sizeof(ap_options));
+        return;
+    }
+    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
+        const ap_option_kv *kv = &options->extra[i];
+        const char *key = kv->key != NULL ? kv->key : "(null)";
+        const char *value = kv->value != NULL ? kv->value : "(null)";
+        if (strcmp(key, "split_kv") == 0 &&
+            (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
+            continue;
+        if (strcmp(key, "decode_stages") == 0 &&
+            (strcmp(value, "2") == 0 || strcmp(value, "3") == 0))
+            continue;
+        *refused = 1;
+        if (strcmp(key, "split_kv") == 0)
+            ap_msgbuf_add(reasons, MLA_NAME ": option split_kv is '%s', not auto or off", value);
+        else if (strcmp(key, "decode_stages") == 0)
+            ap_msgbuf_add(reasons, MLA_NAME ": option decode_stages is '%s', not 2 or 3", value);
+        else
+            ap_msgbuf_add(reasons,
+                          MLA_NAME ": unknown option '%s' (known: split_kv, decode_stages)", key);
+    }
+}
+
+ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
+                       ap_msgbuf *reasons) {
+    if (model == NULL) {
+        ap_msgbuf_add(reasons, MLA_NAME ": no model given");
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (model->struct_size < sizeof(ap_model)) {
+        ap_msgbuf_add(reasons, MLA_NAME ": ap_model struct_size %zu < %zu (an older ABI)",
+                      model->struct_size, sizeof(ap_model));
+        return AP_ERR_REFUSED;
+    }
+    int refused = 0;
+    mla_validate_shape(model, reasons, &refused);
+    mla_validate_dtypes(model, reasons, &refused);
+    mla_validate_device(device, reasons, &refused);
+    mla_validate_options(options, reasons, &refused);
+    return refused ? AP_ERR_REFUSED : AP_OK;
+}

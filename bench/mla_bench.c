@@ -1,0 +1,546 @@
+/* mla_bench.c: mla-bench, trtllm_mla timed through the core API the way a host calls it:
+ * absorbed decode (and MTP) over a shuffled paged latent cache, the prefix-chunk pack and the
+ * fused MLA append. CUDA events, warm-up, median of --runs; inputs rotated past the L2.
+ *   mla-bench [--runs N] [--json FILE] [--plugin-dir DIR]... */
+#include <cuda_runtime_api.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attnplug.h"
+#include "backends/numeric/host_numeric.h"
+#include "tests/gpu/gpu_rand.h"
+
+#define MB_L2_FLUSH (200ull << 20) /* rotate input sets until a pass reads this much */
+#define MB_MAX_SETS 8
+
+static int mb_runs = 100;
+static FILE *mb_json;
+static int mb_first_row = 1;
+static const char *mb_only; /* --only TEXT: the cases whose name contains it */
+
+static int mb_skip(const char *name) {
+    return mb_only != NULL && strstr(name, mb_only) == NULL;
+}
+
+static int mb_ok(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return 1;
+    fprintf(stderr, "CUDA error in %s: %s\n", what, cudaGetErrorString(e));
+    return 0;
+}
+
+static void mb_tensor(DLTensor *t, int64_t *shape, void *data, DLDataType dt, int ndim) {
+    memset(t, 0, sizeof *t);
+    t->data = data;
+    t->device.device_type = kDLCUDA;
+    t->ndim = ndim;
+    t->dtype = dt;
+    t->shape = shape;
+}
+
+static const DLDataType mb_bf16 = {kDLBfloat, 16, 1}, mb_f32 = {kDLFloat, 32, 1},
+                        mb_i32 = {kDLInt, 32, 1}, mb_fp8 = {AP_DL_FLOAT8_E4M3FN, 8, 1};
+
+/* Fill n bytes of device memory with random bf16 in [-1, 1) (or random fp8 codes). */
+static int mb_fill(void *dev, size_t bytes, int fp8, uint64_t *rng) {
+    size_t n = fp8 ? bytes : bytes / 2;
+    uint8_t *host = malloc(bytes);
+    if (host == NULL) return 0;
+    for (size_t i = 0; i < n; i++) {
+        float x = gpu_rand_uniform(rng, -1.f, 1.f);
+        if (fp8)
+            host[i] = ap_float_to_fp8_e4m3(x * 100.f);
+        else
+            ((uint16_t *)host)[i] = ap_float_to_bf16(x);
+    }
+    int ok = mb_ok(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice), "fill");
+    free(host);
+    return ok;
+}
+
+static int mb_cmp(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median ms of `runs` calls of fn(set), timed one by one with events, sets rotated. */
+typedef int (*mb_fn)(void *ctx, int set);
+static double mb_time(mb_fn fn, void *ctx, int sets, double *min_ms) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 10 + sets; i++)
+        if (!fn(ctx, i % sets)) return -1;
+    cudaDeviceSynchronize();
+    float *ms = malloc(sizeof(float) * (size_t)mb_runs);
+    for (int i = 0; i < mb_runs; i++) {
+        cudaEventRecord(e0, 0);
+        if (!fn(ctx, i % sets)) return -1;
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    qsort(ms, (size_t)mb_runs, sizeof(float), mb_cmp);
+    double med = ms[mb_runs / 2];
+    *min_ms = ms[0];
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return mb_ok(cudaGetLastError(), "timed calls") ? med : -1;
+}
+
+/* Mean ms per call of `calls` back-to-back calls (the small pack: host launch cost included). */
+static double mb_time_loop(mb_fn fn, void *ctx, int calls) {
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 200; i++) fn(ctx, 0);
+    cudaDeviceSynchronize();
+    cudaEventRecord(e0, 0);
+    for (int i = 0; i < calls; i++)
+        if (!fn(ctx, 0)) return -1;
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms / calls;
+}
+
+static void mb_row(const char *kind, const char *name, double ms, double min_ms, double gbps,
+                   double tflops) {
+    printf("%-6s %-46s %9.4f ms (min %.4f)  %8.1f GB/s  %7.1f TFLOP/s\n", kind, name, ms, min_ms,
+           gbps, tflops);
+    if (mb_json != NULL) {
+        fprintf(mb_json,
+                "%s\n  {\"kind\": \"%s\", \"name\": \"%s\", \"ms\": %.5f, \"min_ms\": %.5f, "
+                "\"GBps\": %.1f, \"TFLOPs\": %.2f}",
+                mb_first_row ? "" : ",", kind, name, ms, min_ms, gbps, tflops);
+        mb_first_row = 0;
+    }
+    fflush(stdout);
+}
+
+/* ---- decode ----------------------------------------------------------------------------------- */
+
+typedef struct mb_decode {
+    ap_instance *inst;
+    int B, L, H, q_len, sets;
+    ap_dtype kv;
+    void *cache[MB_MAX_SETS];
+    void *q, *qr, *out, *lse;
+    int32_t *ints;
+    int64_t sq[3], sr[3], so[3], sl[2];
+    DLTensor tq, tr, to, tl;
+    ap_kv_cache kvc[MB_MAX_SETS];
+    ap_layer layer[MB_MAX_SETS];
+    ap_batch batch;
+    ap_forward_args args;
+} mb_decode;
+
+static int mb_decode_call(void *ctx, int set) {
+    mb_decode *d = ctx;
+    ap_status st = d->q_len == 1 ? ap_instance_forward_decode(d->inst, &d->layer[set], &d->args, 0)
+                                 : ap_instance_forward_extend(d->inst, &d->layer[set], &d->args, 0);
+    if (st != AP_OK) fprintf(stderr, "forward: %s\n", ap_last_error());
+    return st == AP_OK;
+}
+
+static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L, int H, int page,
+                           ap_dtype kvd, int q_len, int stages, uint64_t *rng) {
+    mb_decode d;
+    memset(&d, 0, sizeof d);
+    d.B = B, d.L = L, d.H = H, d.q_len = q_len, d.kv = kvd;
+    ap_model m = {.struct_size = sizeof m,
+                  .name = "deepseek-ai/DeepSeek-V3",
+                  .kind = AP_ATTN_MLA,
+                  .num_qo_heads = H,
+                  .num_kv_heads = 1,
+                  .head_dim_qk = 576,
+                  .head_dim_v = 512,
+                  .kv_lora_rank = 512,
+                  .qk_rope_head_dim = 64,
+                  .qk_nope_head_dim = 128,
+                  .v_head_dim = 128,
+                  .dtype = AP_DTYPE_BF16,
+                  .kv_dtype = kvd,
+                  .page_size = page,
+                  .num_layers = 1,
+                  .causal = 1,
+                  .max_batch = 256,
+                  .max_tokens = 16384,
+                  .max_kv_len = 65536};
+    char name[96];
+    snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s", B, L, H, page,
+             kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+    if (q_len > 1)
+        snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s MTP q%d", B, L, H, page,
+                 kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", q_len);
+    if (stages > 0) snprintf(name + strlen(name), sizeof name - strlen(name), " %dstage", stages);
+    if (mb_skip(name)) return;
+    ap_option_kv forced = {"decode_stages", stages == 3 ? "3" : "2"};
+    ap_options opts = {.struct_size = sizeof opts,
+                       .prefix_cache = AP_OPTION_UNSET,
+                       .chunked_prefill = AP_OPTION_UNSET,
+                       .cuda_graphs = AP_OPTION_UNSET,
+                       .extra = &forced,
+                       .num_extra = stages > 0 ? 1 : 0};
+    if (ap_instance_open(reg, "trtllm_mla", &m, &opts, dev, &d.inst) != AP_OK) {
+        printf("%s: open: %s\n", name, ap_last_error());
+        return;
+    }
+    const int pages_per = L / page, T = B * q_len;
+    const size_t elem = kvd == AP_DTYPE_FP8_E4M3 ? 1 : 2;
+    const size_t set_bytes = (size_t)B * pages_per * page * 576 * elem;
+    d.sets = (int)((MB_L2_FLUSH + set_bytes - 1) / set_bytes);
+    if (d.sets > MB_MAX_SETS) d.sets = MB_MAX_SETS;
+    if (d.sets < 1) d.sets = 1;
+    int ok = 1;
+    for (int s = 0; s < d.sets && ok; s++)
+        ok = mb_ok(cudaMalloc(&d.cache[s], set_bytes), "cache") &&
+             mb_fill(d.cache[s], set_bytes, elem == 1, rng);
+    ok = ok && mb_ok(cudaMalloc(&d.q, (size_t)T * H * 512 * 2), "q") &&
+         mb_ok(cudaMalloc(&d.qr, (size_t)T * H * 64 * 2), "q") &&
+         mb_ok(cudaMalloc(&d.out, (size_t)T * H * 512 * 2), "out") &&
+         mb_ok(cudaMalloc(&d.lse, (size_t)T * H * 4), "lse") &&
+         mb_fill(d.q, (size_t)T * H * 512 * 2, 0, rng) &&
+         mb_fill(d.qr, (size_t)T * H * 64 * 2, 0, rng);
+    /* batch arrays: pages shuffled */
+    int n_ints = (B + 1) * 2 + B * pages_per + 2 * B + T;
+    int32_t *h = calloc((size_t)n_ints, 4);
+    int32_t *qo = h, *pi = qo + B + 1, *idx = pi + B + 1, *last = idx + B * pages_per,
+            *lens = last + B, *pos = lens + B;
+    for (int i = 0; i <= B; i++) qo[i] = i * q_len, pi[i] = i * pages_per;
+    for (int i = 0; i < B * pages_per; i++) idx[i] = i;
+    for (int i = B * pages_per - 1; i > 0; i--) {
+        int j = (int)gpu_rand_below(rng, (uint32_t)i + 1), t = idx[i];
+        idx[i] = idx[j], idx[j] = t;
+    }
+    for (int i = 0; i < B; i++) {
+        last[i] = page, lens[i] = L;
+        for (int j = 0; j < q_len; j++) pos[i * q_len + j] = L - q_len + j;
+    }
+    ok = ok && mb_ok(cudaMalloc((void **)&d.ints, (size_t)n_ints * 4), "ints") &&
+         mb_ok(cudaMemcpy(d.ints, h, (size_t)n_ints * 4, cudaMemcpyHostToDevice), "ints");
+    if (!ok) goto out;
+    int32_t *g = d.ints;
+    d.batch = (ap_batch){.struct_size = sizeof(ap_batch),
+                         .mode = q_len == 1 ? AP_MODE_DECODE : AP_MODE_EXTEND,
+                         .num_seqs = B,
+                         .num_tokens = T,
+                         .max_q_len = q_len,
+                         .max_seq_len = L,
+                         .num_pages_total = B * pages_per,
+                         .qo_indptr = g,
+                         .kv_page_indptr = g + B + 1,
+                         .kv_page_indices = g + 2 * (B + 1),
+                         .kv_last_page_len = g + 2 * (B + 1) + B * pages_per,
+                         .seq_lens = g + 2 * (B + 1) + B * pages_per + B,
+                         .positions = g + 2 * (B + 1) + B * pages_per + 2 * B,
+                         .qo_indptr_host = qo,
+                         .kv_page_indptr_host = pi,
+                         .kv_page_indices_host = idx,
+                         .kv_last_page_len_host = last,
+                         .seq_lens_host = lens,
+                         .positions_host = pos};
+    for (int s = 0; s < d.sets; s++) {
+        d.kvc[s] = (ap_kv_cache){.struct_size = sizeof(ap_kv_cache),
+                                 .layout = AP_KV_LAYOUT_NHD,
+                                 .dtype = kvd,
+                                 .page_size = page,
+                                 .num_pages = B * pages_per,
+                                 .num_kv_heads = 1,
+                                 .head_dim_qk = 576,
+                                 .head_dim_v = 512,
+                                 .k_pages = d.cache[s]};
+        d.layer[s] = (ap_layer){.struct_size = sizeof(ap_layer),
+                                .sm_scale = 0.0723f,
+                                .k_scale = 0.01f,
+                                .v_scale = 0.01f,
+                                .window_left = -1,
+                                .kv = &d.kvc[s]};
+    }
+    d.sq[0] = T, d.sq[1] = H, d.sq[2] = 512;
+    d.sr[0] = T, d.sr[1] = H, d.sr[2] = 64;
+    d.so[0] = T, d.so[1] = H, d.so[2] = 512;
+    d.sl[0] = T, d.sl[1] = H;
+    mb_tensor(&d.tq, d.sq, d.q, mb_bf16, 3);
+    mb_tensor(&d.tr, d.sr, d.qr, mb_bf16, 3);
+    mb_tensor(&d.to, d.so, d.out, mb_bf16, 3);
+    mb_tensor(&d.tl, d.sl, d.lse, mb_f32, 2);
+    d.args = (ap_forward_args){.struct_size = sizeof(ap_forward_args),
+                               .q = &d.tq,
+                               .out = &d.to,
+                               .lse = &d.tl,
+                               .q_rope = &d.tr};
+    if (ap_instance_init_metadata(d.inst, &d.batch, 0) != AP_OK) {
+        printf("%s: plan: %s\n", name, ap_last_error());
+        goto out;
+    }
+    double mn, ms = mb_time(mb_decode_call, &d, d.sets, &mn);
+    if (ms > 0) {
+        double bytes = (double)B * L * 576 * elem;
+        double flops = (double)B * q_len * H * L * (576 + 512) * 2;
+        mb_row("decode", name, ms, mn, bytes / (ms * 1e6), flops / (ms * 1e9));
+    }
+out:
+    free(h);
+    for (int s = 0; s < d.sets; s++) cudaFree(d.cache[s]);
+    cudaFree(d.q), cudaFree(d.qr), cudaFree(d.out), cudaFree(d.lse), cudaFree(d.ints);
+    ap_instance_close(d.inst);
+}
+
+/* ---- pack ------------------------------------------------------------------------------------- */
+
+typedef struct mb_pack {
+    ap_instance *inst;
+    DLTensor kn, pe, v, ko, vo;
+    int64_t skn[3], spe[2], sv[3], sko[3], svo[3];
+    ap_pack_kv_args args;
+} mb_pack;
+
+static int mb_pack_call(void *ctx, int set) {
+    (void)set;
+    mb_pack *p = ctx;
+    ap_status st = ap_instance_pack_prefix_chunk_kv(p->inst, &p->args, 0);
+    if (st != AP_OK) fprintf(stderr, "pack: %s\n", ap_last_error());
+    return st == AP_OK;
+}
+
+static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, uint64_t *rng) {
+    mb_pack p;
+    memset(&p, 0, sizeof p);
+    char name[96];
+    snprintf(name, sizeof name, "pack s=%d H%d (128/64/128) bf16->fp8", T, H);
+    if (mb_skip(name)) return;
+    ap_model m = {.struct_size = sizeof m,
+                  .name = "deepseek-ai/DeepSeek-V3",
+                  .kind = AP_ATTN_MLA,
+                  .num_qo_heads = H,
+                  .num_kv_heads = 1,
+                  .head_dim_qk = 576,
+                  .head_dim_v = 512,
+                  .kv_lora_rank = 512,
+                  .qk_rope_head_dim = 64,
+                  .qk_nope_head_dim = 128,
+                  .v_head_dim = 128,
+                  .dtype = AP_DTYPE_BF16,
+                  .kv_dtype = AP_DTYPE_BF16,
+                  .page_size = 64,
+                  .num_layers = 1,
+                  .causal = 1,
+                  .max_batch = 256,
+                  .max_tokens = 16384,
+                  .max_kv_len = 65536};
+    if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &p.inst) != AP_OK) {
+        printf("pack: open: %s\n", ap_last_error());
+        return;
+    }
+    void *kn = NULL, *pe = NULL, *v = NULL, *ko = NULL, *vo = NULL;
+    size_t nkn = (size_t)T * H * 128;
+    int ok = mb_ok(cudaMalloc(&kn, nkn * 2), "kn") && mb_ok(cudaMalloc(&v, nkn * 2), "v") &&
+             mb_ok(cudaMalloc(&pe, (size_t)T * 64 * 2), "pe") &&
+             mb_ok(cudaMalloc(&ko, (size_t)T * H * 192), "ko") &&
+             mb_ok(cudaMalloc(&vo, nkn), "vo") && mb_fill(kn, nkn * 2, 0, rng) &&
+             mb_fill(v, nkn * 2, 0, rng) && mb_fill(pe, (size_t)T * 64 * 2, 0, rng);
+    if (ok) {
+        p.skn[0] = T, p.skn[1] = H, p.skn[2] = 128;
+        p.spe[0] = T, p.spe[1] = 64;
+        p.sv[0] = T, p.sv[1] = H, p.sv[2] = 128;
+        p.sko[0] = T, p.sko[1] = H, p.sko[2] = 192;
+        p.svo[0] = T, p.svo[1] = H, p.svo[2] = 128;
+        mb_tensor(&p.kn, p.skn, kn, mb_bf16, 3);
+        mb_tensor(&p.pe, p.spe, pe, mb_bf16, 2);
+        mb_tensor(&p.v, p.sv, v, mb_bf16, 3);
+        mb_tensor(&p.ko, p.sko, ko, mb_fp8, 3);
+        mb_tensor(&p.vo, p.svo, vo, mb_fp8, 3);
+        p.args = (ap_pack_kv_args){.struct_size = sizeof(ap_pack_kv_args),
+                                   .k_nope = &p.kn,
+                                   .k_pe = &p.pe,
+                                   .v = &p.v,
+                                   .k_out = &p.ko,
+                                   .v_out = &p.vo,
+                                   .k_scale = 0.02f,
+                                   .v_scale = 0.03f};
+        double bytes = (double)T * H * 128 * 2 * 2 + (double)T * 64 * 2 + (double)T * H * 320;
+        double mn, ms;
+        if (T <= 64) {
+            ms = mb_time_loop(mb_pack_call, &p, 2000);
+            mn = ms;
+        } else {
+            ms = mb_time(mb_pack_call, &p, 1, &mn);
+        }
+        if (ms > 0) mb_row("pack", name, ms, mn, bytes / (ms * 1e6), 0);
+    }
+    cudaFree(kn), cudaFree(pe), cudaFree(v), cudaFree(ko), cudaFree(vo);
+    ap_instance_close(p.inst);
+}
+
+/* ---- append ----------------------------------------------------------------------------------- */
+
+typedef struct mb_append {
+    ap_instance *inst;
+    ap_kv_cache kv;
+    ap_layer layer;
+    DLTensor k, q, pos, loc, cs;
+    int64_t sk[3], sq[3], sp[1], scs[2];
+    ap_append_kv_args args;
+} mb_append;
+
+static int mb_append_call(void *ctx, int set) {
+    (void)set;
+    mb_append *a = ctx;
+    ap_status st = ap_instance_append_kv(a->inst, &a->layer, &a->args, 0);
+    if (st != AP_OK) fprintf(stderr, "append: %s\n", ap_last_error());
+    return st == AP_OK;
+}
+
+static void mb_append_case(ap_registry *reg, const ap_device *dev, int T, int H, ap_dtype kvd,
+                           uint64_t *rng) {
+    mb_append a;
+    memset(&a, 0, sizeof a);
+    char name[96];
+    snprintf(name, sizeof name, "append %d tokens H%d q_rope in place, %s cache", T, H,
+             kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
+    if (mb_skip(name)) return;
+    ap_model m = {.struct_size = sizeof m,
+                  .name = "deepseek-ai/DeepSeek-V3",
+                  .kind = AP_ATTN_MLA,
+                  .num_qo_heads = H,
+                  .num_kv_heads = 1,
+                  .head_dim_qk = 576,
+                  .head_dim_v = 512,
+                  .kv_lora_rank = 512,
+                  .qk_rope_head_dim = 64,
+                  .qk_nope_head_dim = 128,
+                  .v_head_dim = 128,
+                  .dtype = AP_DTYPE_BF16,
+                  .kv_dtype = kvd,
+                  .page_size = 64,
+                  .num_layers = 1,
+                  .causal = 1,
+                  .max_batch = 256,
+                  .max_tokens = 16384,
+                  .max_kv_len = 65536};
+    if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &a.inst) != AP_OK) {
+        printf("append: open: %s\n", ap_last_error());
+        return;
+    }
+    const size_t elem = kvd == AP_DTYPE_FP8_E4M3 ? 1 : 2;
+    const int pages = T / 64 + 1, max_pos = 65536;
+    void *k = NULL, *q = NULL, *cache = NULL, *cs = NULL;
+    int32_t *pos = NULL;
+    int ok = mb_ok(cudaMalloc(&k, (size_t)T * 576 * 2), "k") &&
+             mb_ok(cudaMalloc(&q, (size_t)T * H * 64 * 2), "q") &&
+             mb_ok(cudaMalloc(&cache, (size_t)pages * 64 * 576 * elem), "cache") &&
+             mb_ok(cudaMalloc(&cs, (size_t)max_pos * 64 * 4), "cs") &&
+             mb_ok(cudaMalloc((void **)&pos, (size_t)T * 8), "pos") &&
+             mb_fill(k, (size_t)T * 576 * 2, 0, rng) &&
+             mb_fill(q, (size_t)T * H * 64 * 2, 0, rng) &&
+             mb_fill(cs, (size_t)max_pos * 64 * 4, 0, rng);
+    int32_t *h = malloc((size_t)T * 8);
+    for (int t = 0; h && t < T; t++) h[t] = (int32_t)gpu_rand_below(rng, max_pos), h[T + t] = t;
+    ok = ok && h && mb_ok(cudaMemcpy(pos, h, (size_t)T * 8, cudaMemcpyHostToDevice), "pos");
+    free(h);
+    if (ok) {
+        a.kv = (ap_kv_cache){.struct_size = sizeof(ap_kv_cache),
+                             .layout = AP_KV_LAYOUT_NHD,
+                             .dtype = kvd,
+                             .page_size = 64,
+                             .num_pages = pages,
+                             .num_kv_heads = 1,
+                             .head_dim_qk = 576,
+                             .head_dim_v = 512,
+                             .k_pages = cache};
+        a.layer = (ap_layer){.struct_size = sizeof(ap_layer),
+                             .sm_scale = 0.07f,
+                             .k_scale = 0.01f,
+                             .v_scale = 0.01f,
+                             .window_left = -1,
+                             .kv = &a.kv};
+        a.sk[0] = T, a.sk[1] = 1, a.sk[2] = 576;
+        a.sq[0] = T, a.sq[1] = H, a.sq[2] = 64;
+        a.sp[0] = T;
+        a.scs[0] = max_pos, a.scs[1] = 64;
+        mb_tensor(&a.k, a.sk, k, mb_bf16, 3);
+        mb_tensor(&a.q, a.sq, q, mb_bf16, 3);
+        mb_tensor(&a.pos, a.sp, pos, mb_i32, 1);
+        mb_tensor(&a.loc, a.sp, pos + T, mb_i32, 1);
+        mb_tensor(&a.cs, a.scs, cs, mb_f32, 2);
+        a.args = (ap_append_kv_args){.struct_size = sizeof(ap_append_kv_args),
+                                     .q = &a.q,
+                                     .q_out = &a.q,
+                                     .k = &a.k,
+                                     .positions = &a.pos,
+                                     .out_loc = &a.loc,
+                                     .cos_sin = &a.cs,
+                                     .rotary_dim = 64,
+                                     .is_neox = 0};
+        /* k read, cache written, q_rope read and written in place (cos_sin rows: L2 traffic) */
+        double bytes = (double)T * 576 * (2 + elem) + (double)T * H * 64 * 2 * 2;
+        double mn, ms = mb_time(mb_append_call, &a, 1, &mn);
+        if (ms > 0) mb_row("append", name, ms, mn, bytes / (ms * 1e6), 0);
+    }
+    cudaFree(k), cudaFree(q), cudaFree(cache), cudaFree(cs), cudaFree(pos);
+    ap_instance_close(a.inst);
+}
+
+int main(int argc, char **argv) {
+    const char *dirs[8];
+    size_t nd = 0;
+    const char *json = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc && nd < 8)
+            dirs[nd++] = argv[++i];
+        else if (strcmp(argv[i], "--runs") == 0 && i + 1 < argc)
+            mb_runs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
+            mb_only = argv[++i];
+        else if (strcmp(argv[i], "--json") == 0 && i + 1 < argc)
+            json = argv[++i];
+        else {
+            fprintf(
+                stderr,
+                "usage: mla-bench [--runs N] [--only TEXT] [--json FILE] [--plugin-dir DIR]...\n");
+            return 2;
+        }
+    }
+    if (mb_runs < 10) mb_runs = 10;
+    ap_registry_options ro = {.struct_size = sizeof ro, .search_dirs = dirs, .num_search_dirs = nd};
+    ap_registry *reg = NULL;
+    ap_device dev;
+    if (ap_registry_create(&ro, &reg) != AP_OK || ap_registry_scan(reg) != AP_OK ||
+        ap_device_query(0, &dev) != AP_OK) {
+        fprintf(stderr, "setup: %s\n", ap_last_error());
+        return 1;
+    }
+    if (json != NULL) {
+        mb_json = fopen(json, "w");
+        if (mb_json != NULL) fprintf(mb_json, "[");
+    }
+    printf("mla-bench on %s, median of %d\n", dev.name, mb_runs);
+    uint64_t rng = 12345;
+    mb_pack_case(reg, &dev, 4096, 128, &rng);
+    for (int t = 1; t <= 4; t++) mb_pack_case(reg, &dev, t, 128, &rng);
+    mb_append_case(reg, &dev, 16384, 16, AP_DTYPE_FP8_E4M3, &rng);
+    mb_append_case(reg, &dev, 16384, 128, AP_DTYPE_BF16, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, 0, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, 0, &rng);
+    /* the 16-row kernel with the stage count forced (option decode_stages), beside the default */
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
+    if (mb_json != NULL) {
+        fprintf(mb_json, "\n]\n");
+        fclose(mb_json);
+    }
+    ap_registry_destroy(reg);
+    return 0;
+}
