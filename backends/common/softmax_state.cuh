@@ -24,4 +24,31 @@ __device__ __forceinline__ float ap_lse2_to_ln(float lse2) {
     return lse2 * ap_ln2;
 }
 
+// Two states given in natural log, as merge_state/1 defines it (a row with no keys has
+// lse = -inf): m = max(lse_a, lse_b), w_a = exp(lse_a - m), w_b = exp(lse_b - m), the merged
+// lse = m + log(w_a + w_b), the weights returned already divided by w_a + w_b. Both -inf:
+// weights 0 and lse -inf (the caller writes o = 0). Full-precision expf/logf: the merge is
+// memory-bound, so accuracy costs nothing.
+struct ap_state_weights {
+    float w_a, w_b;
+    float lse;
+};
+
+__device__ __forceinline__ ap_state_weights ap_state_merge_weights(float lse_a, float lse_b) {
+    ap_state_weights r;
+    const float m = fmaxf(lse_a, lse_b);
+    if (m == -INFINITY) {
+        r.w_a = 0.f;
+        r.w_b = 0.f;
+        r.lse = -INFINITY;
+        return r;
+    }
+    const float wa = expf(lse_a - m), wb = expf(lse_b - m);
+    const float sum = wa + wb;
+    r.w_a = wa / sum;
+    r.w_b = wb / sum;
+    r.lse = m + logf(sum);
+    return r;
+}
+
 #endif // AP_COMMON_SOFTMAX_STATE_CUH

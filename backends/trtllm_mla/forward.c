@@ -92,7 +92,7 @@ static ap_status mla_forward(ap_backend *b, const ap_layer *layer, const ap_forw
         ap_msgbuf_add(msg, MLA_NAME ": lse must be dense");
         st = AP_ERR_UNSUPPORTED;
     }
-    if (st == AP_OK) st = mla_rt_set_device(b->device_ordinal, msg);
+    if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, MLA_NAME, msg);
     if (st != AP_OK) return st;
     const ap_kv_cache *kv = layer->kv;
     p.out = MLA_DATA(a->out);

@@ -2,6 +2,7 @@
 #ifndef AP_MLA_GLUE_H
 #define AP_MLA_GLUE_H
 
+#include "backends/common/kit.h"
 #include "mla.h"
 
 #define MLA_NAME "trtllm_mla"

@@ -88,7 +88,7 @@ ap_status mla_hook_append_kv(ap_backend *b, const ap_layer *layer, const ap_appe
     mla_append_params p = {0};
     ap_status st = mla_layer_check(b, layer, msg);
     if (st == AP_OK) st = mla_append_check(b, args, &p, msg);
-    if (st == AP_OK) st = mla_rt_set_device(b->device_ordinal, msg);
+    if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, MLA_NAME, msg);
     if (st != AP_OK) return st;
     const ap_kv_cache *kv = layer->kv;
     int64_t rows = args->cos_sin->shape[0];
@@ -173,7 +173,7 @@ ap_status mla_hook_pack(ap_backend *b, const ap_pack_kv_args *a, void *stream, a
         ap_msgbuf_add(msg, MLA_NAME ": pack dims too large");
         st = AP_ERR_UNSUPPORTED;
     }
-    if (st == AP_OK) st = mla_rt_set_device(dev, msg);
+    if (st == AP_OK) st = ap_kit_set_device(dev, MLA_NAME, msg);
     if (st != AP_OK) return st;
     p.k_nope = MLA_DATA(a->k_nope);
     p.k_pe = MLA_DATA(a->k_pe);
@@ -238,7 +238,7 @@ ap_status mla_hook_merge_state(ap_backend *b, const ap_merge_state_args *a, void
         }
     }
     if (st == AP_OK && d > INT32_MAX) st = AP_ERR_UNSUPPORTED;
-    if (st == AP_OK) st = mla_rt_set_device(dev, msg);
+    if (st == AP_OK) st = ap_kit_set_device(dev, MLA_NAME, msg);
     if (st != AP_OK) return st;
     mla_merge_params p = {
         .o_a = MLA_DATA(a->o_a),

@@ -1,11 +1,11 @@
 // merge_state.cu: merge_state/1 on the GPU: (o_a, lse_a) + (o_b, lse_b) -> (o, lse), exactly as
-// plugin_api.h defines it (state_merge.cuh). One warp per row: the row's two lse values are read
+// plugin_api.h defines it (softmax_state.cuh). One warp per row: the row's two lse values are read
 // by every lane before lane 0 writes the merged one, so o and lse may alias o_a and lse_a.
 #include <cuda_runtime.h>
 
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
-#include "../common/state_merge.cuh"
+#include "../common/softmax_state.cuh"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla merge_state"

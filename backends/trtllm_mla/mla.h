@@ -122,13 +122,6 @@ typedef struct mla_merge_params {
 
 ap_status mla_merge_run(const mla_merge_params *params, void *stream, ap_msgbuf *msg);
 
-/* ---------------------------------------------------------------------------------------------
- * The CUDA runtime for the C glue (runtime.cu).
- * ------------------------------------------------------------------------------------------- */
-ap_status mla_rt_set_device(int32_t ordinal, ap_msgbuf *msg);
-ap_status mla_rt_device_alloc(size_t bytes, void **out, ap_msgbuf *msg);
-void mla_rt_device_free(void *ptr);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,34 +1,20 @@
 /* plugin.c: trtllm_mla's entry: negotiation, caps, the instance's life, planning and hooks. */
-#include <pthread.h>
 #include <stdlib.h>
 
-#include "backends/common/cuda_archs.h"
+#include "backends/common/kit.h"
 #include "glue.h"
 
 #define MLA_VERSION "0.1.0"
 
-#ifndef AP_CUDA_ARCHS
-#error "AP_CUDA_ARCHS (the build's GPU targets, e.g. \"90a\") must be defined by the build"
-#endif
-
 /* ---- capabilities -------------------------------------------------------------------------- */
-
-#define MLA_MAX_ARCHS 16
-static ap_arch_target mla_archs[MLA_MAX_ARCHS];
-static size_t mla_num_archs;
-static pthread_once_t mla_archs_once = PTHREAD_ONCE_INIT;
-
-static void mla_archs_parse(void) {
-    mla_num_archs = ap_cuda_archs_parse(AP_CUDA_ARCHS, mla_archs, MLA_MAX_ARCHS);
-}
 
 static const int32_t mla_page_sizes[] = {32, 64};
 
 static ap_caps mla_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CUDA,
-    .archs = mla_archs,
-    .num_archs = 0, /* set at negotiation from AP_CUDA_ARCHS */
+    .archs = NULL, /* the build's targets, set at negotiation (ap_kit_cuda_archs) */
+    .num_archs = 0,
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MLA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16),
     .kv_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3),
@@ -46,9 +32,9 @@ static ap_caps mla_caps = {
 
 static void mla_destroy(ap_backend *b) {
     if (b == NULL) return;
-    if (mla_rt_set_device(b->device_ordinal, NULL) == AP_OK) {
-        mla_rt_device_free(b->partial_out);
-        mla_rt_device_free(b->partial_lse);
+    if (ap_kit_set_device(b->device_ordinal, MLA_NAME, NULL) == AP_OK) {
+        ap_kit_device_free(b->partial_out);
+        ap_kit_device_free(b->partial_lse);
     }
     free(b);
 }
@@ -57,9 +43,10 @@ static void mla_destroy(ap_backend *b) {
  * sm_count CTAs of at most 64 rows each leave one. */
 static ap_status mla_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     size_t rows = (size_t)b->sm_count * 64;
-    ap_status st =
-        mla_rt_device_alloc(rows * MLA_LATENT * sizeof(float), (void **)&b->partial_out, msg);
-    if (st == AP_OK) st = mla_rt_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, msg);
+    ap_status st = ap_kit_device_alloc(rows * MLA_LATENT * sizeof(float), (void **)&b->partial_out,
+                                       MLA_NAME, msg);
+    if (st == AP_OK)
+        st = ap_kit_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, MLA_NAME, msg);
     return st;
 }
 
@@ -85,7 +72,7 @@ static ap_status mla_create(const ap_model *model, const ap_options *options,
     b->split_kv = mla_option_split_kv(options);
     b->use_pdl = 1;
     b->stages = mla_option_stages(options);
-    st = mla_rt_set_device(device->ordinal, msg);
+    st = ap_kit_set_device(device->ordinal, MLA_NAME, msg);
     if (st == AP_OK) st = mla_decode_setup(msg);
     if (st == AP_OK) st = mla_alloc_workspace(b, msg);
     if (st != AP_OK) {
@@ -177,24 +164,10 @@ static const ap_descriptor mla_descriptor = {
     .vtable = &mla_vtable,
 };
 
-AP_PLUGIN_EXPORT ap_status ap_plugin_negotiate(const ap_negotiate_offer *offer,
-                                               ap_negotiate_reply *reply, ap_msgbuf *msg) {
-    if (offer == NULL || reply == NULL || offer->struct_size < sizeof(ap_negotiate_offer) ||
-        reply->struct_size < sizeof(ap_negotiate_reply)) {
-        ap_msgbuf_add(msg, MLA_NAME ": negotiation needs an offer and a reply with struct_size");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (offer->core_abi_major != AP_ABI_VERSION_MAJOR ||
-        offer->core_abi_minor < AP_ABI_VERSION_MINOR) {
-        ap_msgbuf_add(msg, MLA_NAME ": built for ABI %d.%d, the core offers %u.%u",
-                      AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR, offer->core_abi_major,
-                      offer->core_abi_minor);
-        return AP_ERR_ABI_MISMATCH;
-    }
-    pthread_once(&mla_archs_once, mla_archs_parse);
-    mla_caps.num_archs = mla_num_archs;
-    reply->plugin_abi_major = AP_ABI_VERSION_MAJOR;
-    reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
-    reply->descriptor = &mla_descriptor;
-    return AP_OK;
+/* The caps' arch table is the build's target list, parsed once by the kit. */
+static const ap_descriptor *mla_descriptor_ready(void) {
+    mla_caps.num_archs = ap_kit_cuda_archs(&mla_caps.archs);
+    return &mla_descriptor;
 }
+
+AP_PLUGIN_DEFINE(mla_descriptor_ready())

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "mla.h"
+#include "backends/trtllm_mla/mla.h"
 
 static int failures;
 #define EXPECT(cond, ...) \
