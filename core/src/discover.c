@@ -101,7 +101,7 @@ static void ap_list_dir(const char *dir, int want_dirs, ap_strings *out) {
         size_t len = strlen(name);
         if (name[0] == '.' && (len == 1 || (len == 2 && name[1] == '.'))) continue;
         if (!want_dirs && (len <= 3 || strcmp(name + len - 3, ".so") != 0)) continue;
-        char *path = ap_path_join(dir, name), text[8];
+        char *path = ap_path_join(dir, name), text[128];
         if (want_dirs && path != NULL && ap_entry_skip_reason(path, 1, text, sizeof text) != NULL) {
             free(path);
             continue;

@@ -25,9 +25,10 @@ def test_cpu_ref_capabilities(registry):
     assert os.path.basename(cpu["path"]) == "ap_cpu_ref.so"
     caps = cpu["caps"]
     assert caps["device_kinds"] == ["cpu"]
-    assert caps["attn_kinds"] == ["mha"]
+    assert caps["attn_kinds"] == ["mha", "mla"]
     assert set(caps["q_dtypes"]) == {"f32", "bf16", "f16"}
-    assert "fp8_e4m3" in caps["kv_dtypes"] and "nvfp4" not in caps["kv_dtypes"]
+    assert "fp8_e4m3" in caps["kv_dtypes"] and "nvfp4" in caps["kv_dtypes"]
+    assert "f32" not in caps["kv_dtypes"]
     assert caps["page_sizes"] is None and caps["head_dims"] is None  # any
     assert caps["phases"] == ["extend", "decode"]
     assert caps["cuda_graph"] == "none"
@@ -37,14 +38,14 @@ def test_cpu_ref_capabilities(registry):
 
 
 def test_verdict_with_every_reason(registry, make_model):
-    mla = make_model(kind="mla", num_qo_heads=16, num_kv_heads=1, head_dim_qk=576, head_dim_v=512,
-                     kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
-                     kv_dtype="nvfp4", dtype="bf16", page_size=64)
-    verdict = registry.check("cpu_ref", mla.as_dict(), device="cpu")
+    # fp8 queries and a float32 cache: two capability mismatches, both reported
+    odd = make_model(dtype="fp8_e4m3", kv_dtype="f32")
+    verdict = registry.check("cpu_ref", odd.as_dict(), device="cpu")
     assert verdict["usable"] is False
     assert verdict["status"] == "AP_ERR_UNSUPPORTED"
     text = "\n".join(verdict["reasons"])
-    assert "attention kind mla" in text and "nvfp4" in text and len(verdict["reasons"]) >= 2
+    assert "query dtype fp8_e4m3" in text and "KV-cache dtype f32" in text
+    assert len(verdict["reasons"]) >= 2
     ok = registry.check("cpu_ref", make_model().as_dict(), device="cpu")
     assert ok == dict(backend="cpu_ref", usable=True, status="AP_OK", code=0, reasons=[],
                       arch_index=-1)
@@ -106,12 +107,12 @@ def test_open_config_on_the_cpu(registry):
 def test_open_config_failure_carries_the_walk(registry):
     config = attnplug.Config.parse("version: 1\nrules:\n  - match: \"*\"\n    backend: cpu_ref\n")
     model = attnplug.Model("big", num_qo_heads=2, num_kv_heads=1, head_dim=8, dtype="f32",
-                           kv_dtype="nvfp4", max_batch=1, max_tokens=4, max_kv_len=16)
+                           kv_dtype="f32", max_batch=1, max_tokens=4, max_kv_len=16)
     with pytest.raises(attnplug.Error) as caught:
         registry.open_config(config, model.as_dict(), "cpu")
     error = caught.value
     assert error.status == "AP_ERR_UNSUPPORTED", error.message
-    assert "nvfp4" in error.message
+    assert "KV-cache dtype f32" in error.message
     assert error.selection["chosen"] is None
     assert error.selection["verdicts"][0]["backend"] == "cpu_ref"
 
@@ -131,7 +132,7 @@ def test_config_errors_name_the_place():
 
 
 def test_open_instance_by_list_refusal_names_each(registry, make_model):
-    model = make_model(kv_dtype="nvfp4")
+    model = make_model(kv_dtype="nvfp4", head_dim=8)  # nvfp4 rows are whole blocks of 16
     with pytest.raises(attnplug.Error) as caught:
         attnplug.open_instance(registry, model, backend=["cpu_ref"], device="cpu")
     assert caught.value.status == "AP_ERR_REFUSED"
