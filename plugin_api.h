@@ -242,6 +242,13 @@ typedef struct ap_caps {
     ap_graph_level cuda_graph;  /* what may be captured */
     uint64_t features;          /* AP_FEATURE_* */
     int32_t needs_host_mirrors; /* 1: init_metadata reads the batch's host arrays */
+
+    /* ABI 1.1: the hook names ("append_kv/1", ...) this backend's instances answer in get_hook,
+     * for listing before any instance exists. get_hook stays the authority: an instance may
+     * offer fewer (a hook that does not apply to its model). NULL / 0: not declared. Read only
+     * when AP_HAS_FIELD(caps, ap_caps, num_hooks). */
+    const char *const *hooks;
+    size_t num_hooks;
 } ap_caps;
 
 /* ---------------------------------------------------------------------------------------------

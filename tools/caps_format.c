@@ -127,6 +127,20 @@ void ap_list_features(uint64_t features, char *text, size_t size) {
     ap_list_end(&list, "none");
 }
 
+void ap_list_hooks(const ap_caps *caps, char *text, size_t size) {
+    ap_list list;
+    ap_list_start(&list, text, size);
+    if (AP_HAS_FIELD(caps, ap_caps, num_hooks) && caps->hooks != NULL) {
+        for (size_t i = 0; i < caps->num_hooks; i++) {
+            char shown[128]; /* the plugin's text: escaped and capped as every plugin string */
+            if (caps->hooks[i] == NULL) continue;
+            ap_text_escape(caps->hooks[i], shown, sizeof shown);
+            ap_list_add(&list, "%s", shown);
+        }
+    }
+    ap_list_end(&list, "none");
+}
+
 void ap_list_device_kinds(uint32_t kinds, char *text, size_t size) {
     ap_list list;
     ap_list_start(&list, text, size);

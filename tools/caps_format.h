@@ -27,5 +27,6 @@ void ap_list_ints(const int32_t *values, size_t count, char *text, size_t size);
 void ap_list_phases(uint32_t phases, char *text, size_t size);      /* "extend, decode" */
 void ap_list_features(uint64_t features, char *text, size_t size);  /* "lse, sinks" */
 void ap_list_device_kinds(uint32_t kinds, char *text, size_t size); /* "cpu, cuda" */
+void ap_list_hooks(const ap_caps *caps, char *text, size_t size);   /* "append_kv/1, ..." */
 
 #endif /* AP_CAPS_FORMAT_H */

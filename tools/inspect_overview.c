@@ -227,6 +227,8 @@ static void ap_inspect_emit_caps_json(ap_json *json, const ap_caps *caps) {
     ap_list_features(caps->features, list, sizeof(list));
     ap_json_member_names(json, "features", list);
     ap_json_member_bool(json, "needs_host_mirrors", caps->needs_host_mirrors);
+    ap_list_hooks(caps, list, sizeof(list));
+    ap_json_member_names(json, "hooks", list);
 }
 
 static void ap_inspect_emit_caps_text(const ap_caps *caps) {
@@ -252,6 +254,8 @@ static void ap_inspect_emit_caps_text(const ap_caps *caps) {
     printf("  features:     %s\n", list);
     printf("  host mirrors: %s\n",
            caps->needs_host_mirrors ? "read by init_metadata" : "not needed");
+    ap_list_hooks(caps, list, sizeof(list));
+    printf("  hooks:        %s\n", list);
 }
 
 static void ap_inspect_emit_backend(ap_inspect *inspect, const ap_descriptor *desc) {

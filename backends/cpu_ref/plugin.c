@@ -108,6 +108,10 @@ static void *cpu_get_hook(ap_backend *backend, const char *name) {
     return NULL;
 }
 
+/* The hooks get_hook answers, declared in the caps for listing. */
+static const char *const cpu_hooks[] = {AP_HOOK_APPEND_KV_V1, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1,
+                                        AP_HOOK_MERGE_STATE_V1};
+
 static const ap_caps cpu_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CPU,
@@ -125,6 +129,8 @@ static const ap_caps cpu_caps = {
     .features = AP_FEATURE_LSE | AP_FEATURE_NONCAUSAL | AP_FEATURE_LOGIT_SOFTCAP |
                 AP_FEATURE_SLIDING_WINDOW | AP_FEATURE_EMBEDDING_SKIP_KV,
     .needs_host_mirrors = 1,
+    .hooks = cpu_hooks,
+    .num_hooks = sizeof cpu_hooks / sizeof cpu_hooks[0],
 };
 
 static const ap_vtable cpu_vtable = {

@@ -10,6 +10,9 @@
 static const int32_t fil_page_sizes[] = {FIL_PAGE_SIZES};
 static const int32_t fil_head_dims[] = {FIL_HEAD_DIMS};
 
+/* The hooks get_hook answers, declared in the caps for listing. */
+static const char *const fil_hooks[] = {AP_HOOK_APPEND_KV_V1};
+
 static ap_caps fil_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CUDA,
@@ -27,6 +30,8 @@ static ap_caps fil_caps = {
     .cuda_graph = AP_GRAPH_NONE,
     .features = AP_FEATURE_LSE | AP_FEATURE_SPLIT_KV | AP_FEATURE_NONCAUSAL,
     .needs_host_mirrors = 1,
+    .hooks = fil_hooks,
+    .num_hooks = sizeof fil_hooks / sizeof fil_hooks[0],
 };
 
 /* ---- the instance -------------------------------------------------------------------------- */

@@ -10,6 +10,10 @@
 
 static const int32_t mla_page_sizes[] = {32, 64};
 
+/* The hooks get_hook answers, declared in the caps for listing. */
+static const char *const mla_hooks[] = {AP_HOOK_APPEND_KV_V1, AP_HOOK_PACK_PREFIX_CHUNK_KV_V1,
+                                        AP_HOOK_MERGE_STATE_V1, AP_HOOK_CUDA_GRAPH_V1};
+
 static ap_caps mla_caps = {
     .struct_size = sizeof(ap_caps),
     .device_kinds = AP_DEVICE_KIND_CUDA,
@@ -26,6 +30,8 @@ static ap_caps mla_caps = {
     .cuda_graph = AP_GRAPH_DECODE_ONLY,
     .features = AP_FEATURE_LSE | AP_FEATURE_SPLIT_KV,
     .needs_host_mirrors = 0,
+    .hooks = mla_hooks,
+    .num_hooks = sizeof mla_hooks / sizeof mla_hooks[0],
 };
 
 /* ---- the instance -------------------------------------------------------------------------- */

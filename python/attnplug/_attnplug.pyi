@@ -66,6 +66,7 @@ class Caps(TypedDict):
     cuda_graph: str
     features: List[str]
     needs_host_mirrors: bool
+    hooks: List[str]  # the hook names the backend declares (get_hook is the authority)
 
 class BackendInfo(TypedDict):
     name: str

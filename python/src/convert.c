@@ -1,6 +1,7 @@
 /* convert.c: Python mappings to the core's model, options and device, and the core's structs back
  * to Python dicts. Unknown keys are errors, as in the YAML config: a typo must not pass. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "binding.h"
 
@@ -341,6 +342,20 @@ static PyObject *ap_py_names(uint64_t mask, const char *const *names, size_t cou
     return list;
 }
 
+/* The hook names the caps declare (ABI 1.1), decoded leniently: they are a plugin's bytes. */
+static PyObject *ap_py_hooks(const ap_caps *caps) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL || !AP_HAS_FIELD(caps, ap_caps, num_hooks) || caps->hooks == NULL) return list;
+    for (size_t i = 0; list != NULL && i < caps->num_hooks; i++) {
+        if (caps->hooks[i] == NULL) continue;
+        const char *name = caps->hooks[i];
+        PyObject *text = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strnlen(name, 256), "replace");
+        if (text == NULL || PyList_Append(list, text) < 0) Py_CLEAR(list);
+        Py_XDECREF(text);
+    }
+    return list;
+}
+
 PyObject *ap_py_caps_to_dict(const ap_caps *caps) {
     static const char *const devices[] = {"cpu", "cuda"};
     static const char *const kinds[] = {"mha", "mla"};
@@ -351,7 +366,7 @@ PyObject *ap_py_caps_to_dict(const ap_caps *caps) {
     static const char *const graph[] = {"none", "decode_only", "all"};
     unsigned level = (unsigned)caps->cuda_graph;
     return Py_BuildValue(
-        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:s,s:N,s:O}", "device_kinds",
+        "{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:s,s:N,s:O,s:N}", "device_kinds",
         ap_py_names(caps->device_kinds, devices, 2), "archs", ap_py_archs(caps), "attn_kinds",
         ap_py_names(caps->attn_kinds, kinds, 2), "q_dtypes", ap_py_dtype_list(caps->q_dtypes),
         "kv_dtypes", ap_py_dtype_list(caps->kv_dtypes), "page_sizes",
@@ -359,7 +374,7 @@ PyObject *ap_py_caps_to_dict(const ap_caps *caps) {
         ap_py_int_list(caps->head_dims, caps->num_head_dims), "phases",
         ap_py_names(caps->phases, phases, 2), "cuda_graph", level < 3 ? graph[level] : "unknown",
         "features", ap_py_names(caps->features, features, 7), "needs_host_mirrors",
-        caps->needs_host_mirrors ? Py_True : Py_False);
+        caps->needs_host_mirrors ? Py_True : Py_False, "hooks", ap_py_hooks(caps));
 }
 
 PyObject *ap_py_device_to_dict(const ap_device *d) {

@@ -33,6 +33,7 @@ def test_cpu_ref_capabilities(registry):
     assert caps["phases"] == ["extend", "decode"]
     assert caps["cuda_graph"] == "none"
     assert "lse" in caps["features"] and caps["needs_host_mirrors"] is True
+    assert caps["hooks"] == ["append_kv/1", "pack_prefix_chunk_kv/1", "merge_state/1"]
     files = {os.path.basename(f["path"]): f for f in registry.files()}
     assert files["ap_cpu_ref.so"]["status"] == "AP_OK"
 

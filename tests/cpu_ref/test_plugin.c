@@ -149,6 +149,12 @@ static void test_kv_spec_and_hooks(void **state) {
         assert_null(plugin.vt->get_hook(backend, AP_HOOK_CUDA_GRAPH_V1));
         assert_null(plugin.vt->get_hook(backend, "append_kv/2"));
         assert_null(plugin.vt->get_hook(backend, NULL));
+        /* the caps declare exactly the hooks get_hook answers, for ap-inspect's listing */
+        const ap_caps *caps = plugin.descriptor->caps;
+        assert_int_equal(caps->num_hooks, 3);
+        for (size_t h = 0; h < caps->num_hooks; h++)
+            assert_non_null(plugin.vt->get_hook(backend, caps->hooks[h]));
+        assert_string_equal(caps->hooks[2], AP_HOOK_MERGE_STATE_V1);
         plugin.vt->destroy(backend);
     }
     /* nvfp4: two values per byte, one scale byte per 16 values (sized for the wider of K, V) */

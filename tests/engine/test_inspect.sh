@@ -20,6 +20,7 @@ expect_line "$out" '^  attention:    mha, mla$' "cpu_ref serves MHA and MLA"
 expect_line "$out" '^  kv dtypes:    .*bf16' "cpu_ref's KV dtypes"
 expect_line "$out" '^  page sizes:   any$' "cpu_ref takes any page size"
 expect_line "$out" '^  phases:       extend, decode$' "cpu_ref's phases"
+expect_line "$out" '^  hooks:        append_kv/1, pack_prefix_chunk_kv/1, merge_state/1$' "cpu_ref's hooks"
 expect_line "$out" '^  here:         USABLE for meta-llama/Llama-3-8B \(mha 32q/8kv heads, d128/128, bf16' \
     "cpu_ref's verdict names the model it used"
 
@@ -45,6 +46,7 @@ ref = ref[0]
 assert ref["attention"] == ["mha", "mla"], ref["attention"]
 assert ref["page_sizes"] == "any" and ref["head_dims"] == "any"
 assert "bf16" in ref["kv_dtypes"] and ref["phases"] == ["extend", "decode"]
+assert ref["hooks"] == ["append_kv/1", "pack_prefix_chunk_kv/1", "merge_state/1"], ref["hooks"]
 assert ref["verdicts"][0]["model"] == "meta-llama/Llama-3-8B" and ref["verdicts"][0]["usable"] is True
 files = [f for f in doc["plugin_files"] if f["backend"] == "cpu_ref"]
 assert files and files[0]["loaded"] is True and files[0]["status"] == "AP_OK"
