@@ -279,7 +279,7 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
         printf("%s: plan: %s\n", name, ap_last_error());
         goto out;
     }
-    double mn, ms = mb_time(mb_decode_call, &d, d.sets, &mn);
+    double mn = 0, ms = mb_time(mb_decode_call, &d, d.sets, &mn);
     if (ms > 0) {
         double bytes = (double)B * L * 576 * elem;
         double flops = (double)B * q_len * H * L * (576 + 512) * 2;
@@ -365,7 +365,7 @@ static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, u
                                    .k_scale = 0.02f,
                                    .v_scale = 0.03f};
         double bytes = (double)T * H * 128 * 2 * 2 + (double)T * 64 * 2 + (double)T * H * 320;
-        double mn, ms;
+        double mn = 0, ms;
         if (T <= 64) {
             ms = mb_time_loop(mb_pack_call, &p, 2000);
             mn = ms;
@@ -480,7 +480,7 @@ static void mb_append_case(ap_registry *reg, const ap_device *dev, int T, int H,
                                      .is_neox = 0};
         /* k read, cache written, q_rope read and written in place (cos_sin rows: L2 traffic) */
         double bytes = (double)T * 576 * (2 + elem) + (double)T * H * 64 * 2 * 2;
-        double mn, ms = mb_time(mb_append_call, &a, 1, &mn);
+        double mn = 0, ms = mb_time(mb_append_call, &a, 1, &mn);
         if (ms > 0) mb_row("append", name, ms, mn, bytes / (ms * 1e6), 0);
     }
     cudaFree(k), cudaFree(q), cudaFree(cache), cudaFree(cs), cudaFree(pos);
