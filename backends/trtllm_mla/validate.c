@@ -59,25 +59,9 @@ static void mla_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refu
 /* cp.async, mma.sync and the fp8 conversions need sm_89+, griddepcontrol sm_90; the build is for
  * sm_90a, which the core's arch check also enforces. */
 static void mla_validate_device(const ap_device *device, ap_msgbuf *reasons, int *refused) {
-    if (device == NULL) {
+    if (ap_kit_device_refuses(device, 9, MLA_NAME, reasons)) {
         *refused = 1;
-        ap_msgbuf_add(reasons, MLA_NAME ": no device given");
         return;
-    }
-    if (device->ordinal < 0 || device->unusable_reason[0] != '\0') {
-        *refused = 1;
-        ap_msgbuf_add(reasons, MLA_NAME ": needs a CUDA GPU%s%s",
-                      device->unusable_reason[0] != '\0' ? ": " : "", device->unusable_reason);
-        return;
-    }
-    if (device->cc_major < 9) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, MLA_NAME ": compute capability %d.%d is below 9.0", device->cc_major,
-                      device->cc_minor);
-    }
-    if (device->sm_count <= 0) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, MLA_NAME ": the device reports %d SMs", device->sm_count);
     }
     if (device->smem_per_block_optin > 0 && device->smem_per_block_optin < 230400) {
         *refused = 1;
@@ -87,25 +71,15 @@ static void mla_validate_device(const ap_device *device, ap_msgbuf *reasons, int
 }
 
 int mla_option_split_kv(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 1;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "split_kv") == 0 && kv->value != NULL &&
-            strcmp(kv->value, "off") == 0)
-            return 0;
-    }
-    return 1;
+    const char *value = ap_kit_option(options, "split_kv");
+    return value == NULL || strcmp(value, "off") != 0;
 }
 
 /* 0 (unset: the kernel picks), 2 or 3. */
 int mla_option_stages(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 0;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "decode_stages") == 0 && kv->value != NULL)
-            return strcmp(kv->value, "3") == 0 ? 3 : 2;
-    }
-    return 0;
+    const char *value = ap_kit_option(options, "decode_stages");
+    if (value == NULL) return 0;
+    return strcmp(value, "3") == 0 ? 3 : 2;
 }
 
 /* Backend-specific options, both measurement knobs:
