@@ -13,6 +13,7 @@
 
 #include "fixture.h"
 #include "scenario.h"
+#include "tests/common/test_model.h"
 
 static fx_plugin plugin;
 
@@ -435,21 +436,8 @@ static void run_merge_case(ap_backend *backend, const merge_case *c) {
 }
 
 static ap_backend *mla_instance(void) {
-    ap_model m = {.struct_size = sizeof m,
-                  .kind = AP_ATTN_MLA,
-                  .num_qo_heads = 16,
-                  .num_kv_heads = 1,
-                  .head_dim_qk = 576,
-                  .head_dim_v = 512,
-                  .kv_lora_rank = 512,
-                  .qk_rope_head_dim = 64,
-                  .qk_nope_head_dim = 128,
-                  .v_head_dim = 128,
-                  .dtype = AP_DTYPE_BF16,
-                  .kv_dtype = AP_DTYPE_BF16,
-                  .page_size = 64,
-                  .num_layers = 1,
-                  .causal = 1};
+    ap_model m = ap_test_mla_model("mla", 16);
+    m.num_layers = 1;
     ap_backend *backend = NULL;
     fx_msg msg;
     fx_msg_init(&msg);

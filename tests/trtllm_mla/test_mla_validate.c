@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/trtllm_mla/mla.h"
+#include "tests/common/test_model.h"
 
 static int failures;
 #define EXPECT(cond, ...) \
@@ -21,25 +22,7 @@ static const ap_vtable *vt;
 static const ap_caps *caps;
 
 static ap_model deepseek(int32_t heads) {
-    return (ap_model){.struct_size = sizeof(ap_model),
-                      .name = "deepseek-ai/DeepSeek-V3",
-                      .kind = AP_ATTN_MLA,
-                      .num_qo_heads = heads,
-                      .num_kv_heads = 1,
-                      .head_dim_qk = 576,
-                      .head_dim_v = 512,
-                      .kv_lora_rank = 512,
-                      .qk_rope_head_dim = 64,
-                      .qk_nope_head_dim = 128,
-                      .v_head_dim = 128,
-                      .dtype = AP_DTYPE_BF16,
-                      .kv_dtype = AP_DTYPE_BF16,
-                      .page_size = 64,
-                      .num_layers = 61,
-                      .causal = 1,
-                      .max_batch = 256,
-                      .max_tokens = 16384,
-                      .max_kv_len = 163840};
+    return ap_test_mla_model("deepseek-ai/DeepSeek-V3", heads);
 }
 
 static ap_device h100(void) {
