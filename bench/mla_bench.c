@@ -461,9 +461,7 @@ static void mb_prefill_case(ap_registry *reg, const ap_device *dev, int B, int S
                   .max_batch = 256,
                   .max_tokens = B * S,
                   .max_kv_len = 65536};
-    ap_option_kv on = {"mha_prefill", "on"}; /* the gate (trtllm_mla's validate.c) */
-    ap_options options = {.struct_size = sizeof options, .extra = &on, .num_extra = 1};
-    if (ap_instance_open(reg, "trtllm_mla", &m, &options, dev, &p.inst) != AP_OK) {
+    if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &p.inst) != AP_OK) {
         printf("prefill: open: %s\n", ap_last_error());
         return;
     }

@@ -34,9 +34,8 @@ struct ap_backend {
     int32_t sm_count;
     int32_t split_kv; /* 0: option split_kv off */
     int32_t use_pdl;
-    int32_t stages;      /* option decode_stages */
-    int32_t mha_prefill; /* option mha_prefill: 1 serves MLA's MHA form (prefill.c) */
-    float *partial_out;  /* [sm_count * 64][512]: split-KV partial states */
+    int32_t stages;     /* option decode_stages */
+    float *partial_out; /* [sm_count * 64][512]: split-KV partial states */
     float *partial_lse;
     ap_kit_plan_buffer prefill_buffer; /* the MHA-form prefill's work list (prefill.c) */
     mla_plan plan;
@@ -46,8 +45,7 @@ struct ap_backend {
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int mla_option_split_kv(const ap_options *options);
-int mla_option_stages(const ap_options *options);      /* decode_stages: 0 (unset), 2 or 3 */
-int mla_option_mha_prefill(const ap_options *options); /* mha_prefill: 1 on, 0 off (default) */
+int mla_option_stages(const ap_options *options); /* decode_stages: 0 (unset), 2 or 3 */
 
 /* tensor.c: DLTensor checks shared by the forwards and the hooks */
 #define MLA_DATA(t) ((char *)(t)->data + (t)->byte_offset)

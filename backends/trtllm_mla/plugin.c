@@ -87,7 +87,6 @@ static ap_status mla_create(const ap_model *model, const ap_options *options,
     b->split_kv = mla_option_split_kv(options);
     b->use_pdl = 1;
     b->stages = mla_option_stages(options);
-    b->mha_prefill = mla_option_mha_prefill(options);
     st = mla_rt_set_device(device->ordinal, msg);
     if (st == AP_OK) st = mla_decode_setup(msg);
     if (st == AP_OK) st = mla_alloc_workspace(b, msg);

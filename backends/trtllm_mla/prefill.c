@@ -33,13 +33,6 @@ void mla_prefill_free(ap_backend *b) {
 ap_status mla_prefill_plan(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     mla_plan *p = &b->plan;
-    if (!b->mha_prefill) {
-        ap_msgbuf_add(msg,
-                      MLA_PREFILL_WHO ": MLA's MHA form (a ragged K/V source) runs on the kit's "
-                                      "prefill kernel, which no GPU run has checked at qk "
-                                      "192 / v 128 yet; option mha_prefill: on serves it");
-        return AP_ERR_UNSUPPORTED;
-    }
     ap_status st =
         ap_kit_prefill_check_config(1, mla_prefill_dim_qk(m), m->v_head_dim, m->dtype, m->dtype,
                                     m->num_qo_heads, m->num_qo_heads, 0, MLA_PREFILL_WHO, msg);

@@ -108,20 +108,7 @@ int mla_option_stages(const ap_options *options) {
     return 0;
 }
 
-/* mha_prefill: off (the default) | on. MLA's MHA-form prefill runs on the kit's prefill kernel
- * (prefill.c); it stays refused until a GPU run has checked that kernel at qk 192 / v 128 against
- * cpu_ref (tests/gpu gpu-mla's prefill cases, which turn it on), then the default flips here. */
-int mla_option_mha_prefill(const ap_options *options) {
-    if (options == NULL || options->extra == NULL) return 0;
-    for (size_t i = 0; i < options->num_extra; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        if (kv->key != NULL && strcmp(kv->key, "mha_prefill") == 0 && kv->value != NULL)
-            return strcmp(kv->value, "on") == 0;
-    }
-    return 0;
-}
-
-/* Backend-specific options, two measurement knobs and one gate:
+/* Backend-specific options, both measurement knobs:
  *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
  *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
  *                              registers to make room); the 64-row kernel always has 2. Unset:
@@ -144,21 +131,14 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         if (strcmp(key, "decode_stages") == 0 &&
             (strcmp(value, "2") == 0 || strcmp(value, "3") == 0))
             continue;
-        if (strcmp(key, "mha_prefill") == 0 &&
-            (strcmp(value, "on") == 0 || strcmp(value, "off") == 0))
-            continue;
         *refused = 1;
         if (strcmp(key, "split_kv") == 0)
             ap_msgbuf_add(reasons, MLA_NAME ": option split_kv is '%s', not auto or off", value);
         else if (strcmp(key, "decode_stages") == 0)
             ap_msgbuf_add(reasons, MLA_NAME ": option decode_stages is '%s', not 2 or 3", value);
-        else if (strcmp(key, "mha_prefill") == 0)
-            ap_msgbuf_add(reasons, MLA_NAME ": option mha_prefill is '%s', not on or off", value);
         else
             ap_msgbuf_add(reasons,
-                          MLA_NAME ": unknown option '%s' (known: split_kv, decode_stages, "
-                                   "mha_prefill)",
-                          key);
+                          MLA_NAME ": unknown option '%s' (known: split_kv, decode_stages)", key);
     }
 }
 

@@ -303,10 +303,8 @@ static void mp_case_run(mt_ctx *ctx, const mp_case *c, uint64_t seed) {
         if (!ok) snprintf(detail, sizeof detail, "no reference");
     }
     ap_model model = mt_mla_model(c->heads, 64, AP_DTYPE_BF16);
-    ap_option_kv on = {"mha_prefill", "on"}; /* the gate (trtllm_mla's validate.c) */
-    ap_options options = {.struct_size = sizeof options, .extra = &on, .num_extra = 1};
-    if (ok && ap_instance_open(ctx->registry, MT_BACKEND, &model, &options, &ctx->device, &inst) !=
-                  AP_OK) {
+    if (ok &&
+        ap_instance_open(ctx->registry, MT_BACKEND, &model, NULL, &ctx->device, &inst) != AP_OK) {
         snprintf(detail, sizeof detail, "open: %s", ap_last_error());
         ok = 0;
     }
@@ -334,35 +332,7 @@ static void mp_case_run(mt_ctx *ctx, const mp_case *c, uint64_t seed) {
     free(want), free(want_lse), free(lse), free(out);
 }
 
-/* Without option mha_prefill: on, the plan of a ragged batch is refused with the reason (the
- * gate that keeps the path closed until a GPU run has checked it). */
-static void mp_refused_run(mt_ctx *ctx, uint64_t seed) {
-    const char *name = "mla-prefill-refused-without-option";
-    if (!mt_selected(ctx, name, 1)) return;
-    uint64_t rng = seed;
-    mp_data d;
-    mp_dev g;
-    memset(&g, 0, sizeof g);
-    ap_instance *inst = NULL;
-    ap_model model = mt_mla_model(mp_cases[0].heads, 64, AP_DTYPE_BF16);
-    int ok =
-        mp_data_make(&mp_cases[0], &rng, &d) && mp_dev_make(&d, &g) &&
-        ap_instance_open(ctx->registry, MT_BACKEND, &model, NULL, &ctx->device, &inst) == AP_OK;
-    char detail[200] = "setup failed";
-    if (ok) {
-        ap_batch b = mp_batch(&d, g.qo, g.kv, g.seq_lens);
-        const ap_status st = ap_instance_init_metadata(inst, &b, ctx->stream);
-        ok = st == AP_ERR_UNSUPPORTED && strstr(ap_last_error(), "mha_prefill") != NULL;
-        snprintf(detail, sizeof detail, "status %d: %.150s", (int)st, ap_last_error());
-    }
-    mt_verdict(ctx, name, ok, detail);
-    ap_instance_close(inst);
-    mp_dev_free(&g);
-    mp_data_free(&d);
-}
-
 void mt_run_prefill_cases(mt_ctx *ctx, uint64_t seed) {
-    mp_refused_run(ctx, seed ^ 0x77);
     for (size_t i = 0; i < sizeof mp_cases / sizeof mp_cases[0]; i++) {
         if (!mt_selected(ctx, mp_cases[i].name, mp_cases[i].quick)) continue;
         mp_case_run(ctx, &mp_cases[i], seed + i);
