@@ -1,6 +1,6 @@
 /* mla_bench.c: mla-bench, trtllm_mla timed through the core API the way a host calls it:
- * absorbed decode (and MTP) over a shuffled paged latent cache, the prefix-chunk pack and the
- * fused MLA append. CUDA events, warm-up, median of --runs; inputs rotated past the L2.
+ * absorbed decode (and MTP) over a shuffled paged latent cache, the prefix-chunk pack, the
+ * fused MLA append, and the MHA-form prefill (ragged K/V, qk 192 / v 128). CUDA events, warm-up, median of --runs; inputs rotated past the L2.
  *   mla-bench [--runs N] [--json FILE] [--plugin-dir DIR]... */
 #include <cuda_runtime_api.h>
 #include <math.h>
@@ -378,6 +378,142 @@ static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, u
     ap_instance_close(p.inst);
 }
 
+/* ---- MHA-form prefill --------------------------------------------------------------------------- */
+
+/* B sequences of S new tokens over H heads, qk 192 / v 128, the ragged K/V source: causal over
+ * the new tokens' own K/V (kv_indptr = qo_indptr), or a packed prefix chunk of S keys without a
+ * mask. Planned once (init_metadata), forward_extend timed. TFLOP/s count 2 * H * S * S * 320
+ * per sequence, halved when causal (as the torch peer counts it). */
+typedef struct mb_prefill {
+    ap_instance *inst;
+    ap_layer layer;
+    ap_forward_args args;
+    DLTensor q, k, v, out, lse;
+    int64_t sq[3], sk[3], sv[3], so[3], sl[2];
+} mb_prefill;
+
+static int mb_prefill_call(void *ctx, int set) {
+    (void)set;
+    mb_prefill *p = ctx;
+    ap_status st = ap_instance_forward_extend(p->inst, &p->layer, &p->args, 0);
+    if (st != AP_OK) fprintf(stderr, "prefill: %s\n", ap_last_error());
+    return st == AP_OK;
+}
+
+static int mb_prefill_batch(int B, int S, int causal, int32_t *dev_arrays[3], int32_t *host[3],
+                            ap_batch *batch) {
+    for (int a = 0; a < 3; a++) {
+        host[a] = malloc(sizeof(int32_t) * (size_t)(B + 1));
+        if (host[a] == NULL ||
+            !mb_ok(cudaMalloc((void **)&dev_arrays[a], sizeof(int32_t) * (size_t)(B + 1)),
+                   "batch array"))
+            return 0;
+    }
+    for (int i = 0; i <= B; i++) host[0][i] = host[1][i] = i * S; /* qo, kv */
+    for (int i = 0; i < B; i++) host[2][i] = causal ? S : 2 * S;  /* seq_lens */
+    for (int a = 0; a < 3; a++)
+        if (!mb_ok(cudaMemcpy(dev_arrays[a], host[a], sizeof(int32_t) * (size_t)(B + 1),
+                              cudaMemcpyHostToDevice),
+                   "batch upload"))
+            return 0;
+    *batch = (ap_batch){.struct_size = sizeof(ap_batch),
+                        .mode = AP_MODE_EXTEND,
+                        .num_seqs = B,
+                        .num_tokens = B * S,
+                        .max_q_len = S,
+                        .max_seq_len = host[2][0],
+                        .qo_indptr = dev_arrays[0],
+                        .seq_lens = dev_arrays[2],
+                        .qo_indptr_host = host[0],
+                        .seq_lens_host = host[2],
+                        .kv_indptr = dev_arrays[1],
+                        .kv_indptr_host = host[1],
+                        .num_kv_tokens = B * S,
+                        .kv_causal = causal};
+    return 1;
+}
+
+static void mb_prefill_case(ap_registry *reg, const ap_device *dev, int B, int S, int H,
+                            ap_dtype kvd, int causal, uint64_t *rng) {
+    char name[96];
+    const int fp8 = kvd == AP_DTYPE_FP8_E4M3;
+    snprintf(name, sizeof name, "MLA prefill B%d S%d H%d qk192/v128 %s%s", B, S, H,
+             causal ? "causal" : "chunk", fp8 ? " fp8kv" : "");
+    if (mb_skip(name)) return;
+    mb_prefill p;
+    memset(&p, 0, sizeof p);
+    ap_model m = {.struct_size = sizeof m,
+                  .name = "deepseek-ai/DeepSeek-V3",
+                  .kind = AP_ATTN_MLA,
+                  .num_qo_heads = H,
+                  .num_kv_heads = 1,
+                  .head_dim_qk = 576,
+                  .head_dim_v = 512,
+                  .kv_lora_rank = 512,
+                  .qk_rope_head_dim = 64,
+                  .qk_nope_head_dim = 128,
+                  .v_head_dim = 128,
+                  .dtype = AP_DTYPE_BF16,
+                  .kv_dtype = AP_DTYPE_BF16,
+                  .page_size = 64,
+                  .num_layers = 1,
+                  .causal = 1,
+                  .max_batch = 256,
+                  .max_tokens = B * S,
+                  .max_kv_len = 65536};
+    if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &p.inst) != AP_OK) {
+        printf("prefill: open: %s\n", ap_last_error());
+        return;
+    }
+    const int64_t T = (int64_t)B * S;
+    const size_t kv_elem = fp8 ? 1 : 2;
+    void *q = NULL, *k = NULL, *v = NULL, *out = NULL, *lse = NULL;
+    int32_t *arrays[3] = {NULL, NULL, NULL}, *host[3] = {NULL, NULL, NULL};
+    ap_batch batch;
+    int ok = mb_ok(cudaMalloc(&q, (size_t)T * H * 192 * 2), "q") &&
+             mb_ok(cudaMalloc(&k, (size_t)T * H * 192 * kv_elem), "k") &&
+             mb_ok(cudaMalloc(&v, (size_t)T * H * 128 * kv_elem), "v") &&
+             mb_ok(cudaMalloc(&out, (size_t)T * H * 128 * 2), "out") &&
+             mb_ok(cudaMalloc(&lse, (size_t)T * H * 4), "lse") &&
+             mb_fill(q, (size_t)T * H * 192 * 2, 0, rng) &&
+             mb_fill(k, (size_t)T * H * 192 * kv_elem, fp8, rng) &&
+             mb_fill(v, (size_t)T * H * 128 * kv_elem, fp8, rng) &&
+             mb_prefill_batch(B, S, causal, arrays, host, &batch);
+    if (ok) {
+        p.sq[0] = T, p.sq[1] = H, p.sq[2] = 192;
+        p.sk[0] = T, p.sk[1] = H, p.sk[2] = 192;
+        p.sv[0] = T, p.sv[1] = H, p.sv[2] = 128;
+        p.so[0] = T, p.so[1] = H, p.so[2] = 128;
+        p.sl[0] = T, p.sl[1] = H;
+        mb_tensor(&p.q, p.sq, q, mb_bf16, 3);
+        mb_tensor(&p.k, p.sk, k, fp8 ? mb_fp8 : mb_bf16, 3);
+        mb_tensor(&p.v, p.sv, v, fp8 ? mb_fp8 : mb_bf16, 3);
+        mb_tensor(&p.out, p.so, out, mb_bf16, 3);
+        mb_tensor(&p.lse, p.sl, lse, mb_f32, 2);
+        p.layer = (ap_layer){.struct_size = sizeof(ap_layer),
+                             .sm_scale = 0.0721688f, /* 1 / sqrt(192) */
+                             .k_scale = fp8 ? 0.01f : 1.f,
+                             .v_scale = fp8 ? 0.01f : 1.f,
+                             .window_left = -1};
+        p.args = (ap_forward_args){.struct_size = sizeof(ap_forward_args),
+                                   .q = &p.q,
+                                   .k = &p.k,
+                                   .v = &p.v,
+                                   .out = &p.out,
+                                   .lse = &p.lse};
+        ok = ap_instance_init_metadata(p.inst, &batch, 0) == AP_OK;
+        if (!ok) printf("prefill: init_metadata: %s\n", ap_last_error());
+    }
+    if (ok) {
+        double mn, ms = mb_time(mb_prefill_call, &p, 1, &mn);
+        const double flops = 2.0 * B * H * (double)S * S * 320 * (causal ? 0.5 : 1.0);
+        if (ms > 0) mb_row("prefill", name, ms, mn, 0, flops / (ms * 1e9));
+    }
+    cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(out), cudaFree(lse);
+    for (int a = 0; a < 3; a++) cudaFree(arrays[a]), free(host[a]);
+    ap_instance_close(p.inst);
+}
+
 /* ---- append ----------------------------------------------------------------------------------- */
 
 typedef struct mb_append {
@@ -522,6 +658,11 @@ int main(int argc, char **argv) {
     }
     printf("mla-bench on %s, median of %d\n", dev.name, mb_runs);
     uint64_t rng = 12345;
+    mb_prefill_case(reg, &dev, 1, 4096, 128, AP_DTYPE_BF16, 1, &rng);
+    mb_prefill_case(reg, &dev, 1, 4096, 128, AP_DTYPE_FP8_E4M3, 1, &rng);
+    mb_prefill_case(reg, &dev, 4, 4096, 16, AP_DTYPE_BF16, 1, &rng);
+    mb_prefill_case(reg, &dev, 1, 4096, 128, AP_DTYPE_BF16, 0, &rng);
+    mb_prefill_case(reg, &dev, 1, 4096, 128, AP_DTYPE_FP8_E4M3, 0, &rng);
     mb_pack_case(reg, &dev, 4096, 128, &rng);
     for (int t = 1; t <= 4; t++) mb_pack_case(reg, &dev, t, 128, &rng);
     mb_append_case(reg, &dev, 16384, 16, AP_DTYPE_FP8_E4M3, &rng);

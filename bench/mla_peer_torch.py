@@ -6,7 +6,10 @@ call, warm-up, median; inputs rotated past the L2):
       GB/s = B * L * 576 * 2 / t, TFLOP/s = B * H * L * (576 + 512) * 2 / t (as mla-bench).
   eager three-step pack: k = cat(k_nope, k_pe broadcast over heads); k.div(scale).to(fp8);
       v.div(scale).to(fp8). Bytes as mla-bench counts them (the minimum a fused pass moves).
-    python3 bench/mla_peer_torch.py [--runs N] [--json FILE]
+  MLA prefill in the MHA form: SDPA with the cuDNN backend on q [B, H, S, 192], k [B, H, S, 192],
+      v [B, H, S, 128] (flash has no kernel for qk != v), causal or not; TFLOP/s count
+      2 * B * H * S * S * (192 + 128), halved when causal (as mla-bench).
+    python3 bench/mla_peer_torch.py [--runs N] [--only TEXT] [--json FILE]
 """
 import argparse
 import json
@@ -87,17 +90,47 @@ def pack(T, H, rows, runs):
                      peer="torch_eager", ms=ms, min_ms=mn, GBps=nbytes / (ms * 1e6), TFLOPs=0))
 
 
+def prefill(B, S, H, causal, rows, runs):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev = "cuda"
+    q = torch.empty(B, H, S, 192, device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+    k = torch.empty(B, H, S, 192, device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+    v = torch.empty(B, H, S, 128, device=dev, dtype=torch.bfloat16).uniform_(-1, 1)
+    name = f"MLA prefill B{B} S{S} H{H} qk192/v128 {'causal' if causal else 'chunk'}"
+
+    def call(i):
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                                    scale=192 ** -0.5)
+
+    try:
+        ms, mn = time_calls(call, 1, runs)
+    except RuntimeError as e:
+        print(f"prefill {name}: cuDNN SDPA failed: {e}")
+        return
+    flops = 2 * B * H * S * S * 320 * (0.5 if causal else 1.0)
+    rows.append(dict(kind="prefill", name=name, peer="torch_cudnn", ms=ms, min_ms=mn, GBps=0,
+                     TFLOPs=flops / (ms * 1e9)))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=100)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--only", default=None, help="prefill, pack or decode")
     args = ap.parse_args()
     rows = []
-    pack(4096, 128, rows, args.runs)
-    for t in (1, 2, 3, 4):
-        pack(t, 128, rows, args.runs)
-    for B, L, H in ((128, 4096, 16), (128, 4096, 128), (1, 32768, 16), (64, 4096, 128)):
-        decode(B, L, H, rows, args.runs)
+    want = lambda kind: args.only is None or args.only == kind
+    if want("prefill"):
+        for B, S, H, causal in ((1, 4096, 128, True), (4, 4096, 16, True), (1, 4096, 128, False)):
+            prefill(B, S, H, causal, rows, args.runs)
+    if want("pack"):
+        pack(4096, 128, rows, args.runs)
+        for t in (1, 2, 3, 4):
+            pack(t, 128, rows, args.runs)
+    if want("decode"):
+        for B, L, H in ((128, 4096, 16), (128, 4096, 128), (1, 32768, 16), (64, 4096, 128)):
+            decode(B, L, H, rows, args.runs)
     for r in rows:
         print(f"{r['kind']:6s} {r['name']:46s} {r['peer']:12s} {r['ms']:9.4f} ms "
               f"{r['GBps']:8.1f} GB/s {r['TFLOPs']:7.1f} TFLOP/s")

@@ -1,7 +1,8 @@
-/* extend.h: flashinfer_like's extend (prefill) attention on tensor cores: host plan, GPU run. */
+/* extend.h: flashinfer_like's extend (prefill): the kit's prefill kernel over the paged cache. */
 #ifndef AP_FIL_EXTEND_H
 #define AP_FIL_EXTEND_H
 
+#include "backends/common/prefill.h"
 #include "fil.h"
 
 #ifdef __cplusplus
@@ -35,18 +36,8 @@ typedef struct fil_extend_plan_args {
                              * plan buffer, one copy per batch) */
 } fil_extend_plan_args;
 
-/* The work list of one batch, shared by every layer: one item per (sequence, query tile), the
- * most KV tiles first so the longest CTAs start early. Each item runs once per KV head. */
-typedef struct fil_extend_plan {
-    int32_t num_items;   /* 0: nothing to compute (every q_len is 0) */
-    int32_t tile_rows;   /* packed query rows per CTA: tile_tokens * group <= tile_rows */
-    int32_t tile_tokens; /* new tokens of one sequence per item */
-    int32_t head_dim;    /* what the plan was built for; fil_extend_run checks them */
-    int32_t num_qo_heads;
-    int32_t num_kv_heads;
-    int32_t causal;
-    const void *items; /* device_buffer, filled by an async copy on the plan's stream */
-} fil_extend_plan;
+/* The work list of one batch (the kit's prefill plan), shared by every layer. */
+typedef ap_kit_prefill_plan fil_extend_plan;
 
 /* Adds one line to `reasons` for every part of this configuration the kernel does not serve and
  * returns AP_ERR_UNSUPPORTED, or returns AP_OK. No GPU work: callable from validate(). */
@@ -72,6 +63,9 @@ ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
  * AP_ERR_CUDA when the launch fails. */
 ap_status fil_extend_run(const fil_attn_params *params, const fil_extend_plan *plan, void *stream,
                          ap_msgbuf *msg);
+
+/* The kit's arguments for a call of fil_extend_run (the paged source). */
+void fil_extend_params_of(const fil_attn_params *p, ap_kit_prefill_params *out);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* plan.c: init_metadata: check a batch, plan split-KV decode and the KV append, copy it once. */
 #include <limits.h>
 
-#include "extend_internal.h"
+#include "backends/common/prefill_internal.h"
 #include "glue.h"
 
 static size_t fil_align16(size_t n) {
@@ -215,7 +215,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
     const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;
     fil_plan_sizes used = {(size_t)split.num_workers, (size_t)split.num_segs,
                            (size_t)split.num_merges, (size_t)batch->num_tokens,
-                           items * sizeof(fil_extend_item)};
+                           items * sizeof(ap_kit_prefill_item)};
     const fil_plan_layout lay = fil_layout_of(used);
     fil_plan_compact(host, cap, lay, used);
     st = ap_kit_plan_buffer_upload(&b->plan_buffer, lay.end, stream, FIL_NAME, msg);

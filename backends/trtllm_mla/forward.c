@@ -1,4 +1,5 @@
-/* forward.c: forward_decode / forward_extend in MLA's absorbed form over the latent cache. */
+/* forward.c: forward_decode / forward_extend in MLA's absorbed form over the latent cache (the MHA
+ * form over a ragged K/V source goes to prefill.c). */
 #include "glue.h"
 
 /* q_nope [T][H][512] beside q_rope [T][H][64], or q [T][H][576] alone (its last 64 the rope
@@ -28,8 +29,8 @@ static ap_status mla_query_check(const ap_backend *b, const ap_forward_args *a,
     if (a->q != NULL && a->q->ndim == 3 && a->q->shape != NULL && a->q->shape[2] != MLA_ROW) {
         ap_msgbuf_add(msg,
                       MLA_NAME ": q of width %lld without q_rope: MLA's MHA form (qk_nope + "
-                               "qk_rope per head) is not served here; it runs on the shared "
-                               "prefill kernel",
+                               "qk_rope per head) is served over a ragged K/V source only "
+                               "(ap_batch.kv_indptr)",
                       (long long)a->q->shape[2]);
         return AP_ERR_UNSUPPORTED;
     }
@@ -55,11 +56,7 @@ static ap_status mla_forward(ap_backend *b, const ap_layer *layer, const ap_forw
                       entry);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    if (plan->ragged) {
-        ap_msgbuf_add(msg, MLA_NAME ": a ragged K/V source (MLA's MHA-form prefill) is not served "
-                                    "here; it runs on the shared prefill kernel");
-        return AP_ERR_UNSUPPORTED;
-    }
+    if (plan->ragged) return mla_prefill_forward(b, layer, a, stream, msg);
     if (plan->max_q_len > MLA_MAX_Q_LEN) {
         ap_msgbuf_add(msg,
                       MLA_NAME ": %d query tokens in one sequence; the absorbed kernel takes "

@@ -3,6 +3,7 @@
 #define AP_MLA_GLUE_H
 
 #include "backends/common/kit.h"
+#include "backends/common/prefill.h"
 #include "mla.h"
 
 #define MLA_NAME "trtllm_mla"
@@ -13,7 +14,7 @@
 typedef struct mla_plan {
     int ready;
     ap_forward_mode mode;
-    int ragged; /* the batch names a ragged K/V source (MLA's MHA form): not served */
+    int ragged; /* the batch names a ragged K/V source: MLA's MHA form (prefill.c) */
     int32_t num_seqs;
     int32_t num_tokens;
     int32_t max_q_len;
@@ -22,6 +23,10 @@ typedef struct mla_plan {
     const int32_t *kv_page_indptr;
     const int32_t *kv_page_indices;
     const int32_t *seq_lens;
+    /* ragged only: the kit's prefill work list, planned from the batch's host mirrors */
+    const int32_t *kv_indptr;
+    int32_t num_kv_tokens;
+    ap_kit_prefill_plan prefill;
 } mla_plan;
 
 struct ap_backend {
@@ -33,6 +38,7 @@ struct ap_backend {
     int32_t stages;     /* option decode_stages */
     float *partial_out; /* [sm_count * 64][512]: split-KV partial states */
     float *partial_lse;
+    ap_kit_plan_buffer prefill_buffer; /* the MHA-form prefill's work list (prefill.c) */
     mla_plan plan;
 };
 
@@ -58,6 +64,13 @@ ap_status mla_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forw
                              void *stream, ap_msgbuf *msg);
 ap_status mla_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
                              void *stream, ap_msgbuf *msg);
+
+/* prefill.c: MLA's MHA-form prefill over the ragged K/V source, on the kit's prefill kernel */
+ap_status mla_prefill_alloc(ap_backend *b, ap_msgbuf *msg);
+void mla_prefill_free(ap_backend *b);
+ap_status mla_prefill_plan(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg);
+ap_status mla_prefill_forward(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
+                              void *stream, ap_msgbuf *msg);
 
 /* hooks.c */
 ap_status mla_hook_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,

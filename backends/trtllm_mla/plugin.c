@@ -41,6 +41,7 @@ static void mla_destroy(ap_backend *b) {
     if (ap_kit_set_device(b->device_ordinal, MLA_NAME, NULL) == AP_OK) {
         ap_kit_device_free(b->partial_out);
         ap_kit_device_free(b->partial_lse);
+        mla_prefill_free(b);
     }
     free(b);
 }
@@ -53,6 +54,7 @@ static ap_status mla_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
                                        MLA_NAME, msg);
     if (st == AP_OK)
         st = ap_kit_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, MLA_NAME, msg);
+    if (st == AP_OK) st = mla_prefill_alloc(b, msg);
     return st;
 }
 
@@ -105,10 +107,11 @@ static ap_status mla_get_kv_spec(ap_backend *b, ap_kv_spec *out, ap_msgbuf *msg)
 }
 
 /* The plan reads only the batch's scalars and keeps its device arrays: no host mirror, no copy,
- * no allocation, so every call after it may be captured in a CUDA graph. */
+ * no allocation, so every call after it may be captured in a CUDA graph. A batch with the ragged
+ * K/V source (MLA's MHA-form prefill) is the exception: prefill.c plans it from its host mirrors
+ * into the buffer allocated at create, with one copy. */
 static ap_status mla_init_metadata(ap_backend *b, const ap_batch *batch, void *stream,
                                    ap_msgbuf *msg) {
-    (void)stream;
     if (b == NULL || batch == NULL || batch->struct_size < offsetof(ap_batch, kv_indptr)) {
         ap_msgbuf_add(msg, MLA_NAME ": init_metadata needs an instance and a batch");
         return AP_ERR_INVALID_ARGUMENT;
@@ -124,6 +127,11 @@ static ap_status mla_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     p->kv_page_indptr = batch->kv_page_indptr;
     p->kv_page_indices = batch->kv_page_indices;
     p->seq_lens = batch->seq_lens;
+    if (p->ragged) {
+        ap_status st = mla_prefill_plan(b, batch, stream, msg);
+        p->ready = st == AP_OK;
+        return st;
+    }
     if (!p->ragged && batch->num_seqs > 0 &&
         (batch->qo_indptr == NULL || batch->kv_page_indptr == NULL ||
          batch->kv_page_indices == NULL || batch->seq_lens == NULL)) {

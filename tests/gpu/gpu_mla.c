@@ -1,6 +1,7 @@
 /* gpu_mla.c: gpu-mla, trtllm_mla checked on the GPU against cpu_ref and a float64 reference:
  * absorbed decode and MTP extend (pages 32/64, bf16/fp8, heads 16..128, mixed lengths, strided
- * queries, split-KV), CUDA-graph replay, and (gpu_mla_hooks.c) the pack, append and merge hooks. */
+ * queries, split-KV), CUDA-graph replay, (gpu_mla_hooks.c) the pack, append and merge hooks, and
+ * (gpu_mla_prefill.c) the MHA-form prefill on the kit's prefill kernel. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -720,6 +721,7 @@ int main(int argc, char **argv) {
     if (cpu_only) {
         mt_run_append_selfcheck(&ctx, seed ^ 0x2222);
         mt_run_decode_selfcheck(&ctx, seed ^ 0x4444);
+        mt_run_prefill_selfcheck(&ctx, seed ^ 0x5555);
         printf("summary: gpu-mla --cpu-only: %zu passed, %zu failed (seed %llu)\n", ctx.passed,
                ctx.failed, (unsigned long long)seed);
         ap_registry_destroy(ctx.registry);
@@ -738,6 +740,7 @@ int main(int argc, char **argv) {
     mt_run_append_cases(&ctx, seed ^ 0x2222);
     mt_run_merge_cases(&ctx, seed ^ 0x3333);
     mt_run_decode_cases(&ctx, seed ^ 0x4444);
+    mt_run_prefill_cases(&ctx, seed ^ 0x5555);
     printf("summary: gpu-mla %s: %zu passed, %zu failed (seed %llu)\n", MT_BACKEND, ctx.passed,
            ctx.failed, (unsigned long long)seed);
     cudaStreamDestroy(ctx.stream);

@@ -47,12 +47,15 @@ double mt_rel_l2(const double *got, const double *want, size_t n, size_t *bad);
 int mt_selected(const mt_ctx *ctx, const char *name, int quick_case);
 void mt_verdict(mt_ctx *ctx, const char *name, int ok, const char *detail);
 
-/* The case groups: decode and MTP (+ graph) in gpu_mla.c, the hooks in gpu_mla_hooks.c. */
+/* The case groups: decode and MTP (+ graph) in gpu_mla.c, the hooks in gpu_mla_hooks.c, the
+ * MHA-form prefill in gpu_mla_prefill.c. */
 void mt_run_decode_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_pack_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_append_cases(mt_ctx *ctx, uint64_t seed);
 void mt_run_merge_cases(mt_ctx *ctx, uint64_t seed);
-void mt_run_decode_selfcheck(mt_ctx *ctx, uint64_t seed); /* --cpu-only */
-void mt_run_append_selfcheck(mt_ctx *ctx, uint64_t seed); /* --cpu-only */
+void mt_run_prefill_cases(mt_ctx *ctx, uint64_t seed);     /* gpu_mla_prefill.c: the MHA form */
+void mt_run_decode_selfcheck(mt_ctx *ctx, uint64_t seed);  /* --cpu-only */
+void mt_run_append_selfcheck(mt_ctx *ctx, uint64_t seed);  /* --cpu-only */
+void mt_run_prefill_selfcheck(mt_ctx *ctx, uint64_t seed); /* --cpu-only */
 
 #endif /* AP_GPU_MLA_H */

@@ -1,4 +1,4 @@
-// extend_kernel.cu: flashinfer_like's extend (prefill) attention kernel on mma.sync, and its launch.
+// prefill_kernel.cu: the kit's prefill (extend) attention kernel on mma.sync, and its launch.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -9,17 +9,15 @@
 #include <atomic>
 #include <type_traits>
 
-#include "../common/cp_async.cuh"
-#include "../common/cuda_status.cuh"
-#include "../common/dtype.cuh"
-#include "../common/mma.cuh"
-#include "../common/paged_kv.cuh"
-#include "../common/softmax_state.cuh"
-#include "../common/swizzle.cuh"
-#include "extend.h"
-#include "extend_internal.h"
-
-#define FIL_WHO FIL_NAME ": extend"
+#include "cp_async.cuh"
+#include "cuda_status.cuh"
+#include "dtype.cuh"
+#include "mma.cuh"
+#include "paged_kv.cuh"
+#include "prefill.h"
+#include "prefill_internal.h"
+#include "softmax_state.cuh"
+#include "swizzle.cuh"
 
 namespace {
 
@@ -32,19 +30,22 @@ constexpr int kThreads = kWarps * 32;
 //     each row's page lookup (a division and a dependent load) sits between barrier and MMAs.
 //   kAlwaysRescale: rescale o on every tile instead of branching on whether a row max moved,
 //     so the exponentials and the P.V products form one block the scheduler can interleave.
+//   kRagged: the K/V source is ragged rows of dense k / v tensors (kv_indptr), not the cache.
 constexpr int kPagesEarly = 1;
 constexpr int kAlwaysRescale = 2;
+constexpr int kRagged = 4;
 constexpr int kDefaultOpts = kPagesEarly;
 
-// Everything a CTA needs, passed by value (kernel parameter space).
+// Everything a CTA needs, passed by value (kernel parameter space). The ragged source reuses the
+// paged source's fields (a larger struct cost the D128 kernel 4 more bytes of spill).
 struct extend_args {
     const void *q;
     void *out;
     float *lse;
-    const void *k_pages;
-    const void *v_pages;
+    const void *k_src; // the K pages, or (ragged) k [kv][num_kv_heads][DQK]
+    const void *v_src; // the V pages, or (ragged) v [kv][num_kv_heads][DV]
     const int32_t *qo_indptr;
-    const int32_t *kv_page_indptr;
+    const int32_t *kv_indptr; // kv_page_indptr, or (ragged) the rows' kv_indptr
     const int32_t *kv_page_indices;
     const int32_t *kv_last_page_len;
     const int4 *items;
@@ -65,7 +66,7 @@ struct extend_cta {
     int t0;       // first new token of the tile within its sequence
     int qo_begin; // the sequence's first row in q / out
     int q_len;
-    int page_begin; // the sequence's first entry in kv_page_indices
+    int kv_first; // the sequence's first entry in kv_page_indices, or (ragged) row of k / v
     int kv_len;
     int prefix;    // kv_len - q_len: position of new token j is prefix + j
     int kv_end;    // positions [0, kv_end) are read
@@ -87,16 +88,21 @@ __device__ __forceinline__ uint32_t swz_step(uint32_t base, int kk) {
 
 // Reads where this CTA's work item lies. Called again after the main loop: reloading a few
 // cached words is cheaper than keeping them in registers through it.
-__device__ __forceinline__ extend_cta cta_locate(const extend_args &a) {
+template <bool RAGGED> __device__ __forceinline__ extend_cta cta_locate(const extend_args &a) {
     extend_cta c;
     const int4 item = a.items[blockIdx.x / a.num_kv_heads];
     c.kvh = blockIdx.x % a.num_kv_heads;
     c.t0 = item.y;
     c.qo_begin = a.qo_indptr[item.x];
     c.q_len = a.qo_indptr[item.x + 1] - c.qo_begin;
-    c.page_begin = a.kv_page_indptr[item.x];
-    c.kv_len = (a.kv_page_indptr[item.x + 1] - c.page_begin - 1) * a.page_size +
-               a.kv_last_page_len[item.x];
+    if constexpr (RAGGED) {
+        c.kv_first = a.kv_indptr[item.x];
+        c.kv_len = a.kv_indptr[item.x + 1] - c.kv_first;
+    } else {
+        c.kv_first = a.kv_indptr[item.x];
+        c.kv_len =
+            (a.kv_indptr[item.x + 1] - c.kv_first - 1) * a.page_size + a.kv_last_page_len[item.x];
+    }
     c.prefix = c.kv_len - c.q_len;
     c.rows_used = a.tile_tokens * a.group;
     const int t_end = min(c.q_len, c.t0 + a.tile_tokens);
@@ -130,8 +136,8 @@ __device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile
     constexpr int CHUNKS = ROW_BYTES / 16;
     constexpr int ROWS_PER_PASS = kThreads / CHUNKS;
     constexpr bool FP8 = sizeof(KVT) == 1;
-    const char *kbase = static_cast<const char *>(a.k_pages);
-    const char *vbase = static_cast<const char *>(a.v_pages);
+    const char *kbase = static_cast<const char *>(a.k_src);
+    const char *vbase = static_cast<const char *>(a.v_src);
     const int chunk = threadIdx.x % CHUNKS;
 #pragma unroll
     for (int pass = 0; pass < BC / ROWS_PER_PASS; ++pass) {
@@ -140,7 +146,7 @@ __device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile
         const bool live = pos < c.kv_end;
         int64_t offset = 0;
         if (live) {
-            const int page = a.kv_page_indices[c.page_begin + pos / a.page_size];
+            const int page = a.kv_page_indices[c.kv_first + pos / a.page_size];
             const int64_t slot = (int64_t)page * a.page_size + pos % a.page_size;
             offset = (slot * a.num_kv_heads + c.kvh) * ROW_BYTES + chunk * 16;
         }
@@ -174,7 +180,7 @@ __device__ __forceinline__ void kv_tile_pages(const extend_args &a, const extend
     for (int pass = 0; pass < R::PASSES; ++pass) {
         const int pos =
             min(tile * BC + (int)threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS, c.kv_end - 1);
-        pages[pass] = __ldg(a.kv_page_indices + c.page_begin + page_of<POW2>(a, pos));
+        pages[pass] = __ldg(a.kv_page_indices + c.kv_first + page_of<POW2>(a, pos));
     }
 }
 
@@ -185,8 +191,8 @@ __device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_
                                              uint32_t sk, uint32_t sv) {
     using R = kv_rows<D, BC, KVT>;
     constexpr bool FP8 = sizeof(KVT) == 1;
-    const char *kbase = static_cast<const char *>(a.k_pages);
-    const char *vbase = static_cast<const char *>(a.v_pages);
+    const char *kbase = static_cast<const char *>(a.k_src);
+    const char *vbase = static_cast<const char *>(a.v_src);
     const int chunk = threadIdx.x % R::CHUNKS;
 #pragma unroll
     for (int pass = 0; pass < R::PASSES; ++pass) {
@@ -222,6 +228,31 @@ __device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_
         kv_tile_copy<D, BC, KVT, false>(a, c, tile, pages, sk, sv);
 }
 
+// Ragged source: rows kv_first + tile * BC .. of one dense tensor (k or v, D wide) into a ring
+// tile laid out as the paged copies lay theirs (zero-filled past kv_end).
+template <int D, int BC, typename KVT>
+__device__ __forceinline__ void ragged_tile_copy(const void *base, const extend_cta &c,
+                                                 int num_kv_heads, int tile, uint32_t dst_tile) {
+    constexpr int ROW_BYTES = D * (int)sizeof(KVT);
+    constexpr int CHUNKS = ROW_BYTES / 16;
+    constexpr int COPIES = BC * CHUNKS;
+    constexpr bool FP8 = sizeof(KVT) == 1;
+    const char *src = static_cast<const char *>(base);
+#pragma unroll
+    for (int pass = 0; pass < (COPIES + kThreads - 1) / kThreads; ++pass) {
+        const int i = (int)threadIdx.x + pass * kThreads;
+        if (COPIES % kThreads != 0 && i >= COPIES) break;
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const int pos = tile * BC + row;
+        const bool live = pos < c.kv_end;
+        const int64_t offset =
+            live ? ((int64_t)(c.kv_first + pos) * num_kv_heads + c.kvh) * ROW_BYTES + chunk * 16
+                 : 0;
+        const uint32_t dst = FP8 ? (uint32_t)(row * ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
+        ap_cp_async_16(dst_tile + dst, src + offset, live);
+    }
+}
+
 // Four e4m3 values to four QT values in two registers (exact: e4m3 fits in bf16 and fp16).
 template <typename QT> __device__ __forceinline__ uint2 fp8x4_convert(uint32_t four) {
     const uint32_t lo = ap_fp8x2_to_half2_bits((uint16_t)(four & 0xffff));
@@ -234,9 +265,25 @@ template <typename QT> __device__ __forceinline__ uint2 fp8x4_convert(uint32_t f
     }
 }
 
-// Raw fp8 K and V rows of one ring stage to swizzled QT tiles.
+// Raw fp8 rows (D wide) of one ring tile to a swizzled QT tile.
 template <int D, int BC, typename QT>
-__device__ void convert_fp8_tile(const unsigned char *raw_k, const unsigned char *raw_v,
+__device__ void convert_fp8_rows(const unsigned char *raw, unsigned char *tile) {
+    constexpr int CHUNKS = D / 16; // 16 fp8 values in, two 16-byte chunks out
+    for (int i = threadIdx.x; i < BC * CHUNKS; i += kThreads) {
+        const int row = i / CHUNKS, chunk = i % CHUNKS;
+        const uint4 x = *reinterpret_cast<const uint4 *>(raw + row * D + chunk * 16);
+        const uint2 x0 = fp8x4_convert<QT>(x.x), x1 = fp8x4_convert<QT>(x.y);
+        const uint2 x2 = fp8x4_convert<QT>(x.z), x3 = fp8x4_convert<QT>(x.w);
+        *reinterpret_cast<uint4 *>(tile + swz<D>(row, 2 * chunk)) =
+            make_uint4(x0.x, x0.y, x1.x, x1.y);
+        *reinterpret_cast<uint4 *>(tile + swz<D>(row, 2 * chunk + 1)) =
+            make_uint4(x2.x, x2.y, x3.x, x3.y);
+    }
+}
+
+// Raw fp8 K and V rows of one ring stage (equal dims) to swizzled QT tiles, in one loop.
+template <int D, int BC, typename QT>
+__device__ void convert_fp8_pair(const unsigned char *raw_k, const unsigned char *raw_v,
                                  unsigned char *tile_k, unsigned char *tile_v) {
     constexpr int CHUNKS = D / 16; // 16 fp8 values in, two 16-byte chunks out
     for (int i = threadIdx.x; i < BC * CHUNKS; i += kThreads) {
@@ -255,6 +302,19 @@ __device__ void convert_fp8_tile(const unsigned char *raw_k, const unsigned char
             make_uint4(v0.x, v0.y, v1.x, v1.y);
         *reinterpret_cast<uint4 *>(tile_v + swz<D>(row, 2 * chunk + 1)) =
             make_uint4(v2.x, v2.y, v3.x, v3.y);
+    }
+}
+
+// Raw fp8 K (DQK wide) and V (DV wide) rows of one ring stage to swizzled QT tiles.
+template <int DQK, int DV, int BC, typename QT>
+__device__ __forceinline__ void convert_fp8_tile(const unsigned char *raw_k,
+                                                 const unsigned char *raw_v, unsigned char *tile_k,
+                                                 unsigned char *tile_v) {
+    if constexpr (DQK == DV) {
+        convert_fp8_pair<DQK, BC, QT>(raw_k, raw_v, tile_k, tile_v);
+    } else {
+        convert_fp8_rows<DQK, BC, QT>(raw_k, tile_k);
+        convert_fp8_rows<DV, BC, QT>(raw_v, tile_v);
     }
 }
 
@@ -432,69 +492,88 @@ __device__ __forceinline__ void store_output(const extend_args &a, const extend_
     }
 }
 
-template <int D, int MT, int BC, int STAGES, typename KVT> constexpr size_t extend_smem_bytes() {
-    constexpr size_t q = (size_t)kWarps * 16 * MT * D * 2;
-    constexpr size_t ring = (size_t)STAGES * 2 * BC * D * sizeof(KVT);
-    constexpr size_t converted = sizeof(KVT) == 1 ? (size_t)2 * BC * D * 2 : 0;
+template <int DQK, int DV, int MT, int BC, int STAGES, typename KVT>
+constexpr size_t extend_smem_bytes() {
+    constexpr size_t q = (size_t)kWarps * 16 * MT * DQK * 2;
+    constexpr size_t ring = (size_t)STAGES * BC * (DQK + DV) * sizeof(KVT);
+    constexpr size_t converted = sizeof(KVT) == 1 ? (size_t)BC * (DQK + DV) * 2 : 0;
     return q + ring + converted;
+}
+
+// Issues KV tile `tile` into ring stage (sk, sv) from the source OPTS names (the paged copy's
+// page numbers were loaded by kv_tile_pages before the barrier when kPagesEarly).
+template <int DQK, int DV, int BC, typename KVT, int OPTS>
+__device__ __forceinline__ void kv_tile_issue(const extend_args &a, const extend_cta &c, int tile,
+                                              const int (&pages)[kv_rows<DQK, BC, KVT>::PASSES],
+                                              uint32_t sk, uint32_t sv) {
+    if constexpr ((OPTS & kRagged) != 0) {
+        ragged_tile_copy<DQK, BC, KVT>(a.k_src, c, a.num_kv_heads, tile, sk);
+        ragged_tile_copy<DV, BC, KVT>(a.v_src, c, a.num_kv_heads, tile, sv);
+    } else if constexpr ((OPTS & kPagesEarly) != 0) {
+        kv_tile_copy<DQK, BC, KVT>(a, c, tile, pages, sk, sv);
+    } else {
+        load_kv_tile<DQK, BC, KVT>(a, c, tile, sk, sv);
+    }
 }
 
 // One CTA: one work item (a sequence's new tokens t0.., packed into 64 * MT query rows) and
 // one KV head kvh; 4 warps of 16 * MT rows each.
 //   rows r = (new token t0 + r / g, query head kvh*g + r % g), the g query heads of kvh;
-//   position of new token j is prefix + j;
-//   S[r][p] = sm_scale * k_scale * q_r . k_p over cached positions p < kv_len, masked to
-//   p <= position(r) when causal;
-//   out_r = v_scale * sum_p softmax_p(S[r]) v_p,  lse_r = ln sum_p exp(S[r][p]).
-// FlashAttention-2 order: KV tiles of BC positions stream through a STAGES-deep cp.async ring
-// read through the page table, each K/V tile loaded once for the g heads of the group; Q.K^T
-// and P.V run on mma.sync m16n8k16 with float accumulators; the online softmax runs in base 2
-// in registers:
+//   position of new token j is prefix + j, prefix = kv_len - q_len (causal aligned to the end);
+//   S[r][p] = sm_scale * k_scale * q_r . k_p over key positions p < kv_len (DQK wide), masked
+//   to p <= position(r) when causal;
+//   out_r = v_scale * sum_p softmax_p(S[r]) v_p (DV wide),  lse_r = ln sum_p exp(S[r][p]);
+//   a row that sees no key (kv_len 0) gets out 0 and lse -inf.
+// Keys come from the paged cache (page table) or, with kRagged, from rows kv_indptr[seq] ..
+// of dense k / v tensors.
+// FlashAttention-2 order: KV tiles of BC positions stream through a STAGES-deep cp.async ring,
+// each K/V tile loaded once for the g heads of the group; Q.K^T and P.V run on mma.sync
+// m16n8k16 with float accumulators; the online softmax runs in base 2 in registers:
 //   m' = max(m, max_p S log2e),  l' = l 2^(m-m') + sum_p 2^(S log2e - m'),
 //   o' = o 2^(m-m') + sum_p 2^(S log2e - m') v_p;  out = o / l,  lse = (m + log2 l) ln 2.
 // Tiles entirely below every row's causal limit skip the mask; tiles past the last row's
 // limit are never visited.
-template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS>
-__global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_args a) {
+template <int DQK, int DV, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS>
+__global__ void __launch_bounds__(kThreads, 2) ap_prefill_kernel(const extend_args a) {
     constexpr bool FP8 = sizeof(KVT) == 1;
-    constexpr bool PAGES_EARLY = (OPTS & kPagesEarly) != 0;
-    [[maybe_unused]] int pages[kv_rows<D, BC, KVT>::PASSES];
+    constexpr bool RAGGED = (OPTS & kRagged) != 0;
+    constexpr bool PAGES_EARLY = !RAGGED && (OPTS & kPagesEarly) != 0;
+    static_assert(RAGGED || DQK == DV, "the paged source has one head dim for K and V");
+    static_assert(DV <= DQK, "the output is staged in the Q tile's space");
+    [[maybe_unused]] int pages[kv_rows<DQK, BC, KVT>::PASSES];
     constexpr int ROWS = kWarps * 16 * MT;
-    constexpr int RING_TILE = BC * D * (int)sizeof(KVT);
+    constexpr int RING_K = BC * DQK * (int)sizeof(KVT);
+    constexpr int RING_STAGE = BC * (DQK + DV) * (int)sizeof(KVT);
     extern __shared__ __align__(128) unsigned char smem[];
     unsigned char *sq_ptr = smem;
-    unsigned char *ring = smem + ROWS * D * 2;
-    unsigned char *converted = ring + STAGES * 2 * RING_TILE;
+    unsigned char *ring = smem + ROWS * DQK * 2;
+    unsigned char *converted = ring + STAGES * RING_STAGE;
     const uint32_t sq = ap_smem_addr(sq_ptr);
 
-    extend_cta c = cta_locate(a);
+    extend_cta c = cta_locate<RAGGED>(a);
     const int num_tiles = (c.kv_end + BC - 1) / BC;
     const int unmasked_tiles = (a.causal ? min(c.kv_len, c.prefix + c.t0 + 1) : c.kv_len) / BC;
 
     const int warp = threadIdx.x / 32;
     const int warp_row0 = warp * 16 * MT;
-    load_q_tile<D, ROWS, QT>(a, c, sq);
+    load_q_tile<DQK, ROWS, QT>(a, c, sq);
     ap_cp_async_commit();
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-        const uint32_t sk = ap_smem_addr(ring + st * 2 * RING_TILE);
+        const uint32_t sk = ap_smem_addr(ring + st * RING_STAGE);
         if (st < num_tiles) {
-            if constexpr (PAGES_EARLY) {
-                kv_tile_pages<D, BC, KVT>(a, c, st, pages);
-                kv_tile_copy<D, BC, KVT>(a, c, st, pages, sk, sk + RING_TILE);
-            } else {
-                load_kv_tile<D, BC, KVT>(a, c, st, sk, sk + RING_TILE);
-            }
+            if constexpr (PAGES_EARLY) kv_tile_pages<DQK, BC, KVT>(a, c, st, pages);
+            kv_tile_issue<DQK, DV, BC, KVT, OPTS>(a, c, st, pages, sk, sk + RING_K);
         }
         ap_cp_async_commit();
     }
 
-    float o[MT][D / 8][4];
+    float o[MT][DV / 8][4];
     float m[MT][2], l[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int db = 0; db < D / 8; ++db)
+        for (int db = 0; db < DV / 8; ++db)
 #pragma unroll
             for (int e = 0; e < 4; ++e) o[mt][db][e] = 0.f;
         m[mt][0] = m[mt][1] = -INFINITY;
@@ -504,68 +583,80 @@ __global__ void __launch_bounds__(kThreads, 2) fil_extend_kernel(const extend_ar
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int next = tile + STAGES - 1;
         if constexpr (PAGES_EARLY)
-            if (next < num_tiles) kv_tile_pages<D, BC, KVT>(a, c, next, pages);
+            if (next < num_tiles) kv_tile_pages<DQK, BC, KVT>(a, c, next, pages);
         ap_cp_async_wait<STAGES - 2>(); // this tile (and Q) have landed
         __syncthreads();                // ...for every thread; the stage reused next is free
         {
-            const uint32_t sk = ap_smem_addr(ring + (next % STAGES) * 2 * RING_TILE);
-            if (next < num_tiles) {
-                if constexpr (PAGES_EARLY)
-                    kv_tile_copy<D, BC, KVT>(a, c, next, pages, sk, sk + RING_TILE);
-                else
-                    load_kv_tile<D, BC, KVT>(a, c, next, sk, sk + RING_TILE);
-            }
+            const uint32_t sk = ap_smem_addr(ring + (next % STAGES) * RING_STAGE);
+            if (next < num_tiles)
+                kv_tile_issue<DQK, DV, BC, KVT, OPTS>(a, c, next, pages, sk, sk + RING_K);
             ap_cp_async_commit();
         }
-        unsigned char *stage = ring + (tile % STAGES) * 2 * RING_TILE;
-        uint32_t sk = ap_smem_addr(stage), sv = sk + RING_TILE;
+        unsigned char *stage = ring + (tile % STAGES) * RING_STAGE;
+        uint32_t sk = ap_smem_addr(stage), sv = sk + RING_K;
         if constexpr (FP8) {
-            convert_fp8_tile<D, BC, QT>(stage, stage + RING_TILE, converted,
-                                        converted + BC * D * 2);
+            convert_fp8_tile<DQK, DV, BC, QT>(stage, stage + RING_K, converted,
+                                              converted + BC * DQK * 2);
             __syncthreads();
             sk = ap_smem_addr(converted);
-            sv = sk + BC * D * 2;
+            sv = sk + BC * DQK * 2;
         }
 
         float s[MT][BC / 8][4];
-        tile_scores<D, MT, BC, QT>(s, sq, sk, warp_row0);
+        tile_scores<DQK, MT, BC, QT>(s, sq, sk, warp_row0);
         if (tile >= unmasked_tiles) tile_mask<MT, BC>(s, a, c, tile * BC, warp_row0);
-        tile_softmax<D, MT, BC, (OPTS & kAlwaysRescale) != 0>(s, o, m, l, a.scale_log2);
-        tile_accumulate<D, MT, BC, QT>(s, o, sv);
+        tile_softmax<DV, MT, BC, (OPTS & kAlwaysRescale) != 0>(s, o, m, l, a.scale_log2);
+        tile_accumulate<DV, MT, BC, QT>(s, o, sv);
     }
     ap_cp_async_wait<0>(); // no copy may still target shared memory when the CTA reuses it
 
-    store_output<D, MT, QT>(a, cta_locate(a), o, m, l, sq_ptr, warp_row0);
+    store_output<DV, MT, QT>(a, cta_locate<RAGGED>(a), o, m, l, sq_ptr, warp_row0);
 }
 
-template <int D, int MT, int BC, int STAGES, typename QT, typename KVT, int OPTS = kDefaultOpts>
-ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, ap_msgbuf *msg) {
-    constexpr size_t smem = extend_smem_bytes<D, MT, BC, STAGES, KVT>();
+template <int DQK, int DV, int MT, int BC, int STAGES, typename QT, typename KVT,
+          int OPTS = kDefaultOpts>
+ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t stream, const char *who,
+                        ap_msgbuf *msg) {
+    constexpr size_t smem = extend_smem_bytes<DQK, DV, MT, BC, STAGES, KVT>();
     static std::atomic<uint64_t> devices_ready{0};
-    ap_status st = ap_cuda_smem_optin_once(fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS>,
-                                           smem, devices_ready, FIL_WHO, msg);
+    ap_status st = ap_cuda_smem_optin_once(
+        ap_prefill_kernel<DQK, DV, MT, BC, STAGES, QT, KVT, OPTS>, smem, devices_ready, who, msg);
     if (st != AP_OK) return st;
-    fil_extend_kernel<D, MT, BC, STAGES, QT, KVT, OPTS><<<num_blocks, kThreads, smem, stream>>>(a);
-    return ap_cuda_launch_status(FIL_WHO, "fil_extend_kernel", msg);
+    ap_prefill_kernel<DQK, DV, MT, BC, STAGES, QT, KVT, OPTS>
+        <<<num_blocks, kThreads, smem, stream>>>(a);
+    return ap_cuda_launch_status(who, "ap_prefill_kernel", msg);
 }
 
+// The built kernels: the paged source for equal head dims, the ragged source for MLA's MHA form
+// (qk 192 / v 128: 32-position tiles keep two CTAs of 88 KB on an SM).
 template <typename QT, typename KVT>
-ap_status extend_dispatch(const extend_args &a, int head_dim, int num_blocks, cudaStream_t stream,
-                          ap_msgbuf *msg) {
-    switch (head_dim) {
-        case 64: return extend_launch<64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        case 128: return extend_launch<128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, msg);
-        case 256: return extend_launch<256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, msg);
-        default: break;
+ap_status extend_dispatch(const extend_args &a, int ragged, int head_dim_qk, int head_dim_v,
+                          int num_blocks, cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    if (ragged && head_dim_qk == 192 && head_dim_v == 128)
+        return extend_launch<192, 128, 2, 32, 2, QT, KVT, kDefaultOpts | kRagged>(a, num_blocks,
+                                                                                  stream, who, msg);
+    if (!ragged && head_dim_qk == head_dim_v) {
+        switch (head_dim_qk) {
+            case 64:
+                return extend_launch<64, 64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, who, msg);
+            case 128:
+                return extend_launch<128, 128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, who, msg);
+            case 256:
+                return extend_launch<256, 256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, who, msg);
+            default: break;
+        }
     }
-    ap_msgbuf_add(msg, FIL_WHO ": head_dim %d is not built", head_dim);
+    ap_msgbuf_add(msg, "%s: head dims %d / %d over a %s source are not built", who, head_dim_qk,
+                  head_dim_v, ragged ? "ragged" : "paged");
     return AP_ERR_UNSUPPORTED;
 }
 
 } // namespace
 
-extern "C" int32_t fil_extend_default_tile_rows(int32_t head_dim) {
-    switch (head_dim) {
+extern "C" int32_t ap_kit_prefill_default_tile_rows(int32_t head_dim_qk, int32_t head_dim_v) {
+    if (head_dim_qk == 192 && head_dim_v == 128) return kWarps * 16 * 2;
+    if (head_dim_qk != head_dim_v) return 0;
+    switch (head_dim_qk) {
         case 64: return kWarps * 16 * 2;
         case 128: return kWarps * 16 * 2;
         case 256: return kWarps * 16;
@@ -573,88 +664,106 @@ extern "C" int32_t fil_extend_default_tile_rows(int32_t head_dim) {
     }
 }
 
-extern "C" int32_t fil_extend_tile_rows_built(int32_t head_dim, int32_t tile_rows) {
-    return tile_rows != 0 && tile_rows == fil_extend_default_tile_rows(head_dim);
+extern "C" int32_t ap_kit_prefill_tile_rows_built(int32_t head_dim_qk, int32_t head_dim_v,
+                                                  int32_t tile_rows) {
+    return tile_rows != 0 && tile_rows == ap_kit_prefill_default_tile_rows(head_dim_qk, head_dim_v);
 }
 
 namespace {
 
-// Checks a call against its plan and builds the kernel's arguments: AP_OK with *num_blocks 0
-// when there is nothing to compute.
-ap_status extend_prepare(const fil_attn_params *p, const fil_extend_plan *plan, extend_args *out,
-                         int *num_blocks, ap_msgbuf *msg) {
-    *num_blocks = 0;
-    if (p == NULL || plan == NULL) {
-        ap_msgbuf_add(msg, FIL_WHO ": NULL params or plan");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    ap_status st =
-        fil_extend_check_config(p->kv.head_dim, p->q_dtype, p->kv.kv_dtype, p->num_qo_heads,
-                                p->kv.num_kv_heads, p->kv.page_size, msg);
-    if (st != AP_OK) return st;
-    if (plan->head_dim != p->kv.head_dim || plan->num_qo_heads != p->num_qo_heads ||
-        plan->num_kv_heads != p->kv.num_kv_heads || plan->causal != (p->causal != 0) ||
-        !fil_extend_tile_rows_built(plan->head_dim, plan->tile_rows)) {
+// The plan and the call agree, and every array the source needs is there.
+ap_status extend_check_call(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                            int ragged, const char *who, ap_msgbuf *msg) {
+    if (plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != p->head_dim_v ||
+        plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
+        plan->causal != (p->causal != 0) || plan->ragged != ragged ||
+        !ap_kit_prefill_tile_rows_built(plan->head_dim_qk, plan->head_dim_v, plan->tile_rows)) {
         ap_msgbuf_add(msg,
-                      FIL_WHO ": the plan (head_dim %d, heads %d/%d, causal %d) "
-                              "does not match the call (head_dim %d, heads %d/%d, causal %d)",
-                      plan->head_dim, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
-                      p->kv.head_dim, p->num_qo_heads, p->kv.num_kv_heads, p->causal != 0);
+                      "%s: the plan (head dims %d/%d, heads %d/%d, causal %d, ragged %d) does not "
+                      "match the call (head dims %d/%d, heads %d/%d, causal %d, ragged %d)",
+                      who, plan->head_dim_qk, plan->head_dim_v, plan->num_qo_heads,
+                      plan->num_kv_heads, plan->causal, plan->ragged, p->head_dim_qk, p->head_dim_v,
+                      p->num_qo_heads, p->num_kv_heads, p->causal != 0, ragged);
         return AP_ERR_INVALID_ARGUMENT;
     }
     if (plan->num_items == 0) return AP_OK;
-    if ((int64_t)plan->num_items * p->kv.num_kv_heads > INT_MAX) {
-        ap_msgbuf_add(msg, FIL_WHO ": %d work items x %d KV heads is too many CTAs",
-                      plan->num_items, p->kv.num_kv_heads);
+    if ((int64_t)plan->num_items * p->num_kv_heads > INT_MAX) {
+        ap_msgbuf_add(msg, "%s: %d work items x %d KV heads is too many CTAs", who, plan->num_items,
+                      p->num_kv_heads);
         return AP_ERR_UNSUPPORTED;
     }
-    if (p->q == NULL || p->out == NULL || p->kv.k_pages == NULL || p->kv.v_pages == NULL ||
-        p->qo_indptr == NULL || p->kv.kv_page_indptr == NULL || p->kv.kv_page_indices == NULL ||
-        p->kv.kv_last_page_len == NULL) {
-        ap_msgbuf_add(msg, FIL_WHO ": a tensor or batch array is NULL");
+    const bool source_missing =
+        ragged ? (p->k == NULL || p->v == NULL)
+               : (p->k_pages == NULL || p->v_pages == NULL || p->kv_page_indptr == NULL ||
+                  p->kv_page_indices == NULL || p->kv_last_page_len == NULL);
+    if (p->q == NULL || p->out == NULL || p->qo_indptr == NULL || source_missing) {
+        ap_msgbuf_add(msg, "%s: a tensor or batch array is NULL", who);
         return AP_ERR_INVALID_ARGUMENT;
     }
+    return AP_OK;
+}
 
-    const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
+// Checks a call against its plan and builds the kernel's arguments: AP_OK with *num_blocks 0
+// when there is nothing to compute.
+ap_status extend_prepare(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                         extend_args *out, int *num_blocks, const char *who, ap_msgbuf *msg) {
+    *num_blocks = 0;
+    if (p == NULL || plan == NULL) {
+        ap_msgbuf_add(msg, "%s: NULL params or plan", who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    const int ragged = p->kv_indptr != NULL;
+    ap_status st =
+        ap_kit_prefill_check_config(ragged, p->head_dim_qk, p->head_dim_v, p->q_dtype, p->kv_dtype,
+                                    p->num_qo_heads, p->num_kv_heads, p->page_size, who, msg);
+    if (st == AP_OK) st = extend_check_call(p, plan, ragged, who, msg);
+    if (st != AP_OK || plan->num_items == 0) return st;
+
+    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     extend_args &a = *out;
+    a = extend_args{};
     a.q = p->q;
     a.out = p->out;
     a.lse = p->lse;
-    a.k_pages = p->kv.k_pages;
-    a.v_pages = p->kv.v_pages;
+    a.k_src = ragged ? p->k : p->k_pages;
+    a.v_src = ragged ? p->v : p->v_pages;
     a.qo_indptr = p->qo_indptr;
-    a.kv_page_indptr = p->kv.kv_page_indptr;
-    a.kv_page_indices = p->kv.kv_page_indices;
-    a.kv_last_page_len = p->kv.kv_last_page_len;
+    a.kv_indptr = ragged ? p->kv_indptr : p->kv_page_indptr;
+    a.kv_page_indices = p->kv_page_indices;
+    a.kv_last_page_len = p->kv_last_page_len;
     a.items = static_cast<const int4 *>(plan->items);
     a.num_qo_heads = p->num_qo_heads;
-    a.num_kv_heads = p->kv.num_kv_heads;
-    a.group = p->num_qo_heads / p->kv.num_kv_heads;
-    a.page_size = p->kv.page_size;
-    a.page_shift = ap_page_shift(p->kv.page_size);
+    a.num_kv_heads = p->num_kv_heads;
+    a.group = p->num_qo_heads / p->num_kv_heads;
+    a.page_size = ragged ? 1 : p->page_size;
+    a.page_shift = ragged ? 0 : ap_page_shift(p->page_size);
     a.tile_tokens = plan->tile_tokens;
     a.causal = p->causal != 0;
-    a.scale_log2 = p->sm_scale * (fp8 ? p->kv.k_scale : 1.f) * ap_log2e;
-    a.v_scale = fp8 ? p->kv.v_scale : 1.f;
+    a.scale_log2 = p->sm_scale * (fp8 ? p->k_scale : 1.f) * ap_log2e;
+    a.v_scale = fp8 ? p->v_scale : 1.f;
 
-    *num_blocks = plan->num_items * p->kv.num_kv_heads;
+    *num_blocks = plan->num_items * p->num_kv_heads;
     return AP_OK;
 }
 
 } // namespace
 
-extern "C" ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan,
-                                    void *stream, ap_msgbuf *msg) {
+extern "C" ap_status ap_kit_prefill_run(const ap_kit_prefill_params *p,
+                                        const ap_kit_prefill_plan *plan, void *stream,
+                                        const char *who, ap_msgbuf *msg) {
     extend_args a;
     int num_blocks = 0;
-    ap_status st = extend_prepare(p, plan, &a, &num_blocks, msg);
+    ap_status st = extend_prepare(p, plan, &a, &num_blocks, who, msg);
     if (st != AP_OK || num_blocks == 0) return st;
-    const bool fp8 = p->kv.kv_dtype == AP_DTYPE_FP8_E4M3;
-    const int d = p->kv.head_dim;
+    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    const int ragged = p->kv_indptr != NULL;
+    const int dqk = p->head_dim_qk, dv = p->head_dim_v;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->q_dtype == AP_DTYPE_BF16)
-        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, d, num_blocks, s, msg)
-                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, d, num_blocks, s, msg);
-    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, d, num_blocks, s, msg)
-               : extend_dispatch<__half, __half>(a, d, num_blocks, s, msg);
+        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s,
+                                                                 who, msg)
+                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, ragged, dqk, dv, num_blocks,
+                                                                   s, who, msg);
+    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s, who, msg)
+               : extend_dispatch<__half, __half>(a, ragged, dqk, dv, num_blocks, s, who, msg);
 }

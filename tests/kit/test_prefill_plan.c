@@ -1,0 +1,164 @@
+/* test_prefill_plan.c: the kit's prefill plan on the host (no GPU): work items of the paged and
+ * the ragged K/V source, causal and chunk, sequences without keys, and every refusal. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/common/prefill.h"
+#include "backends/common/prefill_internal.h"
+
+static int failures;
+#define EXPECT(cond, ...) \
+    do { \
+        if (!(cond)) { \
+            failures++; \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__); \
+            printf("\n"); \
+        } \
+    } while (0)
+
+/* Stubs for what prefill_kernel.cu and kit_runtime.cu define: the tile rows it builds (the same
+ * table) and the copy, which caller_uploads plans never make. */
+int32_t ap_kit_prefill_default_tile_rows(int32_t head_dim_qk, int32_t head_dim_v) {
+    if (head_dim_qk == 192 && head_dim_v == 128) return 128;
+    if (head_dim_qk != head_dim_v) return 0;
+    return head_dim_qk == 64 || head_dim_qk == 128 ? 128 : head_dim_qk == 256 ? 64 : 0;
+}
+int32_t ap_kit_prefill_tile_rows_built(int32_t head_dim_qk, int32_t head_dim_v, int32_t rows) {
+    return rows != 0 && rows == ap_kit_prefill_default_tile_rows(head_dim_qk, head_dim_v);
+}
+ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
+                                const char *who, const char *what, ap_msgbuf *msg) {
+    (void)dst, (void)src, (void)bytes, (void)stream, (void)who, (void)what, (void)msg;
+    failures++;
+    printf("FAIL: a caller_uploads plan copied\n");
+    return AP_OK;
+}
+
+#define MAX_ITEMS 256
+static ap_kit_prefill_item scratch[MAX_ITEMS];
+static char msg_text[512];
+
+static ap_kit_prefill_plan_args ragged_args(int32_t n, const int32_t *qo, const int32_t *kv,
+                                            int32_t causal, int32_t heads) {
+    return (ap_kit_prefill_plan_args){.num_seqs = n,
+                                      .qo_indptr_host = qo,
+                                      .kv_indptr_host = kv,
+                                      .head_dim_qk = 192,
+                                      .head_dim_v = 128,
+                                      .num_qo_heads = heads,
+                                      .num_kv_heads = heads,
+                                      .causal = causal,
+                                      .host_scratch = scratch,
+                                      .buffer_bytes = sizeof scratch,
+                                      .caller_uploads = 1};
+}
+
+static ap_status build(const ap_kit_prefill_plan_args *args, ap_kit_prefill_plan *plan) {
+    ap_msgbuf msg = {sizeof(ap_msgbuf), msg_text, sizeof msg_text, 0};
+    msg_text[0] = '\0';
+    memset(scratch, 0xab, sizeof scratch);
+    return ap_kit_prefill_plan_build(args, NULL, plan, "test", &msg);
+}
+
+/* Every (sequence, 128-token tile) once, its KV tile count as the kernel visits them, longest
+ * first. */
+static void check_items(const char *what, int32_t n, const int32_t *qo, const int32_t *kv,
+                        int32_t causal) {
+    ap_kit_prefill_plan plan;
+    ap_kit_prefill_plan_args args = ragged_args(n, qo, kv, causal, 16);
+    EXPECT(build(&args, &plan) == AP_OK, "%s: %s", what, msg_text);
+    EXPECT(plan.ragged == 1 && plan.causal == causal && plan.tile_tokens == 128 &&
+               plan.head_dim_qk == 192 && plan.head_dim_v == 128,
+           "%s: plan header", what);
+    int32_t expected = 0;
+    for (int32_t i = 0; i < n; i++) expected += (qo[i + 1] - qo[i] + 127) / 128;
+    EXPECT(plan.num_items == expected, "%s: %d items, expected %d", what, plan.num_items, expected);
+    for (int32_t k = 0; k < plan.num_items; k++) {
+        const ap_kit_prefill_item *it = &scratch[k];
+        const int32_t q_len = qo[it->seq + 1] - qo[it->seq], kv_len = kv[it->seq + 1] - kv[it->seq];
+        const int32_t t_end = it->q_start + 128 < q_len ? it->q_start + 128 : q_len;
+        const int32_t kv_end = causal ? kv_len - q_len + t_end : kv_len;
+        EXPECT(it->seq >= 0 && it->seq < n && it->q_start % 128 == 0 && it->q_start < q_len,
+               "%s: item %d (seq %d, q_start %d)", what, k, it->seq, it->q_start);
+        EXPECT(it->kv_tiles == (kv_end + 63) / 64, "%s: item %d kv_tiles %d, expected %d", what, k,
+               it->kv_tiles, (kv_end + 63) / 64);
+        EXPECT(k == 0 || scratch[k - 1].kv_tiles >= it->kv_tiles, "%s: not longest first", what);
+        for (int32_t j = 0; j < k; j++)
+            EXPECT(scratch[j].seq != it->seq || scratch[j].q_start != it->q_start,
+                   "%s: item %d twice", what, k);
+    }
+}
+
+static void check_refusals(void) {
+    ap_kit_prefill_plan plan;
+    const int32_t qo[] = {0, 17, 317}, kv[] = {0, 17, 317}, kv_down[] = {0, 300, 17};
+    ap_kit_prefill_plan_args args = ragged_args(2, qo, kv_down, 0, 16);
+    EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED && strstr(msg_text, "sequence 1") != NULL,
+           "decreasing kv_indptr: %s", msg_text);
+    args = ragged_args(2, qo, kv, 1, 16);
+    args.buffer_bytes = 2 * sizeof(ap_kit_prefill_item);
+    EXPECT(build(&args, &plan) == AP_ERR_SHAPE_MISMATCH, "small buffer: %s", msg_text);
+    args = ragged_args(2, qo, kv, 1, 16);
+    args.head_dim_qk = args.head_dim_v = 128;
+    EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED && strstr(msg_text, "ragged") != NULL,
+           "ragged 128/128 is not built: %s", msg_text);
+    args = ragged_args(2, qo, kv, 1, 16);
+    args.num_kv_heads = 1; /* group 16 */
+    EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED, "group 16: %s", msg_text);
+    args = ragged_args(2, NULL, kv, 1, 16);
+    EXPECT(build(&args, &plan) == AP_ERR_INVALID_ARGUMENT, "NULL qo_indptr_host: %s", msg_text);
+    ap_msgbuf msg = {sizeof(ap_msgbuf), msg_text, sizeof msg_text, 0};
+    EXPECT(ap_kit_prefill_check_config(0, 192, 128, AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 16, 64,
+                                       "test", &msg) == AP_ERR_UNSUPPORTED,
+           "paged 192/128 is not built");
+    msg.length = 0;
+    EXPECT(ap_kit_prefill_check_config(1, 192, 128, AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, 128, 128, 0,
+                                       "test", &msg) == AP_OK,
+           "ragged 192/128 fp8 K/V: %s", msg_text);
+    EXPECT(ap_kit_prefill_plan_bytes(16384, 256, 192, 128, 128, 128) ==
+               (16384 / 64 + 256 + 1) * sizeof(ap_kit_prefill_item),
+           "plan bytes 192/128");
+    EXPECT(ap_kit_prefill_plan_bytes(16384, 256, 96, 96, 16, 16) == 0, "plan bytes 96");
+}
+
+/* The paged source keeps the old plan: kv_len from the page table. */
+static void check_paged(void) {
+    const int32_t qo[] = {0, 300}, pages[] = {0, 7}, last[] = {12}; /* 6 * 64 + 12 = 396 */
+    ap_kit_prefill_plan_args args = {.num_seqs = 1,
+                                     .qo_indptr_host = qo,
+                                     .kv_page_indptr_host = pages,
+                                     .kv_last_page_len_host = last,
+                                     .page_size = 64,
+                                     .head_dim_qk = 128,
+                                     .head_dim_v = 128,
+                                     .num_qo_heads = 32,
+                                     .num_kv_heads = 8,
+                                     .causal = 1,
+                                     .host_scratch = scratch,
+                                     .buffer_bytes = sizeof scratch,
+                                     .caller_uploads = 1};
+    ap_kit_prefill_plan plan;
+    EXPECT(build(&args, &plan) == AP_OK && plan.ragged == 0 && plan.tile_tokens == 32 &&
+               plan.num_items == 10,
+           "paged: %s (%d items)", msg_text, plan.num_items);
+    /* the longest: tokens 288..299 see 96 + 300 = 396 keys */
+    EXPECT(scratch[0].q_start == 288 && scratch[0].kv_tiles == (396 + 63) / 64, "paged longest");
+}
+
+int main(void) {
+    const int32_t qo[] = {0, 1, 18, 318, 1318};
+    check_items("causal 1/17/300/1000", 4, qo, qo, 1);
+    const int32_t kv_prefix[] = {0, 90, 423, 1423};
+    const int32_t qo3[] = {0, 17, 317, 318};
+    check_items("causal over a prefix", 3, qo3, kv_prefix, 1);
+    const int32_t qo5[] = {0, 1, 18, 318, 1318, 1335}, kv5[] = {0, 1000, 1000, 1300, 1317, 1317};
+    check_items("chunk with empty sequences", 5, qo5, kv5, 0);
+    const int32_t kv0[] = {0, 0, 0};
+    const int32_t qo2[] = {0, 17, 317};
+    check_items("chunk, no keys at all", 2, qo2, kv0, 0);
+    check_refusals();
+    check_paged();
+    printf("%s\n", failures == 0 ? "ok" : "FAILED");
+    return failures != 0;
+}
