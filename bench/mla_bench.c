@@ -10,6 +10,7 @@
 
 #include "attnplug.h"
 #include "backends/numeric/host_numeric.h"
+#include "tests/common/test_model.h"
 #include "tests/gpu/gpu_rand.h"
 
 #define MB_L2_FLUSH (200ull << 20) /* rotate input sets until a pass reads this much */
@@ -148,30 +149,24 @@ static int mb_decode_call(void *ctx, int set) {
     return st == AP_OK;
 }
 
+/* DeepSeek-V3's MLA model (tests/common/test_model.h) with a case's heads, cache, page size and
+ * token budget; one layer, sequences up to 65536 tokens. */
+static ap_model mb_model(int32_t heads, ap_dtype kv_dtype, int32_t page_size, int32_t max_tokens) {
+    ap_model m = ap_test_mla_model("deepseek-ai/DeepSeek-V3", heads);
+    m.kv_dtype = kv_dtype;
+    m.page_size = page_size;
+    m.num_layers = 1;
+    m.max_tokens = max_tokens;
+    m.max_kv_len = 65536;
+    return m;
+}
+
 static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L, int H, int page,
                            ap_dtype kvd, int q_len, int stages, uint64_t *rng) {
     mb_decode d;
     memset(&d, 0, sizeof d);
     d.B = B, d.L = L, d.H = H, d.q_len = q_len, d.kv = kvd;
-    ap_model m = {.struct_size = sizeof m,
-                  .name = "deepseek-ai/DeepSeek-V3",
-                  .kind = AP_ATTN_MLA,
-                  .num_qo_heads = H,
-                  .num_kv_heads = 1,
-                  .head_dim_qk = 576,
-                  .head_dim_v = 512,
-                  .kv_lora_rank = 512,
-                  .qk_rope_head_dim = 64,
-                  .qk_nope_head_dim = 128,
-                  .v_head_dim = 128,
-                  .dtype = AP_DTYPE_BF16,
-                  .kv_dtype = kvd,
-                  .page_size = page,
-                  .num_layers = 1,
-                  .causal = 1,
-                  .max_batch = 256,
-                  .max_tokens = 16384,
-                  .max_kv_len = 65536};
+    ap_model m = mb_model(H, kvd, page, 16384);
     char name[96];
     snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s", B, L, H, page,
              kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
@@ -315,25 +310,7 @@ static void mb_pack_case(ap_registry *reg, const ap_device *dev, int T, int H, u
     char name[96];
     snprintf(name, sizeof name, "pack s=%d H%d (128/64/128) bf16->fp8", T, H);
     if (mb_skip(name)) return;
-    ap_model m = {.struct_size = sizeof m,
-                  .name = "deepseek-ai/DeepSeek-V3",
-                  .kind = AP_ATTN_MLA,
-                  .num_qo_heads = H,
-                  .num_kv_heads = 1,
-                  .head_dim_qk = 576,
-                  .head_dim_v = 512,
-                  .kv_lora_rank = 512,
-                  .qk_rope_head_dim = 64,
-                  .qk_nope_head_dim = 128,
-                  .v_head_dim = 128,
-                  .dtype = AP_DTYPE_BF16,
-                  .kv_dtype = AP_DTYPE_BF16,
-                  .page_size = 64,
-                  .num_layers = 1,
-                  .causal = 1,
-                  .max_batch = 256,
-                  .max_tokens = 16384,
-                  .max_kv_len = 65536};
+    ap_model m = mb_model(H, AP_DTYPE_BF16, 64, 16384);
     if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &p.inst) != AP_OK) {
         printf("pack: open: %s\n", ap_last_error());
         return;
@@ -442,25 +419,7 @@ static void mb_prefill_case(ap_registry *reg, const ap_device *dev, int B, int S
     if (mb_skip(name)) return;
     mb_prefill p;
     memset(&p, 0, sizeof p);
-    ap_model m = {.struct_size = sizeof m,
-                  .name = "deepseek-ai/DeepSeek-V3",
-                  .kind = AP_ATTN_MLA,
-                  .num_qo_heads = H,
-                  .num_kv_heads = 1,
-                  .head_dim_qk = 576,
-                  .head_dim_v = 512,
-                  .kv_lora_rank = 512,
-                  .qk_rope_head_dim = 64,
-                  .qk_nope_head_dim = 128,
-                  .v_head_dim = 128,
-                  .dtype = AP_DTYPE_BF16,
-                  .kv_dtype = AP_DTYPE_BF16,
-                  .page_size = 64,
-                  .num_layers = 1,
-                  .causal = 1,
-                  .max_batch = 256,
-                  .max_tokens = B * S,
-                  .max_kv_len = 65536};
+    ap_model m = mb_model(H, AP_DTYPE_BF16, 64, B * S);
     if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &p.inst) != AP_OK) {
         printf("prefill: open: %s\n", ap_last_error());
         return;
@@ -541,25 +500,7 @@ static void mb_append_case(ap_registry *reg, const ap_device *dev, int T, int H,
     snprintf(name, sizeof name, "append %d tokens H%d q_rope in place, %s cache", T, H,
              kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16");
     if (mb_skip(name)) return;
-    ap_model m = {.struct_size = sizeof m,
-                  .name = "deepseek-ai/DeepSeek-V3",
-                  .kind = AP_ATTN_MLA,
-                  .num_qo_heads = H,
-                  .num_kv_heads = 1,
-                  .head_dim_qk = 576,
-                  .head_dim_v = 512,
-                  .kv_lora_rank = 512,
-                  .qk_rope_head_dim = 64,
-                  .qk_nope_head_dim = 128,
-                  .v_head_dim = 128,
-                  .dtype = AP_DTYPE_BF16,
-                  .kv_dtype = kvd,
-                  .page_size = 64,
-                  .num_layers = 1,
-                  .causal = 1,
-                  .max_batch = 256,
-                  .max_tokens = 16384,
-                  .max_kv_len = 65536};
+    ap_model m = mb_model(H, kvd, 64, 16384);
     if (ap_instance_open(reg, "trtllm_mla", &m, NULL, dev, &a.inst) != AP_OK) {
         printf("append: open: %s\n", ap_last_error());
         return;

@@ -11,6 +11,7 @@
 #include "backends/numeric/host_numeric.h"
 #include "gpu_mla.h"
 #include "gpu_rand.h"
+#include "tests/common/test_model.h"
 
 #define MT_EXIT_SKIP 77
 
@@ -39,27 +40,11 @@ void mt_tensor_make(mt_tensor *t, void *data, ap_dtype dtype, int on_device, int
 }
 
 ap_model mt_mla_model(int32_t heads, int32_t page_size, ap_dtype kv_dtype) {
-    ap_model m = {
-        .struct_size = sizeof(ap_model),
-        .name = "deepseek-ai/DeepSeek-V3",
-        .kind = AP_ATTN_MLA,
-        .num_qo_heads = heads,
-        .num_kv_heads = 1,
-        .head_dim_qk = 576,
-        .head_dim_v = 512,
-        .kv_lora_rank = 512,
-        .qk_rope_head_dim = 64,
-        .qk_nope_head_dim = 128,
-        .v_head_dim = 128,
-        .dtype = AP_DTYPE_BF16,
-        .kv_dtype = kv_dtype,
-        .page_size = page_size,
-        .num_layers = 1,
-        .causal = 1,
-        .max_batch = 256,
-        .max_tokens = 16384,
-        .max_kv_len = 65536,
-    };
+    ap_model m = ap_test_mla_model("deepseek-ai/DeepSeek-V3", heads);
+    m.kv_dtype = kv_dtype;
+    m.page_size = page_size;
+    m.num_layers = 1;
+    m.max_kv_len = 65536;
     return m;
 }
 
