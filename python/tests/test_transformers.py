@@ -2,8 +2,9 @@
 
 Llama- and Qwen3-architecture models built from their configs with random weights (32 query and
 8 KV heads of dim 128, 2 layers, small hidden size and vocabulary; nothing downloaded). Greedy
-generation of 32 tokens, single and left-padded batches: the tokens must agree with sdpa's and the
-logits' relative L2 error must stay small at every step; each step's numbers are printed (-s).
+generation of 32 tokens, single and left-padded batches: the tokens must agree with sdpa's (a row
+may part only at a tie: sdpa's top-2 margin within twice the runs' largest logit difference) and
+the logits' relative L2 error must stay small at every step; each step's numbers are printed (-s).
 On the CPU cpu_ref serves (float32 model, f16 paged cache); on a GPU flashinfer_like (bf16).
 """
 
@@ -57,17 +58,34 @@ def compare(label, model, input_ids, attention_mask, device):
                                 max_len=input_ids.shape[1] + STEPS + 1)
     assert cache.instance.backend == backend
     got_tokens, got_logits = generate(model, input_ids, attention_mask, cache)
-    agree = (got_tokens == want_tokens).float().mean().item()
-    errors = ((got_logits - want_logits).norm(dim=(0, 2)) / want_logits.norm(dim=(0, 2))).tolist()
-    print(f"\n{label} on {backend} ({device}, {dtype}): token agreement {agree * 100:.1f}% "
-          f"of {got_tokens.numel()}, logits rel L2 max {max(errors):.2e}")
-    print("  step rel-L2: " + " ".join(f"{e:.1e}" for e in errors))
-    if agree < 1.0:
-        row, step = (got_tokens != want_tokens).nonzero()[0].tolist()
+    # Greedy decoding flips where the reference's two best logits are closer than the two runs'
+    # logits differ (a tie at bf16 precision). Such a row is compared up to and including that
+    # step (after it the two runs feed different tokens); any other difference fails.
+    last = [STEPS - 1] * got_tokens.shape[0]
+    for row in range(got_tokens.shape[0]):
+        differ = (got_tokens[row] != want_tokens[row]).nonzero()
+        if differ.numel() == 0:
+            continue
+        step = differ[0].item()
         top = want_logits[row, step].topk(2).values.tolist()
-        pytest.fail(f"tokens differ from sdpa first at row {row} step {step} (sdpa's top-2 logit "
-                    f"margin there {top[0] - top[1]:.3e}, step rel L2 {errors[step]:.2e}):\n"
-                    f"{got_tokens}\n{want_tokens}")
+        margin = top[0] - top[1]
+        noise = (got_logits[row, step] - want_logits[row, step]).abs().max().item()
+        if margin > 2 * noise:
+            pytest.fail(f"tokens differ from sdpa first at row {row} step {step}: sdpa's top-2 "
+                        f"logit margin there {margin:.3e} is more than twice the largest logit "
+                        f"difference {noise:.3e}, so this is no tie:\n{got_tokens}\n{want_tokens}")
+        print(f"\n  row {row}: a tie at step {step} (sdpa's top-2 margin {margin:.2e} <= 2 x the "
+              f"largest logit difference {noise:.2e}); compared up to that step")
+        last[row] = step
+    kept = torch.tensor(last, device=got_logits.device)
+    kept = (torch.arange(STEPS, device=got_logits.device)[None, :] <= kept[:, None]).float()
+    diff = ((got_logits - want_logits) ** 2).sum(dim=2) * kept
+    norm = (want_logits ** 2).sum(dim=2) * kept
+    errors = (diff.sum(dim=0) / norm.sum(dim=0).clamp_min(1e-30)).sqrt().tolist()
+    agree = (got_tokens == want_tokens).float().mean().item()
+    print(f"\n{label} on {backend} ({device}, {dtype}): token agreement {agree * 100:.1f}% "
+          f"of {got_tokens.numel()}, logits rel L2 max {max(errors):.2e} (rows up to a tie)")
+    print("  step rel-L2: " + " ".join(f"{e:.1e}" for e in errors))
     assert max(errors) < limit, f"logits rel L2 {max(errors):.3e} >= {limit}"
     # the paged cache holds every real token fed: the prompt and all but the last generated one
     # (no forward follows it), padding excluded
