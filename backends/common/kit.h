@@ -47,6 +47,10 @@ size_t ap_kit_cuda_archs(const ap_arch_target **out);
 /* The value of backend option `key` (the last one given), or NULL when absent. */
 const char *ap_kit_option(const ap_options *options, const char *key);
 
+/* The model a validate() may read at all: given, and a struct of this ABI's size. AP_OK, or
+ * AP_ERR_INVALID_ARGUMENT (NULL) / AP_ERR_REFUSED (an older ABI's model) with the reason. */
+ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbuf *reasons);
+
 /* The device checks every CUDA backend makes: a usable GPU of compute capability >= min_major.0
  * with SMs. Adds one reason per failure and returns 1 when it refuses, else 0. */
 int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,

@@ -51,6 +51,19 @@ const char *ap_kit_option(const ap_options *options, const char *key) {
     return value;
 }
 
+ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbuf *reasons) {
+    if (model == NULL) {
+        ap_msgbuf_add(reasons, "%s: no model given", who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (model->struct_size < sizeof(ap_model)) {
+        ap_msgbuf_add(reasons, "%s: ap_model struct_size %zu < %zu (an older ABI)", who,
+                      model->struct_size, sizeof(ap_model));
+        return AP_ERR_REFUSED;
+    }
+    return AP_OK;
+}
+
 int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,
                           ap_msgbuf *reasons) {
     if (device == NULL) {

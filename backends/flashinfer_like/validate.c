@@ -129,15 +129,8 @@ static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, 
 
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons) {
-    if (model == NULL) {
-        ap_msgbuf_add(reasons, FIL_NAME ": no model given");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (model->struct_size < sizeof(ap_model)) {
-        ap_msgbuf_add(reasons, FIL_NAME ": ap_model struct_size %zu < %zu (an older ABI)",
-                      model->struct_size, sizeof(ap_model));
-        return AP_ERR_REFUSED;
-    }
+    ap_status readable = ap_kit_model_readable(model, FIL_NAME, reasons);
+    if (readable != AP_OK) return readable;
     int refused = 0;
     fil_validate_shape(model, reasons, &refused);
     fil_validate_dtypes(model, reasons, &refused);

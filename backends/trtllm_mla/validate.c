@@ -118,15 +118,8 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
 
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons) {
-    if (model == NULL) {
-        ap_msgbuf_add(reasons, MLA_NAME ": no model given");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    if (model->struct_size < sizeof(ap_model)) {
-        ap_msgbuf_add(reasons, MLA_NAME ": ap_model struct_size %zu < %zu (an older ABI)",
-                      model->struct_size, sizeof(ap_model));
-        return AP_ERR_REFUSED;
-    }
+    ap_status readable = ap_kit_model_readable(model, MLA_NAME, reasons);
+    if (readable != AP_OK) return readable;
     int refused = 0;
     mla_validate_shape(model, reasons, &refused);
     mla_validate_dtypes(model, reasons, &refused);
