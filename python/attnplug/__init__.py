@@ -25,6 +25,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from ._attnplug import (  # noqa: F401  (re-exported)
     HOOK_APPEND_KV_V1,
     HOOK_CUDA_GRAPH_V1,
+    HOOK_MERGE_STATE_V1,
     HOOK_PACK_PREFIX_CHUNK_KV_V1,
     ERR_REFUSED,
     Config,
@@ -142,6 +143,7 @@ __all__ = [
     "Error",
     "HOOK_APPEND_KV_V1",
     "HOOK_CUDA_GRAPH_V1",
+    "HOOK_MERGE_STATE_V1",
     "HOOK_PACK_PREFIX_CHUNK_KV_V1",
     "Instance",
     "Layer",

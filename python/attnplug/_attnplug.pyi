@@ -31,6 +31,7 @@ ERR_INTERNAL: int
 ABI_VERSION_MAJOR: int
 ABI_VERSION_MINOR: int
 HOOK_APPEND_KV_V1: str
+HOOK_MERGE_STATE_V1: str
 HOOK_PACK_PREFIX_CHUNK_KV_V1: str
 HOOK_CUDA_GRAPH_V1: str
 
@@ -255,6 +256,17 @@ class Instance:
         *,
         k_scale: float = 1.0,
         v_scale: float = 1.0,
+        stream: Stream = None,
+    ) -> None: ...
+    def merge_state(
+        self,
+        o_a: Tensor,
+        lse_a: Tensor,
+        o_b: Tensor,
+        lse_b: Tensor,
+        o: Tensor,
+        *,
+        lse: Optional[Tensor] = None,
         stream: Stream = None,
     ) -> None: ...
     def cuda_graph_prepare(self, max_batch: int, *, stream: Stream = None) -> None: ...

@@ -134,6 +134,7 @@ int ap_py_layer_matches(const ap_py_layer *layer, const DLTensor *q);
 /* The hook methods (hooks.c), for the Instance's method table. */
 PyObject *ap_py_instance_append_kv(PyObject *obj, PyObject *args, PyObject *kwargs);
 PyObject *ap_py_instance_pack_prefix_chunk_kv(PyObject *obj, PyObject *args, PyObject *kwargs);
+PyObject *ap_py_instance_merge_state(PyObject *obj, PyObject *args, PyObject *kwargs);
 PyObject *ap_py_instance_cuda_graph_prepare(PyObject *obj, PyObject *args, PyObject *kwargs);
 PyObject *ap_py_instance_has_hook(PyObject *obj, PyObject *args);
 PyObject *ap_py_instance_hook_address(PyObject *obj, PyObject *args);

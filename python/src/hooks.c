@@ -1,11 +1,11 @@
 /* hooks.c: the Instance methods of the optional hooks (append_kv/1, pack_prefix_chunk_kv/1,
- * cuda_graph/1) and the lookup of any hook by name. */
+ * merge_state/1, cuda_graph/1) and the lookup of any hook by name. */
 #include "binding.h"
 
 /* Each hook is one method: parse, import its tensors into one set, fill its args struct, call the
  * core's typed wrapper (AP_ERR_UNSUPPORTED where the backend lacks the hook), give the tensors
- * back. A new hook (merge_state/1) is one more such function, its prototype in binding.h and a
- * line in the Instance's method table (instance.c). */
+ * back. A new hook is one more such function, its prototype in binding.h and a line in the
+ * Instance's method table (instance.c). */
 
 /* The device type and stream of a hook call, from its first tensor. */
 static int ap_py_call_stream(PyObject *first, PyObject *stream_obj, int *device_type,
@@ -94,6 +94,38 @@ PyObject *ap_py_instance_pack_prefix_chunk_kv(PyObject *obj, PyObject *args, PyO
     hook.v = v;
     return ap_py_hook_done(ap_instance_pack_prefix_chunk_kv(instance, &hook, (void *)stream),
                            &held);
+}
+
+PyObject *ap_py_instance_merge_state(PyObject *obj, PyObject *args, PyObject *kwargs) {
+    static char *keywords[] = {"o_a", "lse_a", "o_b", "lse_b", "o", "lse", "stream", NULL};
+    PyObject *o_a_obj, *lse_a_obj, *o_b_obj, *lse_b_obj, *o_obj, *lse_obj = Py_None;
+    PyObject *stream_obj = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOO|$OO:merge_state", keywords, &o_a_obj,
+                                     &lse_a_obj, &o_b_obj, &lse_b_obj, &o_obj, &lse_obj,
+                                     &stream_obj))
+        return NULL;
+    ap_instance *instance = ap_py_live(obj);
+    int device_type;
+    intptr_t stream;
+    if (instance == NULL || ap_py_call_stream(o_a_obj, stream_obj, &device_type, &stream) < 0)
+        return NULL;
+    ap_py_tensors held = {.count = 0};
+    ap_merge_state_args hook = {.struct_size = sizeof hook};
+    DLTensor *o_a, *lse_a, *o_b, *lse_b;
+    if (ap_py_tensors_add(&held, o_a_obj, "o_a", 0, 0, device_type, stream, &o_a) < 0 ||
+        ap_py_tensors_add(&held, lse_a_obj, "lse_a", 0, 0, device_type, stream, &lse_a) < 0 ||
+        ap_py_tensors_add(&held, o_b_obj, "o_b", 0, 0, device_type, stream, &o_b) < 0 ||
+        ap_py_tensors_add(&held, lse_b_obj, "lse_b", 0, 0, device_type, stream, &lse_b) < 0 ||
+        ap_py_tensors_add(&held, o_obj, "o", 0, 1, device_type, stream, &hook.o) < 0 ||
+        ap_py_tensors_add(&held, lse_obj, "lse", 1, 1, device_type, stream, &hook.lse) < 0) {
+        ap_py_tensors_release(&held);
+        return NULL;
+    }
+    hook.o_a = o_a;
+    hook.lse_a = lse_a;
+    hook.o_b = o_b;
+    hook.lse_b = lse_b;
+    return ap_py_hook_done(ap_instance_merge_state(instance, &hook, (void *)stream), &held);
 }
 
 PyObject *ap_py_instance_cuda_graph_prepare(PyObject *obj, PyObject *args, PyObject *kwargs) {

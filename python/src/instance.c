@@ -492,6 +492,10 @@ static PyMethodDef ap_py_instance_methods[] = {
     {"pack_prefix_chunk_kv", AP_PY_KW(ap_py_instance_pack_prefix_chunk_kv),
      "pack_prefix_chunk_kv(k_nope, k_pe, v, k_out, v_out, *, k_scale=1.0, v_scale=1.0, "
      "stream=None)\n\nThe pack_prefix_chunk_kv/1 hook (MLA chunked prefill)."},
+    {"merge_state", AP_PY_KW(ap_py_instance_merge_state),
+     "merge_state(o_a, lse_a, o_b, lse_b, o, *, lse=None, stream=None)\n\nThe merge_state/1 "
+     "hook: two partial attention results over disjoint keys into one by log-sum-exp (o may be "
+     "o_a, lse may be lse_a)."},
     {"cuda_graph_prepare", AP_PY_KW(ap_py_instance_cuda_graph_prepare),
      "cuda_graph_prepare(max_batch, *, stream=None)\n\nThe cuda_graph/1 hook."},
     {"has_hook", ap_py_instance_has_hook, METH_VARARGS,

@@ -156,6 +156,7 @@ static int ap_py_add_constants(PyObject *module) {
     } hooks[] = {
         {"HOOK_APPEND_KV_V1", AP_HOOK_APPEND_KV_V1},
         {"HOOK_PACK_PREFIX_CHUNK_KV_V1", AP_HOOK_PACK_PREFIX_CHUNK_KV_V1},
+        {"HOOK_MERGE_STATE_V1", AP_HOOK_MERGE_STATE_V1},
         {"HOOK_CUDA_GRAPH_V1", AP_HOOK_CUDA_GRAPH_V1},
     };
     for (size_t i = 0; i < sizeof hooks / sizeof hooks[0]; i++)

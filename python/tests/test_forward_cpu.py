@@ -150,3 +150,35 @@ def test_torch_cpu_tensors_bf16(registry, make_model, rng):
     with pytest.raises(attnplug.Error) as caught:
         instance.forward_extend(layer, q.transpose(0, 1).contiguous().transpose(0, 1), k, v, out)
     assert caught.value.status == "AP_ERR_INVALID_ARGUMENT" and "dense" in caught.value.message
+
+
+def test_merge_state_hook_matches_full_softmax(registry, make_model, rng):
+    """merge_state/1: attention over keys split in two sets, merged, equals attention over all."""
+    instance = open_cpu(registry, make_model())
+    assert instance.has_hook(attnplug.HOOK_MERGE_STATE_V1)
+    tokens, heads, dim, keys = 5, 3, 16, 23
+    logits = rng.standard_normal((tokens, heads, keys))
+    values = rng.standard_normal((keys, dim))
+
+    def attend(part):
+        s = logits[:, :, part]
+        m = s.max(axis=2, keepdims=True)
+        w = np.exp(s - m)
+        lse = (m[:, :, 0] + np.log(w.sum(axis=2))).astype(np.float32)
+        return (w @ values[part] / w.sum(axis=2, keepdims=True)).astype(np.float32), lse
+
+    o_a, lse_a = attend(slice(0, 9))
+    o_b, lse_b = attend(slice(9, keys))
+    o_b[1, 2] = np.nan  # a side with no keys is not read: lse -inf there
+    lse_b[1, 2] = -np.inf
+    want, want_lse = attend(slice(0, keys))
+    want[1, 2], want_lse[1, 2] = o_a[1, 2], lse_a[1, 2]
+    o = np.full_like(o_a, np.nan)
+    lse = np.full_like(lse_a, np.nan)
+    instance.merge_state(o_a, lse_a, o_b, lse_b, o, lse=lse)
+    np.testing.assert_allclose(o, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-6, atol=1e-6)
+    # in place: o_a and lse_a take the result
+    instance.merge_state(o_a, lse_a, o_b, lse_b, o_a, lse=lse_a)
+    np.testing.assert_array_equal(o_a, o)
+    instance.close()
