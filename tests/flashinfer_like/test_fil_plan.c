@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "backends/flashinfer_like/glue.h"
-#include "test_fil_expect.h"
+#include "tests/common/test_expect.h"
 
 /* The kit's runtime calls under plan.c, replaced: the "device" buffer is host memory here. */
 ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *msg) {

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "plugin_api.h"
-#include "test_fil_expect.h"
+#include "tests/common/test_expect.h"
 #include "tests/common/test_model.h"
 
 static const ap_vtable *vt;
@@ -18,74 +18,51 @@ static ap_model good_model(void) {
     return m;
 }
 
-static ap_device h100(void) {
-    ap_device d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.ordinal = 0;
-    d.cc_major = 9;
-    d.sm_count = 132;
-    snprintf(d.name, sizeof d.name, "NVIDIA H100 80GB HBM3");
-    return d;
-}
-
-/* validate() must refuse with a line containing `reason`, or accept when reason is NULL. */
-static void expect_verdict(const char *what, const ap_model *m, const ap_options *o,
-                           const ap_device *d, const char *reason) {
-    char text[1024] = "";
-    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
-    ap_status st = vt->validate(m, o, d, &msg);
-    if (reason == NULL) {
-        EXPECT(st == AP_OK && text[0] == '\0', "%s accepted, got %d '%s'", what, (int)st, text);
-    } else {
-        EXPECT(st == AP_ERR_REFUSED && strstr(text, reason) != NULL,
-               "%s refused with '%s', got %d '%s'", what, reason, (int)st, text);
-    }
-}
-
 static void test_validate(void) {
     ap_model m = good_model();
-    ap_device d = h100();
-    expect_verdict("the Llama-3-8B shape", &m, NULL, &d, NULL);
+    ap_device d = ap_test_h100();
+    ap_test_expect_verdict(vt, "the Llama-3-8B shape", &m, NULL, &d, NULL);
     m.kv_dtype = AP_DTYPE_FP8_E4M3;
     m.page_size = 1;
     m.num_qo_heads = 28;
     m.num_kv_heads = 4; /* group 7 */
-    expect_verdict("fp8, page 1, group 7", &m, NULL, &d, NULL);
+    ap_test_expect_verdict(vt, "fp8, page 1, group 7", &m, NULL, &d, NULL);
 
     m = good_model(), m.kind = AP_ATTN_MLA;
-    expect_verdict("MLA", &m, NULL, &d, "MLA");
+    ap_test_expect_verdict(vt, "MLA", &m, NULL, &d, "MLA");
     m = good_model(), m.head_dim_qk = m.head_dim_v = 96;
-    expect_verdict("head dim 96", &m, NULL, &d, "head dim 96 is not 64, 128 or 256");
+    ap_test_expect_verdict(vt, "head dim 96", &m, NULL, &d, "head dim 96 is not 64, 128 or 256");
     m = good_model(), m.head_dim_v = 64;
-    expect_verdict("qk 128, v 64", &m, NULL, &d, "differs from v head dim");
+    ap_test_expect_verdict(vt, "qk 128, v 64", &m, NULL, &d, "differs from v head dim");
     m = good_model(), m.page_size = 3;
-    expect_verdict("page 3", &m, NULL, &d, "page size 3 is not a power of two");
+    ap_test_expect_verdict(vt, "page 3", &m, NULL, &d, "page size 3 is not a power of two");
     m = good_model(), m.page_size = 256;
-    expect_verdict("page 256", &m, NULL, &d, "page size 256");
+    ap_test_expect_verdict(vt, "page 256", &m, NULL, &d, "page size 256");
     m = good_model(), m.num_qo_heads = 64, m.num_kv_heads = 4;
-    expect_verdict("group 16", &m, NULL, &d, "GQA group of 16");
+    ap_test_expect_verdict(vt, "group 16", &m, NULL, &d, "GQA group of 16");
     m = good_model(), m.num_qo_heads = 30;
-    expect_verdict("30 over 8 heads", &m, NULL, &d, "must divide");
+    ap_test_expect_verdict(vt, "30 over 8 heads", &m, NULL, &d, "must divide");
     m = good_model(), m.dtype = AP_DTYPE_F32, m.kv_dtype = AP_DTYPE_FP8_E4M3;
-    expect_verdict("f32 queries", &m, NULL, &d, "query dtype f32 is not bf16 or f16");
+    ap_test_expect_verdict(vt, "f32 queries", &m, NULL, &d, "query dtype f32 is not bf16 or f16");
     m = good_model(), m.kv_dtype = AP_DTYPE_NVFP4;
-    expect_verdict("nvfp4 cache", &m, NULL, &d, "nvfp4 is not implemented");
+    ap_test_expect_verdict(vt, "nvfp4 cache", &m, NULL, &d, "nvfp4 is not implemented");
     m = good_model(), m.kv_dtype = AP_DTYPE_FP8_E5M2;
-    expect_verdict("e5m2 cache", &m, NULL, &d, "not bf16, f16 or fp8_e4m3");
+    ap_test_expect_verdict(vt, "e5m2 cache", &m, NULL, &d, "not bf16, f16 or fp8_e4m3");
     m = good_model(), m.kv_dtype = AP_DTYPE_F16;
-    expect_verdict("f16 cache, bf16 queries", &m, NULL, &d, "must have the query dtype");
+    ap_test_expect_verdict(vt, "f16 cache, bf16 queries", &m, NULL, &d,
+                           "must have the query dtype");
     m = good_model(), m.max_batch = 0;
-    expect_verdict("max_batch 0", &m, NULL, &d, "max_batch 0");
+    ap_test_expect_verdict(vt, "max_batch 0", &m, NULL, &d, "max_batch 0");
 
     m = good_model();
     ap_device cpu = d;
     cpu.ordinal = -1;
     snprintf(cpu.unusable_reason, sizeof cpu.unusable_reason, "no CUDA driver: test");
-    expect_verdict("the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver: test");
+    ap_test_expect_verdict(vt, "the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver: test");
     ap_device ampere = d;
     ampere.cc_major = 8;
-    expect_verdict("an sm_80 GPU", &m, NULL, &ampere, "compute capability 8.0 is below 9.0");
+    ap_test_expect_verdict(vt, "an sm_80 GPU", &m, NULL, &ampere,
+                           "compute capability 8.0 is below 9.0");
 
     ap_option_kv extra[2] = {{"split_kv", "off"}, {"decode_warps_per_sm", "8"}};
     ap_options o = {.struct_size = sizeof o,
@@ -94,17 +71,17 @@ static void test_validate(void) {
                     .cuda_graphs = AP_OPTION_UNSET,
                     .extra = extra,
                     .num_extra = 2};
-    expect_verdict("known options", &m, &o, &d, NULL);
+    ap_test_expect_verdict(vt, "known options", &m, &o, &d, NULL);
     extra[0].value = "sometimes";
-    expect_verdict("split_kv: sometimes", &m, &o, &d, "split_kv is 'sometimes'");
+    ap_test_expect_verdict(vt, "split_kv: sometimes", &m, &o, &d, "split_kv is 'sometimes'");
     extra[0] = (ap_option_kv){"splitkv", "off"};
-    expect_verdict("a typo", &m, &o, &d, "unknown option 'splitkv'");
+    ap_test_expect_verdict(vt, "a typo", &m, &o, &d, "unknown option 'splitkv'");
     extra[0] = (ap_option_kv){"split_kv", "auto"};
     extra[1].value = "0";
-    expect_verdict("decode_warps_per_sm 0", &m, &o, &d, "decode_warps_per_sm is '0'");
+    ap_test_expect_verdict(vt, "decode_warps_per_sm 0", &m, &o, &d, "decode_warps_per_sm is '0'");
     extra[1].value = "4";
     o.cuda_graphs = 1;
-    expect_verdict("CUDA graphs", &m, &o, &d, "CUDA graphs are not supported");
+    ap_test_expect_verdict(vt, "CUDA graphs", &m, &o, &d, "CUDA graphs are not supported");
 
     /* every reason, not just the first */
     char text[1024] = "";

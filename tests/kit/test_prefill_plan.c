@@ -5,17 +5,7 @@
 
 #include "backends/common/prefill.h"
 #include "backends/common/prefill_internal.h"
-
-static int failures;
-#define EXPECT(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            failures++; \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__); \
-            printf("\n"); \
-        } \
-    } while (0)
+#include "tests/common/test_expect.h"
 
 /* Stubs for what prefill_kernel.cu and kit_runtime.cu define: the tile rows it builds (the same
  * table) and the copy, which caller_uploads plans never make. */

@@ -5,18 +5,8 @@
 #include <string.h>
 
 #include "backends/trtllm_mla/mla.h"
+#include "tests/common/test_expect.h"
 #include "tests/common/test_model.h"
-
-static int failures;
-#define EXPECT(cond, ...) \
-    do { \
-        if (!(cond)) { \
-            failures++; \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__); \
-            printf("\n"); \
-        } \
-    } while (0)
 
 static const ap_vtable *vt;
 static const ap_caps *caps;
@@ -25,68 +15,45 @@ static ap_model deepseek(int32_t heads) {
     return ap_test_mla_model("deepseek-ai/DeepSeek-V3", heads);
 }
 
-static ap_device h100(void) {
-    ap_device d;
-    memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
-    d.cc_major = 9;
-    d.sm_count = 132;
-    d.smem_per_block_optin = 232448;
-    snprintf(d.name, sizeof d.name, "NVIDIA H100 80GB HBM3");
-    return d;
-}
-
-static void expect_verdict(const char *what, const ap_model *m, const ap_options *o,
-                           const ap_device *d, const char *reason) {
-    char text[1024] = "";
-    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
-    ap_status st = vt->validate(m, o, d, &msg);
-    if (reason == NULL)
-        EXPECT(st == AP_OK && text[0] == '\0', "%s accepted, got %d '%s'", what, (int)st, text);
-    else
-        EXPECT(st == AP_ERR_REFUSED && strstr(text, reason) != NULL,
-               "%s refused with '%s', got %d '%s'", what, reason, (int)st, text);
-}
-
 static void test_validate(void) {
-    ap_device d = h100();
+    ap_device d = ap_test_h100();
     for (int h = 16; h <= 128; h *= 2) {
         ap_model m = deepseek(h);
-        expect_verdict("DeepSeek-V3 bf16", &m, NULL, &d, NULL);
+        ap_test_expect_verdict(vt, "DeepSeek-V3 bf16", &m, NULL, &d, NULL);
         m.kv_dtype = AP_DTYPE_FP8_E4M3, m.page_size = 32;
-        expect_verdict("DeepSeek-V3 fp8 page 32", &m, NULL, &d, NULL);
+        ap_test_expect_verdict(vt, "DeepSeek-V3 fp8 page 32", &m, NULL, &d, NULL);
     }
     ap_model m = deepseek(128);
     m.kind = AP_ATTN_MHA;
-    expect_verdict("MHA", &m, NULL, &d, "MLA only");
+    ap_test_expect_verdict(vt, "MHA", &m, NULL, &d, "MLA only");
     m = deepseek(8);
-    expect_verdict("8 heads", &m, NULL, &d, "8 query heads");
+    ap_test_expect_verdict(vt, "8 heads", &m, NULL, &d, "8 query heads");
     m = deepseek(128), m.page_size = 16;
-    expect_verdict("page 16", &m, NULL, &d, "page size 16");
+    ap_test_expect_verdict(vt, "page 16", &m, NULL, &d, "page size 16");
     m = deepseek(128), m.kv_lora_rank = 256, m.head_dim_qk = 320, m.head_dim_v = 256;
-    expect_verdict("latent 256", &m, NULL, &d, "not DeepSeek's 512 + 64");
+    ap_test_expect_verdict(vt, "latent 256", &m, NULL, &d, "not DeepSeek's 512 + 64");
     m = deepseek(128), m.kv_dtype = AP_DTYPE_FP8_E5M2;
-    expect_verdict("e5m2", &m, NULL, &d, "fp8_e5m2 is not bf16 or fp8_e4m3");
+    ap_test_expect_verdict(vt, "e5m2", &m, NULL, &d, "fp8_e5m2 is not bf16 or fp8_e4m3");
     m = deepseek(128), m.dtype = AP_DTYPE_F16;
-    expect_verdict("f16 queries", &m, NULL, &d, "query dtype f16");
+    ap_test_expect_verdict(vt, "f16 queries", &m, NULL, &d, "query dtype f16");
     m = deepseek(16);
-    ap_device old = h100();
+    ap_device old = ap_test_h100();
     old.cc_major = 8;
-    expect_verdict("sm_80", &m, NULL, &old, "below 9.0");
-    ap_device cpu = h100();
+    ap_test_expect_verdict(vt, "sm_80", &m, NULL, &old, "below 9.0");
+    ap_device cpu = ap_test_h100();
     cpu.ordinal = -1;
     snprintf(cpu.unusable_reason, sizeof cpu.unusable_reason, "no CUDA driver");
-    expect_verdict("the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver");
+    ap_test_expect_verdict(vt, "the CPU", &m, NULL, &cpu, "needs a CUDA GPU: no CUDA driver");
     ap_option_kv bad = {"split", "off"}, off = {"split_kv", "off"};
     ap_options o = {.struct_size = sizeof o, .extra = &bad, .num_extra = 1};
-    expect_verdict("unknown option", &m, &o, &d, "unknown option 'split'");
+    ap_test_expect_verdict(vt, "unknown option", &m, &o, &d, "unknown option 'split'");
     o.extra = &off;
-    expect_verdict("split_kv off", &m, &o, &d, NULL);
+    ap_test_expect_verdict(vt, "split_kv off", &m, &o, &d, NULL);
     ap_option_kv three = {"decode_stages", "3"}, four = {"decode_stages", "4"};
     o.extra = &three;
-    expect_verdict("decode_stages 3", &m, &o, &d, NULL);
+    ap_test_expect_verdict(vt, "decode_stages 3", &m, &o, &d, NULL);
     o.extra = &four;
-    expect_verdict("decode_stages 4", &m, &o, &d, "decode_stages is '4', not 2 or 3");
+    ap_test_expect_verdict(vt, "decode_stages 4", &m, &o, &d, "decode_stages is '4', not 2 or 3");
     /* every reason, not just the first */
     m = deepseek(8), m.page_size = 16;
     char text[1024] = "";
