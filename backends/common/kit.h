@@ -51,6 +51,11 @@ const char *ap_kit_option(const ap_options *options, const char *key);
  * AP_ERR_INVALID_ARGUMENT (NULL) / AP_ERR_REFUSED (an older ABI's model) with the reason. */
 ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbuf *reasons);
 
+/* The model's batch limits a backend sizes its buffers by: 1..2^max_batch_log2 sequences and
+ * 1..2^max_tokens_log2 new tokens. Adds one reason and returns 1 when they are out of range. */
+int ap_kit_model_limits_refuse(const ap_model *model, int32_t max_batch_log2,
+                               int32_t max_tokens_log2, const char *who, ap_msgbuf *reasons);
+
 /* The device checks every CUDA backend makes: a usable GPU of compute capability >= min_major.0
  * with SMs. Adds one reason per failure and returns 1 when it refuses, else 0. */
 int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,

@@ -64,6 +64,16 @@ ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbu
     return AP_OK;
 }
 
+int ap_kit_model_limits_refuse(const ap_model *model, int32_t max_batch_log2,
+                               int32_t max_tokens_log2, const char *who, ap_msgbuf *reasons) {
+    if (model->max_batch > 0 && model->max_tokens > 0 &&
+        model->max_batch <= (1 << max_batch_log2) && model->max_tokens <= (1 << max_tokens_log2))
+        return 0;
+    ap_msgbuf_add(reasons, "%s: max_batch %d and max_tokens %d must be in 1..2^%d and 1..2^%d", who,
+                  model->max_batch, model->max_tokens, max_batch_log2, max_tokens_log2);
+    return 1;
+}
+
 int ap_kit_device_refuses(const ap_device *device, int32_t min_major, const char *who,
                           ap_msgbuf *reasons) {
     if (device == NULL) {

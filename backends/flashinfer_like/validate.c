@@ -34,14 +34,7 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
         *refused = 1;
         ap_msgbuf_add(reasons, FIL_NAME ": page size %d is not " FIL_PAGE_SIZES_TEXT, m->page_size);
     }
-    if (m->max_batch <= 0 || m->max_tokens <= 0 || m->max_batch > (1 << 20) ||
-        m->max_tokens > (1 << 24)) {
-        *refused = 1;
-        ap_msgbuf_add(reasons,
-                      FIL_NAME ": max_batch %d and max_tokens %d must be in 1..2^20 and "
-                               "1..2^24",
-                      m->max_batch, m->max_tokens);
-    }
+    if (ap_kit_model_limits_refuse(m, 20, 24, FIL_NAME, reasons)) *refused = 1;
 }
 
 static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {

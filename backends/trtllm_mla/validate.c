@@ -30,14 +30,7 @@ static void mla_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
         *refused = 1;
         ap_msgbuf_add(reasons, MLA_NAME ": page size %d is not 32 or 64", m->page_size);
     }
-    if (m->max_batch <= 0 || m->max_tokens <= 0 || m->max_batch > (1 << 16) ||
-        m->max_tokens > (1 << 24)) {
-        *refused = 1;
-        ap_msgbuf_add(reasons,
-                      MLA_NAME ": max_batch %d and max_tokens %d must be in 1..2^16 and "
-                               "1..2^24",
-                      m->max_batch, m->max_tokens);
-    }
+    if (ap_kit_model_limits_refuse(m, 16, 24, MLA_NAME, reasons)) *refused = 1;
     if (m->causal != 1) {
         *refused = 1;
         ap_msgbuf_add(reasons, MLA_NAME ": non-causal MLA is not served");
