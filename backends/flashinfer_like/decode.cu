@@ -220,46 +220,46 @@ decode_tile_softmax(warp_state<HEAD_DIM> &st,
     }
 }
 
-// One step: S::tile tokens of K and V in shared memory (stage_k, then V at + tile_bytes), as
-// blocks of 16 (b = 0 .. blocks-1, rows 16b .. 16b+15).
-//   S = Q K^T (16 x tile: rows are query heads, padded to 16; columns the tokens), then per head
-//   m' = max(m, max_j s_j), p_j = 2^(s_j - m'), l = l 2^(m - m') + sum_j p_j,
-//   O^T = O^T 2^(m - m') + V^T P^T (rows head dims, columns heads), all in float.
-// Logits s_j are pre-scaled by sm_scale * log2(e) (and k_scale for fp8), so exp2 gives e^x.
-// fp8: K and V stay bytes in shared memory; the ldmatrix fragments are converted to half pairs.
-// K's k-index is permuted (thread t holds dims 4t..4t+3 of each 16) and Q is loaded to match;
-// V^T's rows come out as even dims (rows 0-7) and odd dims (rows 8-15) of each 16.
-template <int HEAD_DIM, typename KV, typename QT>
-__device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t stage_k,
-                                            int valid_tokens, float scale_log2, int lane) {
-    using S = decode_shape<HEAD_DIM, KV>;
-    using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
-    constexpr int NB = S::blocks;
-    const int t = lane & 3;
-    const uint32_t stage_v = stage_k + S::tile_bytes;
-    // ldmatrix.x4 row addresses: matrix i = lane/8 covers tokens 8*(i&1).. and chunk +(i>>1)
-    const int mat = lane >> 3;
-    int lrow[NB];
-    uint32_t lrow_off[NB];
+// The ldmatrix.x4 row addresses of one step: matrix i = lane/8 covers tokens 8*(i&1).. of each
+// block of 16 and chunk +(i>>1); lrow[b] is the lane's row in block b, lrow_off[b] its byte offset.
+template <class S> struct tile_lanes {
+    int mat;
+    int lrow[S::blocks];
+    uint32_t lrow_off[S::blocks];
+};
+
+template <class S> __device__ __forceinline__ tile_lanes<S> tile_lanes_of(int lane) {
+    tile_lanes<S> l;
+    l.mat = lane >> 3;
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
-        lrow[b] = 16 * b + (mat & 1) * 8 + (lane & 7);
-        lrow_off[b] = lrow[b] * S::row_bytes;
+    for (int b = 0; b < S::blocks; b++) {
+        l.lrow[b] = 16 * b + (l.mat & 1) * 8 + (lane & 7);
+        l.lrow_off[b] = l.lrow[b] * S::row_bytes;
     }
-    float s[NB][2][4];
+    return l;
+}
+
+// S = Q K^T of one step (16 x tile: rows are query heads, padded to 16; columns the tokens).
+// fp8: K stays bytes in shared memory and the ldmatrix fragments are converted to half pairs;
+// K's k-index is permuted (thread t holds dims 4t..4t+3 of each 16) and Q is loaded to match.
+template <int HEAD_DIM, typename KV, typename MT>
+__device__ __forceinline__ void
+decode_tile_scores(const warp_state<HEAD_DIM> &st, uint32_t stage_k,
+                   const tile_lanes<decode_shape<HEAD_DIM, KV>> &l,
+                   float (&s)[decode_shape<HEAD_DIM, KV>::blocks][2][4]) {
+    using S = decode_shape<HEAD_DIM, KV>;
 #pragma unroll
-    for (int b = 0; b < NB; b++)
+    for (int b = 0; b < S::blocks; b++)
 #pragma unroll
         for (int n = 0; n < 2; n++) s[b][n][0] = s[b][n][1] = s[b][n][2] = s[b][n][3] = 0.f;
-
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
+    for (int b = 0; b < S::blocks; b++) {
         if constexpr (S::is_fp8) {
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4(r, stage_k + l.lrow_off[b] +
+                                      ap_swizzle<S::chunks>(l.lrow[b], 2 * j + (l.mat >> 1)) * 16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const uint32_t a[4] = {st.q[2 * j + h][0], 0u, st.q[2 * j + h][1], 0u};
@@ -274,30 +274,36 @@ __device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t s
 #pragma unroll
             for (int ks = 0; ks < HEAD_DIM / 16; ks++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4(r, stage_k + lrow_off[b] +
-                                      ap_swizzle<S::chunks>(lrow[b], 2 * ks + (mat >> 1)) * 16);
+                ap_ldmatrix_x4(r, stage_k + l.lrow_off[b] +
+                                      ap_swizzle<S::chunks>(l.lrow[b], 2 * ks + (l.mat >> 1)) * 16);
                 const uint32_t a[4] = {st.q[ks][0], 0u, st.q[ks][1], 0u};
                 ap_mma_16816<MT>(s[b][0], a, r[0], r[2]);
                 ap_mma_16816<MT>(s[b][1], a, r[1], r[3]);
             }
         }
     }
+}
 
-    float p[NB][4];
-    decode_tile_softmax<HEAD_DIM, KV>(st, s, valid_tokens, scale_log2, t, p);
-
+// O^T += V^T P^T of one step (rows head dims, columns heads), P^T as the B operand: k = token,
+// n = head g; the logits' C layout is exactly that. fp8: V^T's rows come out as even dims (rows
+// 0-7) and odd dims (rows 8-15) of each 16.
+template <int HEAD_DIM, typename KV, typename MT>
+__device__ __forceinline__ void
+decode_tile_accumulate(warp_state<HEAD_DIM> &st, uint32_t stage_v,
+                       const tile_lanes<decode_shape<HEAD_DIM, KV>> &l,
+                       const float (&p)[decode_shape<HEAD_DIM, KV>::blocks][4]) {
+    using S = decode_shape<HEAD_DIM, KV>;
 #pragma unroll
-    for (int b = 0; b < NB; b++) {
-        // P^T as the B operand: k = token, n = head g. The logits' C layout is exactly that.
+    for (int b = 0; b < S::blocks; b++) {
         const uint32_t pb0 = ap_pack2<MT>(p[b][0], p[b][1]);
         const uint32_t pb1 = ap_pack2<MT>(p[b][2], p[b][3]);
         if constexpr (S::is_fp8) {
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 32; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r,
-                                     stage_v + lrow_off[b] +
-                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r, stage_v + l.lrow_off[b] +
+                                            ap_swizzle<S::chunks>(l.lrow[b], 2 * j + (l.mat >> 1)) *
+                                                16);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens
@@ -316,14 +322,32 @@ __device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t s
 #pragma unroll
             for (int j = 0; j < HEAD_DIM / 16; j++) {
                 uint32_t r[4];
-                ap_ldmatrix_x4_trans(r,
-                                     stage_v + lrow_off[b] +
-                                         ap_swizzle<S::chunks>(lrow[b], 2 * j + (mat >> 1)) * 16);
+                ap_ldmatrix_x4_trans(r, stage_v + l.lrow_off[b] +
+                                            ap_swizzle<S::chunks>(l.lrow[b], 2 * j + (l.mat >> 1)) *
+                                                16);
                 const uint32_t a[4] = {r[0], r[2], r[1], r[3]};
                 ap_mma_16816<MT>(st.acc[j], a, pb0, pb1);
             }
         }
     }
+}
+
+// One step: S::tile tokens of K and V in shared memory (stage_k, then V at + tile_bytes), as
+// blocks of 16 (b = 0 .. blocks-1, rows 16b .. 16b+15):
+//   S = Q K^T, then per head m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
+//   l = l 2^(m - m') + sum_j p_j, O^T = O^T 2^(m - m') + V^T P^T, all in float.
+// Logits s_j are pre-scaled by sm_scale * log2(e) (and k_scale for fp8), so exp2 gives e^x.
+template <int HEAD_DIM, typename KV, typename QT>
+__device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t stage_k,
+                                            int valid_tokens, float scale_log2, int lane) {
+    using S = decode_shape<HEAD_DIM, KV>;
+    using MT = typename std::conditional<S::is_fp8, __half, KV>::type;
+    const tile_lanes<S> l = tile_lanes_of<S>(lane);
+    float s[S::blocks][2][4];
+    decode_tile_scores<HEAD_DIM, KV, MT>(st, stage_k, l, s);
+    float p[S::blocks][4];
+    decode_tile_softmax<HEAD_DIM, KV>(st, s, valid_tokens, scale_log2, lane & 3, p);
+    decode_tile_accumulate<HEAD_DIM, KV, MT>(st, stage_k + S::tile_bytes, l, p);
 }
 
 // Head dim of accumulator element e (0..3) of block j for this lane: the 16-bit path has rows
