@@ -14,6 +14,17 @@ __device__ __forceinline__ void ap_cp_async_16(uint32_t dst, const void *src, bo
                  : "memory");
 }
 
+// Copy BYTES (4, 8 or 16) bytes, cached in L1 (cp.async.cg takes only 16): small rows such as
+// NVFP4's block scales. With `valid` false `dst` is zero-filled, as above.
+template <int BYTES>
+__device__ __forceinline__ void ap_cp_async_small(uint32_t dst, const void *src, bool valid) {
+    static_assert(BYTES == 4 || BYTES == 8 || BYTES == 16, "cp.async copies 4, 8 or 16 bytes");
+    int src_bytes = valid ? BYTES : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src), "n"(BYTES),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
 // Close the group of copies this thread issued since the last commit.
 __device__ __forceinline__ void ap_cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");

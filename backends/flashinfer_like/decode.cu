@@ -8,6 +8,7 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
+#include "../common/nvfp4.cuh"
 #include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
 #include "../common/swizzle.cuh"
@@ -38,7 +39,37 @@ template <int HEAD_DIM, typename KV> struct decode_shape {
     static constexpr int warp_smem = stages * stage_bytes;
     static constexpr int rows_per_lane = tile * chunks / 32; // rows whose chunk a lane copies
     static constexpr int row_step = 32 / chunks;
+    static constexpr int lookups = rows_per_lane; // page-table lookups per lane and tile
+    static constexpr bool is_nvfp4 = false;
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
+};
+
+// NVFP4 KV (the tag; plugin_api.h's layout): a row is HEAD_DIM / 2 bytes of E2M1 pairs and its
+// HEAD_DIM / 16 E4M3 block scales in a buffer of their own. A stage holds 16 tokens as they are
+// stored: K values [16][vals_row], V values, K scales [16][scales_row], V scales. Before the
+// math, the warp decodes the stage into one 16-bit tile of the query type (nvfp4.cuh: e2m1 *
+// e4m3 is exact in half and bf16), laid out as the 16-bit kernels' stage (decode_shape<D, QT>),
+// and the 16-bit step runs on it; the global scales fold into scale_log2 and v_scale as fp8's.
+struct fil_nvfp4 {};
+
+template <int HEAD_DIM> struct decode_shape<HEAD_DIM, fil_nvfp4> {
+    static constexpr bool is_fp8 = false;
+    static constexpr bool is_nvfp4 = true;
+    static constexpr int tile = 16;
+    static constexpr int vals_row = HEAD_DIM / 2;
+    static constexpr int scales_row = HEAD_DIM / AP_NVFP4_BLOCK; // 4, 8 or 16 bytes
+    static constexpr int vals_tile = tile * vals_row;
+    static constexpr int scales_tile = tile * scales_row;
+    static constexpr int stage_bytes = 2 * (vals_tile + scales_tile);
+    static constexpr int unpacked_bytes = 2 * tile * HEAD_DIM * 2; // K and V, 16-bit
+    static constexpr int ring_target = kSmemPerWarpTarget - unpacked_bytes;
+    static constexpr int stages_raw = ring_target / stage_bytes;
+    static constexpr int stages = stages_raw < 2 ? 2 : (stages_raw > 8 ? 8 : stages_raw);
+    static constexpr int warp_smem = stages * stage_bytes + unpacked_bytes;
+    static constexpr int chunks = vals_row / 16; // 16-byte copies of a row's values: 2 .. 8
+    static constexpr int rows_per_lane = tile * chunks / 32;
+    static constexpr int row_step = 32 / chunks;
+    static constexpr int lookups = rows_per_lane + 1; // and the scale row lane % 16
 };
 
 struct decode_args {
@@ -59,8 +90,10 @@ struct decode_args {
     int32_t num_kv_heads;
     int32_t group;
     int32_t log2_page_size;
-    float scale_log2; // sm_scale * log2(e) * k_scale (fp8)
-    float v_scale;    // 1 unless fp8
+    float scale_log2;        // sm_scale * log2(e) * k_scale (fp8, nvfp4's global scale)
+    float v_scale;           // 1 unless fp8 or nvfp4
+    const uint8_t *k_scales; // nvfp4's block scales, else NULL
+    const uint8_t *v_scales;
 };
 
 // Where a stream of tiles stands: segment index and the first token of the current tile.
@@ -94,7 +127,7 @@ __device__ __forceinline__ void cursor_next(decode_cursor &c, const decode_args 
 template <class S> struct tile_rows {
     bool active;
     int head;
-    int slot[S::rows_per_lane]; // -1: past the segment's end (zero-filled)
+    int slot[S::lookups]; // -1: past the segment's end (zero-filled)
 };
 
 template <class S>
@@ -109,13 +142,39 @@ __device__ __forceinline__ tile_rows<S> tile_slots(const decode_cursor &c, const
         t.slot[i] =
             (t.active && pos < c.end) ? (int)ap_paged_slot(c.pages, pos, a.log2_page_size) : -1;
     }
+    if constexpr (S::is_nvfp4) {
+        int pos = c.pos + (lane & 15);
+        t.slot[S::rows_per_lane] =
+            (t.active && pos < c.end) ? (int)ap_paged_slot(c.pages, pos, a.log2_page_size) : -1;
+    }
     return t;
 }
 
+// nvfp4: the lane's value chunks of K and V, then one scale row (lanes 0-15 K, 16-31 V).
 template <class S>
-__device__ __forceinline__ void tile_issue(const tile_rows<S> &t, uint32_t stage_k,
-                                           const decode_args &a, int lane) {
-    if (!t.active) return;
+__device__ __forceinline__ void tile_issue_nvfp4(const tile_rows<S> &t, uint32_t stage,
+                                                 const decode_args &a, int lane) {
+    const int chunk = lane % S::chunks;
+#pragma unroll
+    for (int i = 0; i < S::rows_per_lane; i++) {
+        int row = lane / S::chunks + i * S::row_step;
+        bool valid = t.slot[i] >= 0;
+        int64_t src = valid ? ((int64_t)t.slot[i] * a.num_kv_heads + t.head) * S::vals_row : 0;
+        uint32_t dst = row * S::vals_row + chunk * 16;
+        ap_cp_async_16(stage + dst, a.k_pages + src + chunk * 16, valid);
+        ap_cp_async_16(stage + S::vals_tile + dst, a.v_pages + src + chunk * 16, valid);
+    }
+    const int slot = t.slot[S::rows_per_lane];
+    const bool is_v = lane >= 16;
+    int64_t src = slot >= 0 ? ((int64_t)slot * a.num_kv_heads + t.head) * S::scales_row : 0;
+    ap_cp_async_small<S::scales_row>(stage + 2 * S::vals_tile + is_v * S::scales_tile +
+                                         (lane & 15) * S::scales_row,
+                                     (is_v ? a.v_scales : a.k_scales) + src, slot >= 0);
+}
+
+template <class S>
+__device__ __forceinline__ void tile_issue_rows(const tile_rows<S> &t, uint32_t stage_k,
+                                                const decode_args &a, int lane) {
     const int chunk = lane % S::chunks;
     const uint32_t stage_v = stage_k + S::tile_bytes;
 #pragma unroll
@@ -128,6 +187,16 @@ __device__ __forceinline__ void tile_issue(const tile_rows<S> &t, uint32_t stage
         ap_cp_async_16(stage_k + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage_v + dst, a.v_pages + src, valid);
     }
+}
+
+template <class S>
+__device__ __forceinline__ void tile_issue(const tile_rows<S> &t, uint32_t stage,
+                                           const decode_args &a, int lane) {
+    if (!t.active) return;
+    if constexpr (S::is_nvfp4)
+        tile_issue_nvfp4<S>(t, stage, a, lane);
+    else
+        tile_issue_rows<S>(t, stage, a, lane);
 }
 
 // The online-softmax state of one warp over its current segment. Lane (g = lane/4, t = lane%4)
@@ -350,6 +419,62 @@ __device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t s
     decode_tile_accumulate<HEAD_DIM, KV, MT>(st, stage_k + S::tile_bytes, l, p);
 }
 
+// Eight values of one block times its scale, as four 16-bit pairs of the query type.
+template <typename QT> __device__ __forceinline__ uint4 nvfp4_dequant8(uint32_t w, uint8_t scale) {
+    uint4 out;
+    if constexpr (std::is_same<QT, __half>::value)
+        ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(scale), reinterpret_cast<__half2 *>(&out));
+    else
+        ap_nvfp4_dequant8_bf162(w, ap_nvfp4_scale_bf162(scale),
+                                reinterpret_cast<__nv_bfloat162 *>(&out));
+    return out;
+}
+
+// nvfp4: decode the stage at `stage` (K and V as stored) into the 16-bit tile at `unpacked`,
+// where the 16-bit step reads it. Word w of the 2 * 16 rows of HEAD_DIM / 8 words: 8 values,
+// one scale byte, one swizzled 16-byte chunk out; consecutive lanes read consecutive words.
+template <int HEAD_DIM, typename QT>
+__device__ __forceinline__ void nvfp4_unpack_tile(uint32_t stage, uint32_t unpacked, int lane) {
+    using P = decode_shape<HEAD_DIM, fil_nvfp4>;
+    using U = decode_shape<HEAD_DIM, QT>;
+    constexpr int words_row = HEAD_DIM / 8; // = U::chunks
+    constexpr int words_tile = P::tile * words_row;
+#pragma unroll
+    for (int i = 0; i < 2 * words_tile / 32; i++) {
+        const int w = lane + 32 * i;
+        const int is_v = w / words_tile, row = (w % words_tile) / words_row, word = w % words_row;
+        uint32_t vals, scale;
+        asm volatile("ld.shared.b32 %0, [%1];\n"
+                     : "=r"(vals)
+                     : "r"(stage + is_v * P::vals_tile + row * P::vals_row + word * 4));
+        asm volatile("ld.shared.u8 %0, [%1];\n"
+                     : "=r"(scale)
+                     : "r"(stage + 2 * P::vals_tile + is_v * P::scales_tile + row * P::scales_row +
+                           word / 2));
+        const uint4 out = nvfp4_dequant8<QT>(vals, (uint8_t)scale);
+        const uint32_t dst = unpacked + is_v * U::tile_bytes + row * U::row_bytes +
+                             ap_swizzle<U::chunks>(row, word) * 16;
+        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(out.x),
+                     "r"(out.y), "r"(out.z), "r"(out.w)
+                     : "memory");
+    }
+}
+
+// One step of any cache type: nvfp4 decodes its stage into `unpacked` first (and the lanes'
+// writes must precede the other lanes' ldmatrix reads), the others read their stage directly.
+template <int HEAD_DIM, typename KV, typename QT>
+__device__ __forceinline__ void decode_step(warp_state<HEAD_DIM> &st, uint32_t stage,
+                                            uint32_t unpacked, int valid_tokens, float scale_log2,
+                                            int lane) {
+    if constexpr (decode_shape<HEAD_DIM, KV>::is_nvfp4) {
+        nvfp4_unpack_tile<HEAD_DIM, QT>(stage, unpacked, lane);
+        __syncwarp();
+        decode_tile<HEAD_DIM, QT, QT>(st, unpacked, valid_tokens, scale_log2, lane);
+    } else {
+        decode_tile<HEAD_DIM, KV, QT>(st, stage, valid_tokens, scale_log2, lane);
+    }
+}
+
 // Head dim of accumulator element e (0..3) of block j for this lane: the 16-bit path has rows
 // g and g+8 of each 16; the fp8 path rows 2g and 2g+1 (see decode_tile).
 template <bool FP8> __device__ __forceinline__ int acc_dim(int j, int e, int g) {
@@ -428,7 +553,8 @@ __global__ void __launch_bounds__(kWarps * 32) fil_decode_kernel(const decode_ar
         if (comp.pos == comp.begin) state_begin<HEAD_DIM, KV, QT>(st, comp, a, lane);
         ap_cp_async_wait<S::stages - 2>();
         __syncwarp();
-        decode_tile<HEAD_DIM, KV, QT>(st, ring + stage * S::stage_bytes, comp.end - comp.pos,
+        decode_step<HEAD_DIM, KV, QT>(st, ring + stage * S::stage_bytes,
+                                      ring + S::stages * S::stage_bytes, comp.end - comp.pos,
                                       a.scale_log2, lane);
         __syncwarp(); // every lane's reads of the freed stage precede the next copies into it
         int free_stage = stage == 0 ? S::stages - 1 : stage - 1;
@@ -454,7 +580,10 @@ template <int HEAD_DIM, typename KV, typename QT> decode_kernel_info decode_vari
 }
 
 template <int HEAD_DIM> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
-    if (kv_dtype == AP_DTYPE_FP8_E4M3) {
+    if (kv_dtype == AP_DTYPE_NVFP4) {
+        if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, fil_nvfp4, __nv_bfloat16>();
+        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, fil_nvfp4, __half>();
+    } else if (kv_dtype == AP_DTYPE_FP8_E4M3) {
         if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __nv_bfloat16>();
         if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __half>();
     } else if (kv_dtype == q_dtype) {
@@ -517,7 +646,7 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
         return AP_ERR_UNSUPPORTED;
     }
     if (plan->num_workers == 0) return AP_OK;
-    const bool fp8 = kv->kv_dtype == AP_DTYPE_FP8_E4M3;
+    const bool scaled = kv->kv_dtype == AP_DTYPE_FP8_E4M3 || kv->kv_dtype == AP_DTYPE_NVFP4;
     decode_args a;
     a.q = params->q;
     a.out = params->out;
@@ -526,6 +655,8 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     a.v_pages = static_cast<const uint8_t *>(kv->v_pages);
     a.kv_page_indptr = kv->kv_page_indptr;
     a.kv_page_indices = kv->kv_page_indices;
+    a.k_scales = static_cast<const uint8_t *>(kv->k_block_scales);
+    a.v_scales = static_cast<const uint8_t *>(kv->v_block_scales);
     a.worker_indptr = plan->worker_indptr;
     a.segs = reinterpret_cast<const int4 *>(plan->segs);
     a.seg_partial = plan->seg_partial;
@@ -536,8 +667,8 @@ extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_dec
     a.num_kv_heads = kv->num_kv_heads;
     a.group = group;
     a.log2_page_size = log2_page;
-    a.scale_log2 = params->sm_scale * ap_log2e * (fp8 ? kv->k_scale : 1.f);
-    a.v_scale = fp8 ? kv->v_scale : 1.f;
+    a.scale_log2 = params->sm_scale * ap_log2e * (scaled ? kv->k_scale : 1.f);
+    a.v_scale = scaled ? kv->v_scale : 1.f;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int blocks = (plan->num_workers + kWarps - 1) / kWarps;
     v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);

@@ -18,11 +18,13 @@ extern "C" {
 typedef struct fil_paged_kv {
     const void *k_pages; /* [num_pages][page_size][num_kv_heads][head_dim] of kv_dtype */
     const void *v_pages;
-    ap_dtype kv_dtype; /* BF16, F16 or FP8_E4M3 */
+    const void *k_block_scales; /* NVFP4: one e4m3 byte per 16 values, [slot][head][dim/16] */
+    const void *v_block_scales; /* NULL otherwise */
+    ap_dtype kv_dtype;          /* BF16, F16, FP8_E4M3 or NVFP4 (decode only) */
     int32_t page_size;
     int32_t num_kv_heads;
     int32_t head_dim; /* qk and v head dims are equal in this backend */
-    float k_scale;    /* fp8: real = stored * scale; ignored otherwise */
+    float k_scale;    /* fp8: real = stored * scale; nvfp4: the global scale; else ignored */
     float v_scale;
     const int32_t *kv_page_indptr;   /* device [num_seqs + 1] */
     const int32_t *kv_page_indices;  /* device */

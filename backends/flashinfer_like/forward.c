@@ -20,12 +20,16 @@ static ap_status fil_args_aligned(const ap_forward_args *args, ap_msgbuf *msg) {
     return st;
 }
 
-/* The layer's pages are read 16 bytes at a time. */
+/* The layer's pages (and nvfp4's block scales) are read 16 bytes at a time. */
 static ap_status fil_cache_aligned(const ap_layer *layer, ap_msgbuf *msg) {
     const ap_kv_cache *kv = layer->kv;
-    if ((uintptr_t)kv->k_pages % 16 == 0 && (uintptr_t)kv->v_pages % 16 == 0) return AP_OK;
-    ap_msgbuf_add(msg, FIL_NAME ": layer %d's K and V pages must be 16-byte aligned",
-                  layer->layer_id);
+    int nvfp4 = kv->dtype == AP_DTYPE_NVFP4;
+    if ((uintptr_t)kv->k_pages % 16 == 0 && (uintptr_t)kv->v_pages % 16 == 0 &&
+        (!nvfp4 ||
+         ((uintptr_t)kv->k_block_scales % 16 == 0 && (uintptr_t)kv->v_block_scales % 16 == 0)))
+        return AP_OK;
+    ap_msgbuf_add(msg, FIL_NAME ": layer %d's K and V pages%s must be 16-byte aligned",
+                  layer->layer_id, nvfp4 ? " and block scales" : "");
     return AP_ERR_UNSUPPORTED;
 }
 
@@ -59,6 +63,13 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK || !args->save_kv) return st;
     const ap_kv_cache *kv = layer->kv;
+    if (kv->dtype == AP_DTYPE_NVFP4) {
+        ap_msgbuf_add(msg,
+                      FIL_NAME ": forward_%s: save_kv into an nvfp4 cache is not implemented "
+                               "(write the cache first, then forward with save_kv 0)",
+                      entry);
+        return AP_ERR_UNSUPPORTED;
+    }
     ap_kit_append_args ap = {
         .k = ap_kit_data(args->k),
         .v = ap_kit_data(args->v),
@@ -98,6 +109,8 @@ static fil_attn_params fil_params_of(const ap_backend *b, const ap_layer *layer,
             {
                 .k_pages = kv->k_pages,
                 .v_pages = kv->v_pages,
+                .k_block_scales = kv->k_block_scales,
+                .v_block_scales = kv->v_block_scales,
                 .kv_dtype = kv->dtype,
                 .page_size = kv->page_size,
                 .num_kv_heads = kv->num_kv_heads,

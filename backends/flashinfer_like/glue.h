@@ -57,5 +57,6 @@ ap_status fil_validate(const ap_model *model, const ap_options *options, const a
                        ap_msgbuf *reasons);
 int fil_option_split_kv(const ap_options *options);         /* 1 unless split_kv: off */
 int32_t fil_option_warps_per_sm(const ap_options *options); /* decode_warps_per_sm, default 4 */
+int fil_option_nvfp4_decode(const ap_options *options);     /* 1: nvfp4_decode: on */
 
 #endif /* AP_FIL_GLUE_H */

@@ -20,8 +20,8 @@ static ap_caps fil_caps = {
     .num_archs = 0,
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16),
-    .kv_dtypes =
-        AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) | AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3),
+    .kv_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) |
+                 AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) | AP_DTYPE_BIT(AP_DTYPE_NVFP4), /* nvfp4: decode */
     .page_sizes = fil_page_sizes,
     .num_page_sizes = sizeof fil_page_sizes / sizeof fil_page_sizes[0],
     .head_dims = fil_head_dims,

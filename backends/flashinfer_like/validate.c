@@ -37,13 +37,35 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
     if (ap_kit_model_limits_refuse(m, 20, 24, FIL_NAME, reasons)) *refused = 1;
 }
 
-static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {
+/* nvfp4: decode reads the cache directly; extend does not yet, so an nvfp4 model is served only
+ * when the host says it will not run extend here (option nvfp4_decode: on), and init_metadata
+ * refuses an extend batch on it (plan.c). */
+static void fil_validate_nvfp4(const ap_model *m, const ap_options *options, ap_msgbuf *reasons,
+                               int *refused) {
+    if (m->embedding) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME ": an nvfp4 KV cache is served for decode only, and an "
+                                        "embedding model never decodes");
+    } else if (!fil_option_nvfp4_decode(options)) {
+        *refused = 1;
+        ap_msgbuf_add(reasons, FIL_NAME
+                      ": an nvfp4 KV cache is served for decode only (nvfp4 extend is not "
+                      "implemented): set option nvfp4_decode: on when no extend runs here");
+    }
+}
+
+static void fil_validate_dtypes(const ap_model *m, const ap_options *options, ap_msgbuf *reasons,
+                                int *refused) {
     if (m->dtype != AP_DTYPE_BF16 && m->dtype != AP_DTYPE_F16) {
         *refused = 1;
         ap_msgbuf_add(reasons, FIL_NAME ": query dtype %s is not bf16 or f16",
                       ap_dtype_str(m->dtype));
     }
     if (m->kv_dtype == AP_DTYPE_FP8_E4M3) return;
+    if (m->kv_dtype == AP_DTYPE_NVFP4) {
+        fil_validate_nvfp4(m, options, reasons, refused);
+        return;
+    }
     if (m->kv_dtype == AP_DTYPE_BF16 || m->kv_dtype == AP_DTYPE_F16) {
         if (m->kv_dtype != m->dtype) {
             *refused = 1;
@@ -55,9 +77,8 @@ static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refu
         return;
     }
     *refused = 1;
-    ap_msgbuf_add(reasons, FIL_NAME ": KV cache dtype %s is not bf16, f16 or fp8_e4m3%s",
-                  ap_dtype_str(m->kv_dtype),
-                  m->kv_dtype == AP_DTYPE_NVFP4 ? " (nvfp4 is not implemented)" : "");
+    ap_msgbuf_add(reasons, FIL_NAME ": KV cache dtype %s is not bf16, f16, fp8_e4m3 or nvfp4",
+                  ap_dtype_str(m->kv_dtype));
 }
 
 int fil_option_split_kv(const ap_options *options) {
@@ -76,14 +97,20 @@ static int fil_parse_warps_per_sm(const char *value) {
     return value != NULL && end != value && *end == '\0' && n >= 1 && n <= 16 ? (int)n : 0;
 }
 
+int fil_option_nvfp4_decode(const ap_options *options) {
+    const char *value = ap_kit_option(options, "nvfp4_decode");
+    return value != NULL && strcmp(value, "on") == 0;
+}
+
 int32_t fil_option_warps_per_sm(const ap_options *options) {
     int n = fil_parse_warps_per_sm(ap_kit_option(options, "decode_warps_per_sm"));
     return n > 0 ? n : FIL_DEFAULT_WARPS_PER_SM;
 }
 
-/* Backend-specific options, both tuning knobs for measurements:
+/* Backend-specific options, the first two tuning knobs for measurements:
  *   split_kv: auto | off          off: one warp per (sequence, KV head), no merge
  *   decode_warps_per_sm: 1..16    the split's target, see above
+ *   nvfp4_decode: on | off        on: serve an nvfp4 cache for decode (extend batches refused)
  * Anything else is refused, since a typo must not pass silently. */
 static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
@@ -107,15 +134,21 @@ static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, 
             continue;
         if (strcmp(key, "decode_warps_per_sm") == 0 && fil_parse_warps_per_sm(kv->value) > 0)
             continue;
+        if (strcmp(key, "nvfp4_decode") == 0 &&
+            (strcmp(value, "on") == 0 || strcmp(value, "off") == 0))
+            continue;
         *refused = 1;
         if (strcmp(key, "split_kv") == 0)
             ap_msgbuf_add(reasons, FIL_NAME ": option split_kv is '%s', not auto or off", value);
         else if (strcmp(key, "decode_warps_per_sm") == 0)
             ap_msgbuf_add(reasons, FIL_NAME ": option decode_warps_per_sm is '%s', not 1..16",
                           value);
+        else if (strcmp(key, "nvfp4_decode") == 0)
+            ap_msgbuf_add(reasons, FIL_NAME ": option nvfp4_decode is '%s', not on or off", value);
         else
             ap_msgbuf_add(reasons,
-                          FIL_NAME ": unknown option '%s' (known: split_kv, decode_warps_per_sm)",
+                          FIL_NAME ": unknown option '%s' (known: split_kv, decode_warps_per_sm, "
+                                   "nvfp4_decode)",
                           key);
     }
 }
@@ -126,7 +159,7 @@ ap_status fil_validate(const ap_model *model, const ap_options *options, const a
     if (readable != AP_OK) return readable;
     int refused = 0;
     fil_validate_shape(model, reasons, &refused);
-    fil_validate_dtypes(model, reasons, &refused);
+    fil_validate_dtypes(model, options, reasons, &refused);
     /* decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
      * sm_89; the build targets sm_90, so anything older cannot run it anyway */
     if (ap_kit_device_refuses(device, 9, FIL_NAME, reasons)) refused = 1;
