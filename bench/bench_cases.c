@@ -3,6 +3,7 @@
 
 #define B_BF16 AP_DTYPE_BF16
 #define B_FP8 AP_DTYPE_FP8_E4M3
+#define B_NVFP4 AP_DTYPE_NVFP4
 
 /* name, mode, q, kv, page, D, HQ, HK, B, prefix, new tokens. Llama-3-8B-like heads. */
 const bench_case bench_cases[] = {
@@ -11,6 +12,9 @@ const bench_case bench_cases[] = {
     {"decode_b1_l8192", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 1, 8191, 1},
     {"decode_b8_l32768", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 8, 32767, 1},
     {"decode_b256_l1024", AP_MODE_DECODE, B_BF16, B_BF16, 16, 128, 32, 8, 256, 1023, 1},
+    /* nvfp4 KV (decode only), against the bf16 cases above in tokens/s */
+    {"decode_b64_l4096_nvfp4", AP_MODE_DECODE, B_BF16, B_NVFP4, 16, 128, 32, 8, 64, 4095, 1},
+    {"decode_b8_l32768_nvfp4", AP_MODE_DECODE, B_BF16, B_NVFP4, 16, 128, 32, 8, 8, 32767, 1},
     {"extend_causal_b4_s4096", AP_MODE_EXTEND, B_BF16, B_BF16, 16, 128, 32, 8, 4, 0, 4096},
     {"extend_prefix4096_new512_b8", AP_MODE_EXTEND, B_BF16, B_BF16, 16, 128, 32, 8, 8, 4096, 512},
 };
@@ -23,6 +27,12 @@ int64_t bench_kv_elems(const bench_case *c) {
 double bench_flops(const bench_case *c) {
     double s = c->q_len, p = c->prefix;
     return 4.0 * c->batch * c->num_qo_heads * c->head_dim * (s * p + s * s / 2.0);
+}
+
+double bench_kv_bytes(const bench_case *c) {
+    double elems = (double)bench_kv_elems(c);
+    if (c->kv_dtype == AP_DTYPE_NVFP4) return elems / 2.0 + elems / 16.0; /* values + scales */
+    return elems * (double)(ap_dtype_size_bits(c->kv_dtype) / 8);
 }
 
 int64_t bench_new_tokens(const bench_case *c) {

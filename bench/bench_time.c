@@ -13,10 +13,11 @@
 
 #define BENCH_MAX_SETS 16
 #define BENCH_FP8_SCALE (1.0f / 64.0f)
+#define BENCH_NVFP4_SCALE (1.0f / 256.0f) /* the global scale; block scales are random e4m3 */
 
-/* One input set: a whole KV cache (one "layer"), its queries and outputs. */
+/* One input set: a whole KV cache (one "layer"), its queries and outputs; nvfp4's block scales. */
 typedef struct bench_set {
-    void *k_pages, *v_pages, *q, *out;
+    void *k_pages, *v_pages, *q, *out, *k_scales, *v_scales;
 } bench_set;
 
 typedef struct bench_state {
@@ -24,7 +25,7 @@ typedef struct bench_state {
     gpu_layout layout;
     ap_model model;
     ap_instance *instance;
-    size_t page_bytes, q_bytes, out_bytes;
+    size_t page_bytes, scale_bytes, q_bytes, out_bytes;
     int num_sets;
     bench_set sets[BENCH_MAX_SETS];
     int32_t *device_ints;
@@ -39,15 +40,20 @@ static void bench_fail(bench_result *out, const char *what, const char *why) {
 
 static ap_status bench_open(const bench_ctx *ctx, bench_state *st, bench_result *out) {
     const bench_case *c = st->c;
-    static const ap_options no_options = {.struct_size = sizeof(ap_options),
-                                          .prefix_cache = AP_OPTION_UNSET,
-                                          .chunked_prefill = AP_OPTION_UNSET,
-                                          .cuda_graphs = AP_OPTION_UNSET};
+    /* an nvfp4 case is decode only: a backend that serves nvfp4 for decode alone is told so */
+    static const ap_option_kv decode_only = {"nvfp4_decode", "on"};
+    const int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
+    const ap_options options = {.struct_size = sizeof(ap_options),
+                                .prefix_cache = AP_OPTION_UNSET,
+                                .chunked_prefill = AP_OPTION_UNSET,
+                                .cuda_graphs = AP_OPTION_UNSET,
+                                .extra = nvfp4 ? &decode_only : NULL,
+                                .num_extra = nvfp4 ? 1 : 0};
     gpu_layout_model(&st->layout, c->q_dtype, c->kv_dtype, c->num_qo_heads, c->num_kv_heads,
                      c->head_dim, &st->model);
     st->model.name = "bench";
     st->model.num_layers = BENCH_MAX_SETS;
-    ap_status status = ap_instance_open(ctx->registry, ctx->backend, &st->model, &no_options,
+    ap_status status = ap_instance_open(ctx->registry, ctx->backend, &st->model, &options,
                                         &ctx->device, &st->instance);
     if (status != AP_OK) {
         bench_fail(out, ap_status_name(status), ap_last_error());
@@ -60,6 +66,7 @@ static ap_status bench_open(const bench_ctx *ctx, bench_state *st, bench_result 
     }
     st->page_bytes = spec.k_bytes_per_page > spec.v_bytes_per_page ? spec.k_bytes_per_page
                                                                    : spec.v_bytes_per_page;
+    st->scale_bytes = spec.scale_bytes_per_page;
     return AP_OK;
 }
 
@@ -78,8 +85,13 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
     float kv_bound = fp8 ? 2.0f / BENCH_FP8_SCALE : 2.0f;
     st->q_bytes = (size_t)bench_new_tokens(c) * c->num_qo_heads * c->head_dim * q_bytes;
     st->out_bytes = st->q_bytes;
-    st->num_sets = bench_num_sets(ctx, 2 * cache_bytes + st->q_bytes + st->out_bytes);
-    size_t cache_elems = cache_bytes / gpu_dtype_bytes(c->kv_dtype);
+    /* nvfp4: random bytes (every e2m1 code is finite) and e4m3 block scales in +-8 */
+    const int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
+    const ap_dtype fill_dtype = nvfp4 ? AP_DTYPE_FP8_E4M3 : c->kv_dtype;
+    size_t cache_elems = cache_bytes / gpu_dtype_bytes(fill_dtype);
+    size_t scale_bytes = nvfp4 ? (size_t)st->layout.num_pages_pool * st->scale_bytes : 0;
+    st->num_sets =
+        bench_num_sets(ctx, 2 * (cache_bytes + scale_bytes) + st->q_bytes + st->out_bytes);
     size_t q_elems = st->q_bytes / q_bytes;
     for (int s = 0; s < st->num_sets; s++) {
         bench_set *set = &st->sets[s];
@@ -88,10 +100,18 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
         GPU_CHECK(cudaMalloc(&set->q, st->q_bytes));
         GPU_CHECK(cudaMalloc(&set->out, st->out_bytes));
         uint64_t seed = 0x5eed0000ull + 4u * (unsigned)s;
-        GPU_CHECK((cudaError_t)bench_fill_random(set->k_pages, cache_elems, c->kv_dtype, kv_bound,
+        GPU_CHECK((cudaError_t)bench_fill_random(set->k_pages, cache_elems, fill_dtype, kv_bound,
                                                  seed, ctx->stream));
-        GPU_CHECK((cudaError_t)bench_fill_random(set->v_pages, cache_elems, c->kv_dtype, kv_bound,
+        GPU_CHECK((cudaError_t)bench_fill_random(set->v_pages, cache_elems, fill_dtype, kv_bound,
                                                  seed + 1, ctx->stream));
+        if (nvfp4) {
+            GPU_CHECK(cudaMalloc(&set->k_scales, scale_bytes));
+            GPU_CHECK(cudaMalloc(&set->v_scales, scale_bytes));
+            GPU_CHECK((cudaError_t)bench_fill_random(set->k_scales, scale_bytes, fill_dtype, 8.0f,
+                                                     seed + 3, ctx->stream));
+            GPU_CHECK((cudaError_t)bench_fill_random(set->v_scales, scale_bytes, fill_dtype, 8.0f,
+                                                     seed + 5, ctx->stream));
+        }
         GPU_CHECK((cudaError_t)bench_fill_random(set->q, q_elems, c->q_dtype, 2.0f, seed + 2,
                                                  ctx->stream));
     }
@@ -106,17 +126,20 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
 static ap_status bench_forward(const bench_ctx *ctx, const bench_state *st, int s) {
     const bench_case *c = st->c;
     const bench_set *set = &st->sets[s];
-    int fp8 = c->kv_dtype == AP_DTYPE_FP8_E4M3;
+    int fp8 = c->kv_dtype == AP_DTYPE_FP8_E4M3, nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
+    float scale = fp8 ? BENCH_FP8_SCALE : nvfp4 ? BENCH_NVFP4_SCALE : 1.0f;
     int64_t tokens = bench_new_tokens(c);
     ap_kv_cache kv;
     gpu_layout_kv_cache(&st->layout, c->kv_dtype, c->num_kv_heads, c->head_dim, set->k_pages,
                         set->v_pages, &kv);
+    kv.k_block_scales = set->k_scales;
+    kv.v_block_scales = set->v_scales;
     ap_layer layer = {
         .struct_size = sizeof layer,
         .layer_id = s,
         .sm_scale = 1.0f / sqrtf((float)c->head_dim),
-        .k_scale = fp8 ? BENCH_FP8_SCALE : 1.0f,
-        .v_scale = fp8 ? BENCH_FP8_SCALE : 1.0f,
+        .k_scale = scale,
+        .v_scale = scale,
         .window_left = -1,
         .kv = &kv,
     };
@@ -173,6 +196,8 @@ static void bench_free(bench_state *st) {
         cudaFree(st->sets[s].v_pages);
         cudaFree(st->sets[s].q);
         cudaFree(st->sets[s].out);
+        cudaFree(st->sets[s].k_scales);
+        cudaFree(st->sets[s].v_scales);
     }
     cudaFree(st->device_ints);
     if (st->instance != NULL) ap_instance_close(st->instance);
@@ -190,7 +215,7 @@ static void bench_summarize(const bench_state *st, double *ms, int runs, bench_r
     out->ms_min = ms[0];
     out->ms_p90 = ms[(runs * 9) / 10 < runs ? (runs * 9) / 10 : runs - 1];
     double seconds = out->ms_median * 1e-3;
-    out->kv_bytes = (double)bench_kv_elems(c) * (double)gpu_dtype_bytes(c->kv_dtype);
+    out->kv_bytes = bench_kv_bytes(c);
     out->gbps = out->kv_bytes / seconds * 1e-9;
     out->tflops = bench_flops(c) / seconds * 1e-12;
     out->tokens_per_s = (double)bench_new_tokens(c) / seconds;
