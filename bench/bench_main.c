@@ -74,7 +74,7 @@ static void bench_print_result(const bench_case *c, const bench_result *r) {
         printf("%-30s  not run: %s\n", c->name, r->status);
         return;
     }
-    int decode = c->mode == AP_MODE_DECODE;
+    int decode = c->mode == AP_MODE_DECODE || c->rotary_dim > 0; /* GB/s */
     printf("%-30s  %9.4f ms (min %.4f, p90 %.4f, %d runs, %d sets)  %8.1f %s  %12.0f tok/s\n",
            c->name, r->ms_median, r->ms_min, r->ms_p90, r->runs, r->sets,
            decode ? r->gbps : r->tflops, decode ? "GB/s   " : "TFLOP/s", r->tokens_per_s);
@@ -87,9 +87,10 @@ static int bench_run(bench_ctx *ctx, const bench_args *args) {
         perror(args->json_path);
         return 1;
     }
-    printf("attnplug-bench: %s on %s (sm_%d%d, %d SMs, L2 %d MB)\n%s\n%s\n", args->backend,
+    printf("attnplug-bench: %s on %s (sm_%d%d, %d SMs, L2 %d MB)\n%s\n%s\n%s\n", args->backend,
            ctx->device.name, ctx->device.cc_major, ctx->device.cc_minor, ctx->device.sm_count,
-           ctx->device.l2_bytes >> 20, BENCH_DECODE_METRIC, BENCH_EXTEND_METRIC);
+           ctx->device.l2_bytes >> 20, BENCH_DECODE_METRIC, BENCH_EXTEND_METRIC,
+           BENCH_APPEND_METRIC);
     if (json != NULL) fprintf(json, "[\n");
     for (size_t i = 0; i < bench_num_cases; i++) {
         const bench_case *c = &bench_cases[i];

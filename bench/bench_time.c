@@ -31,7 +31,7 @@ typedef struct bench_state {
     int32_t *device_ints;
 } bench_state;
 
-static void bench_fail(bench_result *out, const char *what, const char *why) {
+void bench_fail(bench_result *out, const char *what, const char *why) {
     out->ok = 0;
     snprintf(out->status, sizeof out->status, "%s: %s", what, why);
     for (char *p = out->status; *p; p++)
@@ -123,7 +123,8 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
 }
 
 /* One layer's forward on input set `s` (the new tokens' K/V are already in the cache). */
-static ap_status bench_forward(const bench_ctx *ctx, const bench_state *st, int s) {
+static ap_status bench_forward(const bench_ctx *ctx, const void *state, int s) {
+    const bench_state *st = state;
     const bench_case *c = st->c;
     const bench_set *set = &st->sets[s];
     int fp8 = c->kv_dtype == AP_DTYPE_FP8_E4M3, nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
@@ -159,7 +160,8 @@ static int bench_cmp_double(const void *a, const void *b) {
 
 /* Warm up, then record an event pair around every call (calls queue back to back, so the
  * events time the GPU's work, not the host's). */
-static ap_status bench_loop(const bench_ctx *ctx, const bench_state *st, double *ms) {
+ap_status bench_time_calls(const bench_ctx *ctx, bench_call_fn call, const void *state,
+                           int num_sets, double *ms) {
     cudaStream_t stream = (cudaStream_t)ctx->stream;
     cudaEvent_t *events = calloc(2 * (size_t)ctx->runs, sizeof *events);
     ap_status status = AP_OK;
@@ -168,12 +170,11 @@ static ap_status bench_loop(const bench_ctx *ctx, const bench_state *st, double 
     for (; made < 2 * ctx->runs; made++)
         if (cudaEventCreate(&events[made]) != cudaSuccess) break;
     if (made < 2 * ctx->runs) status = AP_ERR_CUDA;
-    int warmup = ctx->warmup > st->num_sets ? ctx->warmup : st->num_sets;
-    for (int i = 0; i < warmup && status == AP_OK; i++)
-        status = bench_forward(ctx, st, i % st->num_sets);
+    int warmup = ctx->warmup > num_sets ? ctx->warmup : num_sets;
+    for (int i = 0; i < warmup && status == AP_OK; i++) status = call(ctx, state, i % num_sets);
     for (int i = 0; i < ctx->runs && status == AP_OK; i++) {
         if (cudaEventRecord(events[2 * i], stream) != cudaSuccess) status = AP_ERR_CUDA;
-        if (status == AP_OK) status = bench_forward(ctx, st, i % st->num_sets);
+        if (status == AP_OK) status = call(ctx, state, i % num_sets);
         if (status == AP_OK && cudaEventRecord(events[2 * i + 1], stream) != cudaSuccess)
             status = AP_ERR_CUDA;
     }
@@ -204,13 +205,12 @@ static void bench_free(bench_state *st) {
     gpu_layout_free(&st->layout);
 }
 
-static void bench_summarize(const bench_state *st, double *ms, int runs, bench_result *out) {
-    const bench_case *c = st->c;
+void bench_summarize(const bench_case *c, double *ms, int runs, int sets, bench_result *out) {
     qsort(ms, (size_t)runs, sizeof *ms, bench_cmp_double);
     out->ok = 1;
     snprintf(out->status, sizeof out->status, "ok");
     out->runs = runs;
-    out->sets = st->num_sets;
+    out->sets = sets;
     out->ms_median = runs % 2 ? ms[runs / 2] : 0.5 * (ms[runs / 2 - 1] + ms[runs / 2]);
     out->ms_min = ms[0];
     out->ms_p90 = ms[(runs * 9) / 10 < runs ? (runs * 9) / 10 : runs - 1];
@@ -222,6 +222,7 @@ static void bench_summarize(const bench_state *st, double *ms, int runs, bench_r
 }
 
 ap_status bench_case_time(const bench_ctx *ctx, const bench_case *c, bench_result *out) {
+    if (c->rotary_dim > 0) return bench_append_time(ctx, c, out);
     bench_state st = {.c = c};
     double *ms = calloc((size_t)ctx->runs, sizeof *ms);
     gpu_seq *seqs = calloc((size_t)c->batch, sizeof *seqs);
@@ -244,13 +245,13 @@ ap_status bench_case_time(const bench_ctx *ctx, const bench_case *c, bench_resul
         bench_fail(out, "init_metadata", ap_last_error());
         goto done;
     }
-    if ((status = bench_loop(ctx, &st, ms)) != AP_OK) {
+    if ((status = bench_time_calls(ctx, bench_forward, &st, st.num_sets, ms)) != AP_OK) {
         bench_fail(out, "forward",
                    status == AP_ERR_CUDA ? cudaGetErrorString(cudaGetLastError())
                                          : ap_last_error());
         goto done;
     }
-    bench_summarize(&st, ms, ctx->runs, out);
+    bench_summarize(c, ms, ctx->runs, st.num_sets, out);
 done:
     bench_free(&st);
     free(seqs);

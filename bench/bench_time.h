@@ -26,4 +26,16 @@ typedef struct bench_result {
 /* Time case `c`. Fills `out` in every case; returns AP_OK when it ran. */
 ap_status bench_case_time(const bench_ctx *ctx, const bench_case *c, bench_result *out);
 
+/* The append_kv/1 hook's cases (rotary_dim > 0), bench_append.c. */
+ap_status bench_append_time(const bench_ctx *ctx, const bench_case *c, bench_result *out);
+
+/* What both share: one timed call on input set `set`; warm-up then a CUDA event pair around each
+ * of ctx->runs calls rotating over `num_sets` sets (ms[i]: call i); the result's figures from
+ * the sorted times; a failure as one JSON-safe status line. */
+typedef ap_status (*bench_call_fn)(const bench_ctx *ctx, const void *state, int set);
+ap_status bench_time_calls(const bench_ctx *ctx, bench_call_fn call, const void *state,
+                           int num_sets, double *ms);
+void bench_summarize(const bench_case *c, double *ms, int runs, int sets, bench_result *out);
+void bench_fail(bench_result *out, const char *what, const char *why);
+
 #endif /* AP_BENCH_TIME_H */

@@ -31,6 +31,8 @@ def shape(case):
     heads = "H%d/%d D%d" % (case["num_qo_heads"], case["num_kv_heads"], case["head_dim"])
     if case["mode"] == "decode":
         what = "B%d L%d" % (case["batch"], case["prefix"] + case["q_len"])
+    elif case["mode"] == "append":
+        what = "T%d rope %d" % (case["batch"] * case["q_len"], case["rotary_dim"])
     elif case["prefix"] == 0:
         what = "B%d S%d causal" % (case["batch"], case["q_len"])
     else:
@@ -190,7 +192,7 @@ def main():
     ]
     for case in cases:
         name = case["case"]
-        decode = case["mode"] == "decode"
+        decode = case["mode"] != "extend"  # decode and append: GB/s
         ours_text, ours_ms = cell(ours.get(name), decode)
         flash_text, flash_ms = cell(peers.get((name, "torch_flash")), decode)
         cudnn_text, cudnn_ms = cell(peers.get((name, "torch_cudnn")), decode)
@@ -210,7 +212,7 @@ def main():
     if args.png:
         rows = []
         for case in cases:
-            decode = case["mode"] == "decode"
+            decode = case["mode"] != "extend"  # decode and append: GB/s
             values = {args.backend: metric_of(ours.get(case["case"]), decode)}
             for side, key in zip(PEERS, ("torch_flash", "torch_cudnn")):
                 values[side] = metric_of(peers.get((case["case"], key)), decode)
