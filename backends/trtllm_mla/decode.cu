@@ -145,14 +145,268 @@ __device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq
     }
 }
 
+// Where this thread sits: lane (g = lane/4, t4 = lane%4) of warp (rb, cs): row block rb of the
+// CTA's rows, column split cs of the tile's tokens and of the output dims.
+struct WarpPos {
+    int lane, g, t4, rb, cs;
+};
+
+// One warp's running state over its rows: O (rows rb*16 + g, + 8; its output dims), row maxima
+// and sums, base 2.
+template <int NT> struct RowState {
+    float o[NT][4];
+    float m_run[2], l_run[2];
+};
+
+// Q's A fragments when the layout keeps them in registers: read once from the stage Q was
+// loaded into, which the pipeline then reuses.
+template <class L, int STAGES>
+__device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 32 : 1][2][4],
+                                            uint32_t q_base, int lane) {
+    if constexpr (L::kQReg) {
+        ap_cp_async_wait<STAGES - 1>(); // the Q group
+        __syncthreads();
+        const int qrow = lane & 15;
+#pragma unroll
+        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
+            ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+            ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+        }
+        __syncthreads(); // the last stage is free for tile t_begin + STAGES - 1
+    }
+}
+
+// S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
+template <class L>
+__device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_ROW / 32 : 1][2][4],
+                                            uint32_t q_base, uint32_t k_base, const WarpPos &w,
+                                            float (&s)[L::kTN / 8][4]) {
+    constexpr int kSN = L::kTN / 8;
+    const int lane = w.lane;
+    // With one n-tile per warp (M = 16) the 36 mma of S would form one dependent chain:
+    // four accumulators (even/odd step x low/high 16 dims) cut it to four chains of 9.
+    constexpr int kChains = kSN == 1 ? 4 : 1;
+    float sc[kChains][kSN][4];
+#pragma unroll
+    for (int c = 0; c < kChains; c++)
+#pragma unroll
+        for (int j = 0; j < kSN; j++) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+    // One step of 32 dims: the two A fragments (from registers or shared memory), then for
+    // each n-tile the B fragments of both 16-dim halves and two mma.
+    auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
+                       float(*sb)[4]) {
+#pragma unroll
+        for (int j = 0; j < kSN; j++) {
+            uint32_t b[4];
+            const int krow = w.cs * L::kTN + j * 8 + (lane & 7);
+            ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
+            ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
+            ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
+        }
+    };
+    if constexpr (L::kQReg) {
+        // fully unrolled: qf is indexed by compile-time constants only (registers, no stack)
+#pragma unroll
+        for (int k32 = 0; k32 < MLA_ROW / 32; k32++)
+            qk_step(k32, qf[k32][0], qf[k32][1], sc[(2 * (k32 & 1)) % kChains],
+                    sc[(2 * (k32 & 1) + 1) % kChains]);
+    } else {
+#pragma unroll 1
+        for (int k64 = 0; k64 < MLA_ROW / 64; k64++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int k32 = 2 * k64 + h;
+                uint32_t a0[4], a1[4];
+                const int qrow = w.rb * 16 + (lane & 15);
+                ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+                ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+                qk_step(k32, a0, a1, sc[(2 * h) % kChains], sc[(2 * h + 1) % kChains]);
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < kSN; j++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float sum = sc[0][j][e];
+#pragma unroll
+            for (int c = 1; c < kChains; c++) sum += sc[c][j][e];
+            s[j][e] = sum;
+        }
+}
+
+// Row maxima of this warp's columns, shared with the other column splits through red_max; the
+// new running maxima, and alpha = 2^(m_old - m_new) per row.
+template <int M, class L>
+__device__ __forceinline__ void tile_row_max(const float (&s)[L::kTN / 8][4], float *red_max,
+                                             const WarpPos &w, float scale2, float (&m_run)[2],
+                                             float (&m_use)[2], float (&alpha)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < L::kTN / 8; j++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    if (w.t4 == 0) {
+        red_max[w.cs * M + w.rb * 16 + w.g] = mx[0];
+        red_max[w.cs * M + w.rb * 16 + w.g + 8] = mx[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float tmax = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < L::kSplits; c++)
+            tmax = fmaxf(tmax, red_max[c * M + w.rb * 16 + w.g + 8 * h]);
+        const float m_new = fmaxf(m_run[h], tmax * scale2);
+        m_use[h] = m_new == -INFINITY ? 0.f : m_new;
+        alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
+        m_run[h] = m_new;
+    }
+}
+
+// Online softmax of one tile: P = 2^(s * scale2 - m) to shared memory as bf16, the row sums
+// and O rescaled by alpha.
+template <int M, class L>
+__device__ __forceinline__ void tile_softmax(const float (&s)[L::kTN / 8][4], uint8_t *p_smem,
+                                             float *red_max, const WarpPos &w, float scale2,
+                                             RowState<L::kDN / 8> &rs_) {
+    float alpha[2], m_use[2];
+    tile_row_max<M, L>(s, red_max, w, scale2, rs_.m_run, m_use, alpha);
+    float rs[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < L::kTN / 8; j++) {
+        float pv[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            pv[e] = ap_exp2_approx(s[j][e] * scale2 - m_use[e >> 1]);
+            rs[e >> 1] += pv[e];
+        }
+        const int col = w.cs * L::kTN + j * 8 + 2 * w.t4;
+        const int r = w.rb * 16 + w.g;
+        *reinterpret_cast<uint32_t *>(p_smem + p_off(r, col >> 3) + (col & 7) * 2) =
+            ap_pack2<__nv_bfloat16>(pv[0], pv[1]);
+        *reinterpret_cast<uint32_t *>(p_smem + p_off(r + 8, col >> 3) + (col & 7) * 2) =
+            ap_pack2<__nv_bfloat16>(pv[2], pv[3]);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) rs_.l_run[h] = rs_.l_run[h] * alpha[h] + rs[h];
+#pragma unroll
+    for (int i = 0; i < L::kDN / 8; i++) {
+        rs_.o[i][0] *= alpha[0];
+        rs_.o[i][1] *= alpha[0];
+        rs_.o[i][2] *= alpha[1];
+        rs_.o[i][3] *= alpha[1];
+    }
+}
+
+// O += P V: rows rb*16.., dims cs*DN.., 4 steps of 16 tokens.
+template <class L>
+__device__ __forceinline__ void tile_pv(uint32_t p_base, uint32_t k_base, const WarpPos &w,
+                                        float (&o)[L::kDN / 8][4]) {
+    const int lane = w.lane;
+#pragma unroll
+    for (int k16 = 0; k16 < MLA_TILE / 16; k16++) {
+        uint32_t a[4];
+        ap_ldmatrix_x4(a, p_base + p_off(w.rb * 16 + (lane & 15), 2 * k16 + (lane >> 4)));
+        const int vrow = k16 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int i = 0; i < L::kDN / 8; i += 2) {
+            uint32_t b[4];
+            const int chunk = (w.cs * L::kDN + i * 8) / 8 + (lane >> 4);
+            ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
+            ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
+            ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+// End: full row sums (the other column splits' through red_sum), then rows rb*16 + g (+8),
+// dims cs*DN + i*8 + 2*t4 to the output, or to the CTA's partial slot when the KV is split.
+template <int M, class L>
+__device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Seq &sq,
+                                            RowState<L::kDN / 8> &st, float *red_sum,
+                                            const WarpPos &w, int row0, int rows, int cta) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 1);
+        st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 2);
+    }
+    __syncthreads();
+    if (w.t4 == 0) {
+        red_sum[w.cs * M + w.rb * 16 + w.g] = st.l_run[0];
+        red_sum[w.cs * M + w.rb * 16 + w.g + 8] = st.l_run[1];
+    }
+    __syncthreads();
+    float inv[2], lse2[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        float l = 0.f;
+#pragma unroll
+        for (int c = 0; c < L::kSplits; c++) l += red_sum[c * M + w.rb * 16 + w.g + 8 * h];
+        inv[h] = l > 0.f ? 1.f / l : 0.f;
+        lse2[h] = l > 0.f ? st.m_run[h] + log2f(l) : -INFINITY;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = w.rb * 16 + w.g + 8 * h;
+        const int gr = row0 + r;
+        if (gr >= rows) continue;
+        const float outs = inv[h] * p.kv_scale;
+        if (p.num_splits == 1) {
+            const int tok = gr / p.num_heads, head = gr % p.num_heads;
+            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+            uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
+#pragma unroll
+            for (int i = 0; i < L::kDN / 8; i++) {
+                const int d = w.cs * L::kDN + i * 8 + 2 * w.t4;
+                *reinterpret_cast<uint32_t *>(dst + d * 2) =
+                    ap_pack2<__nv_bfloat16>(st.o[i][2 * h] * outs, st.o[i][2 * h + 1] * outs);
+            }
+            if (p.lse != NULL && w.cs == 0 && w.t4 == 0)
+                p.lse[orow] = lse2[h] * 0.69314718055994531f;
+        } else {
+            const int64_t prow = static_cast<int64_t>(cta) * M + r;
+            float *dst = p.partial_out + prow * MLA_LATENT;
+#pragma unroll
+            for (int i = 0; i < L::kDN / 8; i++) {
+                const int d = w.cs * L::kDN + i * 8 + 2 * w.t4;
+                *reinterpret_cast<float2 *>(dst + d) =
+                    make_float2(st.o[i][2 * h] * outs, st.o[i][2 * h + 1] * outs);
+            }
+            if (w.cs == 0 && w.t4 == 0) p.partial_lse[prow] = lse2[h];
+        }
+    }
+}
+
+// Keys past the row's limit (the last position it may see, causal) or past the sequence: -inf.
+template <class L>
+__device__ __forceinline__ void tile_mask(float (&s)[L::kTN / 8][4], const Seq &sq, int tile,
+                                          const WarpPos &w, const int (&limit)[2]) {
+    const int pos0 = tile * MLA_TILE + w.cs * L::kTN;
+    if (tile * MLA_TILE + MLA_TILE - 1 > sq.kv_len - sq.q_len) {
+#pragma unroll
+        for (int j = 0; j < L::kTN / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int pos = pos0 + j * 8 + 2 * w.t4 + (e & 1);
+                if (pos > limit[e >> 1]) s[j][e] = -INFINITY;
+            }
+    }
+}
+
 template <int M, bool FP8, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
     using L = Layout<M, FP8, STAGES>;
     extern __shared__ __align__(128) uint8_t smem[];
     const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, t4 = lane & 3;
-    const int rb = warp % L::kRowBlocks, cs = warp / L::kRowBlocks;
+    const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
 
     Seq sq;
     sq.q_begin = __ldg(p.qo_indptr + seq);
@@ -168,14 +422,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int per = (tiles + p.num_splits - 1) / p.num_splits;
     const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
 
-    uint8_t *q_smem = smem + L::kQStage;
-    uint8_t *p_smem = smem + L::kP;
-    float *red_max = reinterpret_cast<float *>(smem + L::kRedMax);
-    float *red_sum = reinterpret_cast<float *>(smem + L::kRedSum);
-
     // Prologue: Q, then tiles t_begin .. t_begin + STAGES - 2, one commit group each (a group is
     // committed even when empty, so "tile t landed" is always wait_group<STAGES - 2>).
-    load_q<M>(p, sq, row0, q_smem);
+    load_q<M>(p, sq, row0, smem + L::kQStage);
     ap_cp_async_commit();
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
@@ -184,37 +433,25 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
                            smem + L::kStage0 + i * L::kStageBytes);
         ap_cp_async_commit();
     }
-    const uint32_t q_base = ap_smem_addr(q_smem);
+    const uint32_t q_base = ap_smem_addr(smem + L::kQStage);
     uint32_t qf[L::kQReg ? MLA_ROW / 32 : 1][2][4]; // QREG: A fragments of 32 dims per step
-    if constexpr (L::kQReg) {
-        ap_cp_async_wait<STAGES - 1>(); // the Q group
-        __syncthreads();
-        const int qrow = lane & 15;
-#pragma unroll
-        for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
-            ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
-            ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
-        }
-        __syncthreads(); // the last stage is free for tile t_begin + STAGES - 1
-    }
+    load_q_regs<L, STAGES>(qf, q_base, lane);
 
     // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
     int limit[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        const int gr = row0 + rb * 16 + g + 8 * h;
+        const int gr = row0 + w.rb * 16 + w.g + 8 * h;
         const int tok = gr < rows ? gr / p.num_heads : 0;
         limit[h] = sq.kv_len - sq.q_len + tok;
     }
     const float scale2 = p.sm_scale * p.kv_scale * kLog2e;
-
-    constexpr int kNT = L::kDN / 8; // n-tiles of O per warp
-    float o[kNT][4];
+    RowState<L::kDN / 8> st;
 #pragma unroll
-    for (int i = 0; i < kNT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    for (int i = 0; i < L::kDN / 8; i++) st.o[i][0] = st.o[i][1] = st.o[i][2] = st.o[i][3] = 0.f;
+    st.m_run[0] = st.m_run[1] = -INFINITY;
+    st.l_run[0] = st.l_run[1] = 0.f;
 
-    const uint32_t p_base = ap_smem_addr(p_smem);
     for (int tile = t_begin; tile < t_end; tile++) {
         const int stage = (tile - t_begin) % STAGES;
         uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
@@ -235,199 +472,17 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
             kt = smem + L::kConv;
         }
         const uint32_t k_base = ap_smem_addr(kt);
-
-        // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
-        constexpr int kSN = L::kTN / 8;
-        // With one n-tile per warp (M = 16) the 36 mma of S would form one dependent chain:
-        // four accumulators (even/odd step x low/high 16 dims) cut it to four chains of 9.
-        constexpr int kChains = kSN == 1 ? 4 : 1;
-        float sc[kChains][kSN][4];
-#pragma unroll
-        for (int c = 0; c < kChains; c++)
-#pragma unroll
-            for (int j = 0; j < kSN; j++)
-                sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
-        // One step of 32 dims: the two A fragments (from registers or shared memory), then for
-        // each n-tile the B fragments of both 16-dim halves and two mma.
-        auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
-                           float(*sb)[4]) {
-#pragma unroll
-            for (int j = 0; j < kSN; j++) {
-                uint32_t b[4];
-                const int krow = cs * L::kTN + j * 8 + (lane & 7);
-                ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
-                ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
-                ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
-            }
-        };
-        if constexpr (L::kQReg) {
-            // fully unrolled: qf is indexed by compile-time constants only (registers, no stack)
-#pragma unroll
-            for (int k32 = 0; k32 < MLA_ROW / 32; k32++)
-                qk_step(k32, qf[k32][0], qf[k32][1], sc[(2 * (k32 & 1)) % kChains],
-                        sc[(2 * (k32 & 1) + 1) % kChains]);
-        } else {
-#pragma unroll 1
-            for (int k64 = 0; k64 < MLA_ROW / 64; k64++) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int k32 = 2 * k64 + h;
-                    uint32_t a0[4], a1[4];
-                    const int qrow = rb * 16 + (lane & 15);
-                    ap_ldmatrix_x4(a0, q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
-                    ap_ldmatrix_x4(a1, q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
-                    qk_step(k32, a0, a1, sc[(2 * h) % kChains], sc[(2 * h + 1) % kChains]);
-                }
-            }
-        }
-        float(&s)[kSN][4] = sc[0];
-#pragma unroll
-        for (int c = 1; c < kChains; c++)
-#pragma unroll
-            for (int j = 0; j < kSN; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[j][e] += sc[c][j][e];
-
-        // Mask: keys past the row's limit (or past the sequence) are -inf.
-        const int pos0 = tile * MLA_TILE + cs * L::kTN;
-        if (tile * MLA_TILE + MLA_TILE - 1 > sq.kv_len - sq.q_len) {
-#pragma unroll
-            for (int j = 0; j < kSN; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int pos = pos0 + j * 8 + 2 * t4 + (e & 1);
-                    if (pos > limit[e >> 1]) s[j][e] = -INFINITY;
-                }
-        }
-        // Row maxima of this warp's columns, shared with the other column splits.
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < kSN; j++) {
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        }
-        if (t4 == 0) {
-            red_max[cs * M + rb * 16 + g] = mx[0];
-            red_max[cs * M + rb * 16 + g + 8] = mx[1];
-        }
-        __syncthreads();
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            float tmax = -INFINITY;
-#pragma unroll
-            for (int c = 0; c < L::kSplits; c++)
-                tmax = fmaxf(tmax, red_max[c * M + rb * 16 + g + 8 * h]);
-            const float m_new = fmaxf(m_run[h], tmax * scale2);
-            m_use[h] = m_new == -INFINITY ? 0.f : m_new;
-            alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
-            m_run[h] = m_new;
-        }
-        // P = 2^(s * scale2 - m), to shared memory as bf16; partial row sums in l_run.
-        float rs[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < kSN; j++) {
-            float pv[4];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                pv[e] = ap_exp2_approx(s[j][e] * scale2 - m_use[e >> 1]);
-                rs[e >> 1] += pv[e];
-            }
-            const int col = cs * L::kTN + j * 8 + 2 * t4;
-            const int r = rb * 16 + g;
-            *reinterpret_cast<uint32_t *>(p_smem + p_off(r, col >> 3) + (col & 7) * 2) =
-                ap_pack2<__nv_bfloat16>(pv[0], pv[1]);
-            *reinterpret_cast<uint32_t *>(p_smem + p_off(r + 8, col >> 3) + (col & 7) * 2) =
-                ap_pack2<__nv_bfloat16>(pv[2], pv[3]);
-        }
-#pragma unroll
-        for (int h = 0; h < 2; h++) l_run[h] = l_run[h] * alpha[h] + rs[h];
-#pragma unroll
-        for (int i = 0; i < kNT; i++) {
-            o[i][0] *= alpha[0];
-            o[i][1] *= alpha[0];
-            o[i][2] *= alpha[1];
-            o[i][3] *= alpha[1];
-        }
+        float s[L::kTN / 8][4];
+        tile_scores<L>(qf, q_base, k_base, w, s);
+        tile_mask<L>(s, sq, tile, w, limit);
+        tile_softmax<M, L>(s, smem + L::kP, reinterpret_cast<float *>(smem + L::kRedMax), w, scale2,
+                           st);
         __syncthreads(); // P complete
-
-        // O += P V: rows rb*16.., dims cs*DN.., 4 steps of 16 tokens.
-#pragma unroll
-        for (int k16 = 0; k16 < MLA_TILE / 16; k16++) {
-            uint32_t a[4];
-            ap_ldmatrix_x4(a, p_base + p_off(rb * 16 + (lane & 15), 2 * k16 + (lane >> 4)));
-            const int vrow = k16 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-#pragma unroll
-            for (int i = 0; i < kNT; i += 2) {
-                uint32_t b[4];
-                const int chunk = (cs * L::kDN + i * 8) / 8 + (lane >> 4);
-                ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
-                ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
-                ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
-            }
-        }
+        tile_pv<L>(ap_smem_addr(smem + L::kP), k_base, w, st.o);
     }
     ap_cp_async_wait<0>();
     ap_pdl_launch_dependents();
-
-    // Full row sums: add the other column splits' partial sums.
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 1);
-        l_run[h] += __shfl_xor_sync(0xffffffffu, l_run[h], 2);
-    }
-    __syncthreads();
-    if (t4 == 0) {
-        red_sum[cs * M + rb * 16 + g] = l_run[0];
-        red_sum[cs * M + rb * 16 + g + 8] = l_run[1];
-    }
-    __syncthreads();
-    float inv[2], lse2[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float l = 0.f;
-#pragma unroll
-        for (int c = 0; c < L::kSplits; c++) l += red_sum[c * M + rb * 16 + g + 8 * h];
-        inv[h] = l > 0.f ? 1.f / l : 0.f;
-        lse2[h] = l > 0.f ? m_run[h] + log2f(l) : -INFINITY;
-    }
-
-    // Write: rows rb*16 + g (+8), dims cs*DN + i*8 + 2*t4.
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = rb * 16 + g + 8 * h;
-        const int gr = row0 + r;
-        if (gr >= rows) continue;
-        if (p.num_splits == 1) {
-            const int tok = gr / p.num_heads, head = gr % p.num_heads;
-            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
-            uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
-            const float outs = inv[h] * p.kv_scale;
-#pragma unroll
-            for (int i = 0; i < kNT; i++) {
-                const int d = cs * L::kDN + i * 8 + 2 * t4;
-                *reinterpret_cast<uint32_t *>(dst + d * 2) =
-                    ap_pack2<__nv_bfloat16>(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
-            }
-            if (p.lse != NULL && cs == 0 && t4 == 0) p.lse[orow] = lse2[h] * 0.69314718055994531f;
-        } else {
-            const int64_t prow = static_cast<int64_t>(cta) * M + r;
-            float *dst = p.partial_out + prow * MLA_LATENT;
-            const float outs = inv[h] * p.kv_scale;
-#pragma unroll
-            for (int i = 0; i < kNT; i++) {
-                const int d = cs * L::kDN + i * 8 + 2 * t4;
-                *reinterpret_cast<float2 *>(dst + d) =
-                    make_float2(o[i][2 * h] * outs, o[i][2 * h + 1] * outs);
-            }
-            if (cs == 0 && t4 == 0) p.partial_lse[prow] = lse2[h];
-        }
-    }
+    rows_finish<M, L>(p, sq, st, reinterpret_cast<float *>(smem + L::kRedSum), w, row0, rows, cta);
 }
 
 // Combine: one CTA per (row, quarter of the 512 output dims); its 8 warps take every 8th split,
