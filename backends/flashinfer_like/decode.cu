@@ -631,59 +631,70 @@ extern "C" ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, 
     return AP_OK;
 }
 
-extern "C" ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan,
-                                    void *stream, ap_msgbuf *msg) {
-    const fil_paged_kv *kv = &params->kv;
-    decode_kernel_info v = decode_dispatch(kv->head_dim, params->q_dtype, kv->kv_dtype);
-    const int log2_page = ap_page_shift(kv->page_size);
-    const int group = kv->num_kv_heads > 0 ? params->num_qo_heads / kv->num_kv_heads : 0;
-    if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
-        group * kv->num_kv_heads != params->num_qo_heads) {
-        ap_msgbuf_add(msg,
-                      FIL_WHO ": unsupported shape (head_dim %d, page size %d, %d query "
-                              "heads over %d KV heads)",
-                      kv->head_dim, kv->page_size, params->num_qo_heads, kv->num_kv_heads);
-        return AP_ERR_UNSUPPORTED;
-    }
-    if (plan->num_workers == 0) return AP_OK;
-    const bool scaled = kv->kv_dtype == AP_DTYPE_FP8_E4M3 || kv->kv_dtype == AP_DTYPE_NVFP4;
+// The kernel's arguments, straight from the entry's (model, layer, tensors) and the plan.
+static decode_args decode_args_of(const ap_model *model, const ap_layer *layer,
+                                  const ap_forward_args *args, const fil_batch_plan *plan,
+                                  int group, int log2_page) {
+    const ap_kv_cache *kv = layer->kv;
+    const fil_decode_plan *dp = &plan->decode;
+    const bool scaled = kv->dtype == AP_DTYPE_FP8_E4M3 || kv->dtype == AP_DTYPE_NVFP4;
     decode_args a;
-    a.q = params->q;
-    a.out = params->out;
-    a.lse = params->lse;
+    a.q = ap_kit_data(args->q);
+    a.out = ap_kit_data(args->out);
+    a.lse = args->lse != NULL ? static_cast<float *>(ap_kit_data(args->lse)) : NULL;
     a.k_pages = static_cast<const uint8_t *>(kv->k_pages);
     a.v_pages = static_cast<const uint8_t *>(kv->v_pages);
-    a.kv_page_indptr = kv->kv_page_indptr;
-    a.kv_page_indices = kv->kv_page_indices;
+    a.kv_page_indptr = plan->kv_page_indptr;
+    a.kv_page_indices = plan->kv_page_indices;
     a.k_scales = static_cast<const uint8_t *>(kv->k_block_scales);
     a.v_scales = static_cast<const uint8_t *>(kv->v_block_scales);
-    a.worker_indptr = plan->worker_indptr;
-    a.segs = reinterpret_cast<const int4 *>(plan->segs);
-    a.seg_partial = plan->seg_partial;
-    a.partial_out = plan->partial_out;
-    a.partial_lse = plan->partial_lse;
-    a.num_workers = plan->num_workers;
-    a.num_qo_heads = params->num_qo_heads;
+    a.worker_indptr = dp->worker_indptr;
+    a.segs = reinterpret_cast<const int4 *>(dp->segs);
+    a.seg_partial = dp->seg_partial;
+    a.partial_out = dp->partial_out;
+    a.partial_lse = dp->partial_lse;
+    a.num_workers = dp->num_workers;
+    a.num_qo_heads = model->num_qo_heads;
     a.num_kv_heads = kv->num_kv_heads;
     a.group = group;
     a.log2_page_size = log2_page;
-    a.scale_log2 = params->sm_scale * ap_log2e * (scaled ? kv->k_scale : 1.f);
-    a.v_scale = scaled ? kv->v_scale : 1.f;
+    a.scale_log2 = layer->sm_scale * ap_log2e * (scaled ? layer->k_scale : 1.f);
+    a.v_scale = scaled ? layer->v_scale : 1.f;
+    return a;
+}
+
+extern "C" ap_status fil_decode_run(const ap_model *model, const ap_layer *layer,
+                                    const ap_forward_args *args, const fil_batch_plan *plan,
+                                    void *stream, ap_msgbuf *msg) {
+    const ap_kv_cache *kv = layer->kv;
+    decode_kernel_info v = decode_dispatch(kv->head_dim_qk, model->dtype, kv->dtype);
+    const int log2_page = ap_page_shift(kv->page_size);
+    const int group = kv->num_kv_heads > 0 ? model->num_qo_heads / kv->num_kv_heads : 0;
+    if (v.kernel == NULL || log2_page < 0 || group < 1 || group > FIL_MAX_GROUP ||
+        group * kv->num_kv_heads != model->num_qo_heads) {
+        ap_msgbuf_add(msg,
+                      FIL_WHO ": unsupported shape (head_dim %d, page size %d, %d query "
+                              "heads over %d KV heads)",
+                      kv->head_dim_qk, kv->page_size, model->num_qo_heads, kv->num_kv_heads);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (plan->decode.num_workers == 0) return AP_OK;
+    const decode_args a = decode_args_of(model, layer, args, plan, group, log2_page);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const int blocks = (plan->num_workers + kWarps - 1) / kWarps;
+    const int blocks = (a.num_workers + kWarps - 1) / kWarps;
     v.kernel<<<blocks, kWarps * 32, v.smem_bytes, s>>>(a);
     ap_status status = ap_cuda_launch_status(FIL_WHO, "fil_decode_kernel", msg);
-    if (status != AP_OK || plan->num_merges == 0) return status;
+    if (status != AP_OK || plan->decode.num_merges == 0) return status;
     ap_kit_merge_args merge;
-    merge.merges = plan->merges;
-    merge.num_merges = plan->num_merges;
-    merge.partial_out = plan->partial_out;
-    merge.partial_lse = plan->partial_lse;
-    merge.out_dtype = params->q_dtype;
+    merge.merges = plan->decode.merges;
+    merge.num_merges = plan->decode.num_merges;
+    merge.partial_out = a.partial_out;
+    merge.partial_lse = a.partial_lse;
+    merge.out_dtype = model->dtype;
     merge.group = group;
-    merge.head_dim = kv->head_dim;
-    merge.num_qo_heads = params->num_qo_heads;
-    merge.out = params->out;
-    merge.lse = params->lse;
+    merge.head_dim = kv->head_dim_qk;
+    merge.num_qo_heads = model->num_qo_heads;
+    merge.out = a.out;
+    merge.lse = a.lse;
     return ap_kit_merge_states_run(&merge, stream, FIL_WHO, msg);
 }

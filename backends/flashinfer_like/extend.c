@@ -77,45 +77,46 @@ ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
     return ap_kit_prefill_plan_build(&kit, stream, plan, FIL_EXTEND_WHO, msg);
 }
 
-void fil_extend_params_of(const fil_attn_params *p, ap_kit_prefill_params *out) {
+/* The kit's arguments for this call (the paged source), straight from the entry's. */
+static void fil_extend_params_of(const ap_model *m, const ap_layer *layer,
+                                 const ap_forward_args *args, const fil_batch_plan *plan,
+                                 ap_kit_prefill_params *out) {
+    const ap_kv_cache *kv = layer->kv;
     *out = (ap_kit_prefill_params){
-        .q = p->q,
-        .out = p->out,
-        .lse = p->lse,
-        .q_dtype = p->q_dtype,
-        .kv_dtype = p->kv.kv_dtype,
-        .head_dim_qk = p->kv.head_dim,
-        .head_dim_v = p->kv.head_dim,
-        .num_qo_heads = p->num_qo_heads,
-        .num_kv_heads = p->kv.num_kv_heads,
-        .causal = p->causal,
-        .sm_scale = p->sm_scale,
-        .k_scale = p->kv.k_scale,
-        .v_scale = p->kv.v_scale,
-        .qo_indptr = p->qo_indptr,
-        .k_pages = p->kv.k_pages,
-        .v_pages = p->kv.v_pages,
-        .page_size = p->kv.page_size,
-        .kv_page_indptr = p->kv.kv_page_indptr,
-        .kv_page_indices = p->kv.kv_page_indices,
-        .kv_last_page_len = p->kv.kv_last_page_len,
+        .q = ap_kit_data(args->q),
+        .out = ap_kit_data(args->out),
+        .lse = args->lse != NULL ? (float *)ap_kit_data(args->lse) : NULL,
+        .q_dtype = m->dtype,
+        .kv_dtype = kv->dtype,
+        .head_dim_qk = kv->head_dim_qk,
+        .head_dim_v = kv->head_dim_qk,
+        .num_qo_heads = m->num_qo_heads,
+        .num_kv_heads = kv->num_kv_heads,
+        .causal = m->causal,
+        .sm_scale = layer->sm_scale,
+        .k_scale = layer->k_scale,
+        .v_scale = layer->v_scale,
+        .qo_indptr = plan->qo_indptr,
+        .k_pages = kv->k_pages,
+        .v_pages = kv->v_pages,
+        .page_size = kv->page_size,
+        .kv_page_indptr = plan->kv_page_indptr,
+        .kv_page_indices = plan->kv_page_indices,
+        .kv_last_page_len = plan->kv_last_page_len,
         .k = NULL,
         .v = NULL,
         .kv_indptr = NULL,
     };
 }
 
-ap_status fil_extend_run(const fil_attn_params *p, const fil_extend_plan *plan, void *stream,
-                         ap_msgbuf *msg) {
-    if (p == NULL) {
-        ap_msgbuf_add(msg, FIL_EXTEND_WHO ": NULL params or plan");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
+ap_status fil_extend_run(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
+                         const fil_batch_plan *plan, void *stream, ap_msgbuf *msg) {
+    const ap_kv_cache *kv = layer->kv;
     ap_status st =
-        fil_extend_check_config(p->kv.head_dim, p->q_dtype, p->kv.kv_dtype, p->num_qo_heads,
-                                p->kv.num_kv_heads, p->kv.page_size, msg);
+        fil_extend_check_config(kv->head_dim_qk, model->dtype, kv->dtype, model->num_qo_heads,
+                                kv->num_kv_heads, kv->page_size, msg);
     if (st != AP_OK) return st;
     ap_kit_prefill_params kit;
-    fil_extend_params_of(p, &kit);
-    return ap_kit_prefill_run(&kit, plan, stream, FIL_EXTEND_WHO, msg);
+    fil_extend_params_of(model, layer, args, plan, &kit);
+    return ap_kit_prefill_run(&kit, &plan->extend, stream, FIL_EXTEND_WHO, msg);
 }

@@ -57,15 +57,11 @@ size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head
 ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg);
 
-/* Runs one layer of the planned batch on `stream`. params->qo_indptr and params->kv must be the
- * device arrays of the batch the plan was built from. Returns AP_ERR_UNSUPPORTED for what
- * fil_extend_check_config refuses, AP_ERR_INVALID_ARGUMENT when params disagree with the plan,
+/* Runs one layer of the planned extend batch on `stream` (plan->extend over the batch's device
+ * arrays in plan). Returns AP_ERR_UNSUPPORTED for what fil_extend_check_config refuses,
  * AP_ERR_CUDA when the launch fails. */
-ap_status fil_extend_run(const fil_attn_params *params, const fil_extend_plan *plan, void *stream,
-                         ap_msgbuf *msg);
-
-/* The kit's arguments for a call of fil_extend_run (the paged source). */
-void fil_extend_params_of(const fil_attn_params *p, ap_kit_prefill_params *out);
+ap_status fil_extend_run(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
+                         const fil_batch_plan *plan, void *stream, ap_msgbuf *msg);
 
 #ifdef __cplusplus
 }

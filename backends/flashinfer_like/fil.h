@@ -3,6 +3,7 @@
 #define AP_FIL_H
 
 #include "backends/common/kit.h"
+#include "backends/common/prefill.h"
 #include "fil_limits.h"
 #include "plugin_api.h"
 
@@ -14,37 +15,9 @@ extern "C" {
  * "flashinfer_like: decode: ...". */
 #define FIL_NAME "flashinfer_like"
 
-/* The paged KV cache as the kernels read it (layout NHD, see plugin_api.h). */
-typedef struct fil_paged_kv {
-    const void *k_pages; /* [num_pages][page_size][num_kv_heads][head_dim] of kv_dtype */
-    const void *v_pages;
-    const void *k_block_scales; /* NVFP4: one e4m3 byte per 16 values, [slot][head][dim/16] */
-    const void *v_block_scales; /* NULL otherwise */
-    ap_dtype kv_dtype;          /* BF16, F16, FP8_E4M3 or NVFP4 (decode only) */
-    int32_t page_size;
-    int32_t num_kv_heads;
-    int32_t head_dim; /* qk and v head dims are equal in this backend */
-    float k_scale;    /* fp8: real = stored * scale; nvfp4: the global scale; else ignored */
-    float v_scale;
-    const int32_t *kv_page_indptr;   /* device [num_seqs + 1] */
-    const int32_t *kv_page_indices;  /* device */
-    const int32_t *kv_last_page_len; /* device [num_seqs] */
-} fil_paged_kv;
-
-/* One attention call: queries, outputs and the paged KV they read. */
-typedef struct fil_attn_params {
-    const void *q;    /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
-    void *out;        /* [num_tokens][num_qo_heads][head_dim] of q_dtype */
-    float *lse;       /* [num_tokens][num_qo_heads] natural log, or NULL */
-    ap_dtype q_dtype; /* BF16 or F16 */
-    int32_t num_seqs;
-    int32_t num_tokens;
-    int32_t num_qo_heads;
-    float sm_scale;
-    int32_t causal;
-    const int32_t *qo_indptr; /* device [num_seqs + 1] */
-    fil_paged_kv kv;
-} fil_attn_params;
+/* The launchers (decode.cu, extend.c) take the vtable entry's own arguments: the model, the
+ * layer (its KV cache and scales), the forward's tensors, and the batch plan below; nothing is
+ * repacked between the entry and the kernels' argument structs. */
 
 /* ---------------------------------------------------------------------------------------------
  * Decode (decode.cu): one warp streams the KV of one or more (sequence, KV head, token range)
@@ -76,6 +49,24 @@ typedef struct fil_decode_plan {
     float *partial_lse;           /* [slots][group]: base-2 log-sum-exp of the scaled logits */
 } fil_decode_plan;
 
+/* The plan of the batch last given to init_metadata (plan.c). Device arrays live in the
+ * instance's plan buffer; the batch's own device arrays are borrowed until the next
+ * init_metadata. */
+typedef struct fil_batch_plan {
+    int ready;
+    ap_forward_mode mode;
+    int32_t num_seqs;
+    int32_t num_tokens;
+    int32_t max_page_index;   /* largest page index any sequence names, -1 if none */
+    const int32_t *qo_indptr; /* the batch's device arrays */
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const int32_t *slots;       /* device [num_tokens]: cache slot of each new token */
+    fil_decode_plan decode;     /* mode DECODE */
+    ap_kit_prefill_plan extend; /* mode EXTEND (extend.h: fil_extend_plan) */
+} fil_batch_plan;
+
 /* Warps that run at once on `sm_count` SMs for this shape (the planner's budget), after raising
  * the kernel's shared-memory limit on the current device. AP_ERR_UNSUPPORTED for shapes not
  * compiled, AP_ERR_CUDA when the runtime fails. */
@@ -83,9 +74,10 @@ ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv
                                  int32_t sm_count, int32_t *out, ap_msgbuf *msg);
 
 /* Runs one layer of a planned decode batch on `stream`: the decode kernel, then the merge when
- * plan->num_merges > 0. Query token i belongs to sequence i; q, out and lse are dense. */
-ap_status fil_decode_run(const fil_attn_params *params, const fil_decode_plan *plan, void *stream,
-                         ap_msgbuf *msg);
+ * plan->decode.num_merges > 0. Query token i belongs to sequence i; q, out and lse are dense
+ * (the core checked them), the layer's cache is model's (kv dtype, heads, head dim). */
+ap_status fil_decode_run(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
+                         const fil_batch_plan *plan, void *stream, ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
  * The append_kv/1 hook (append_rope.cu): RoPE on q and k, k and v quantized into their cache

@@ -91,53 +91,18 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
     return ap_kit_paged_append_run(&ap, stream, FIL_NAME, msg);
 }
 
-static fil_attn_params fil_params_of(const ap_backend *b, const ap_layer *layer,
-                                     const ap_forward_args *args) {
-    const ap_kv_cache *kv = layer->kv;
-    return (fil_attn_params){
-        .q = ap_kit_data(args->q),
-        .out = ap_kit_data(args->out),
-        .lse = args->lse != NULL ? (float *)ap_kit_data(args->lse) : NULL,
-        .q_dtype = b->model.dtype,
-        .num_seqs = b->plan.num_seqs,
-        .num_tokens = b->plan.num_tokens,
-        .num_qo_heads = b->model.num_qo_heads,
-        .sm_scale = layer->sm_scale,
-        .causal = b->model.causal,
-        .qo_indptr = b->plan.qo_indptr,
-        .kv =
-            {
-                .k_pages = kv->k_pages,
-                .v_pages = kv->v_pages,
-                .k_block_scales = kv->k_block_scales,
-                .v_block_scales = kv->v_block_scales,
-                .kv_dtype = kv->dtype,
-                .page_size = kv->page_size,
-                .num_kv_heads = kv->num_kv_heads,
-                .head_dim = kv->head_dim_qk,
-                .k_scale = layer->k_scale,
-                .v_scale = layer->v_scale,
-                .kv_page_indptr = b->plan.kv_page_indptr,
-                .kv_page_indices = b->plan.kv_page_indices,
-                .kv_last_page_len = b->plan.kv_last_page_len,
-            },
-    };
-}
-
 ap_status fil_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
                              void *stream, ap_msgbuf *msg) {
     ap_status st = fil_forward_begin(b, layer, args, AP_MODE_DECODE, stream, msg);
     if (st != AP_OK || b->plan.num_tokens == 0) return st;
-    fil_attn_params params = fil_params_of(b, layer, args);
-    return fil_decode_run(&params, &b->plan.decode, stream, msg);
+    return fil_decode_run(&b->model, layer, args, &b->plan, stream, msg);
 }
 
 ap_status fil_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
                              void *stream, ap_msgbuf *msg) {
     ap_status st = fil_forward_begin(b, layer, args, AP_MODE_EXTEND, stream, msg);
     if (st != AP_OK || b->plan.num_tokens == 0) return st;
-    fil_attn_params params = fil_params_of(b, layer, args);
-    return fil_extend_run(&params, &b->plan.extend, stream, msg);
+    return fil_extend_run(&b->model, layer, args, &b->plan, stream, msg);
 }
 
 /* ---- append_kv/1 ---------------------------------------------------------------------------- */

@@ -7,23 +7,6 @@
 
 #define FIL_DECODE_MIN_TILES 8 /* fewest KV tiles a decode worker gets when splitting */
 
-/* The plan of the batch last given to init_metadata. Device arrays live in the instance's plan
- * buffer; the batch's own device arrays are borrowed until the next init_metadata. */
-typedef struct fil_batch_plan {
-    int ready;
-    ap_forward_mode mode;
-    int32_t num_seqs;
-    int32_t num_tokens;
-    int32_t max_page_index;   /* largest page index any sequence names, -1 if none */
-    const int32_t *qo_indptr; /* the batch's device arrays */
-    const int32_t *kv_page_indptr;
-    const int32_t *kv_page_indices;
-    const int32_t *kv_last_page_len;
-    const int32_t *slots;   /* device [num_tokens]: cache slot of each new token */
-    fil_decode_plan decode; /* mode DECODE */
-    fil_extend_plan extend; /* mode EXTEND */
-} fil_batch_plan;
-
 struct ap_backend {
     ap_model model; /* as validated; `name` not kept */
     int32_t device_ordinal;
