@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cuda_status.cuh"
+#include "dispatch.cuh"
 #include "dtype.cuh"
 #include "kit.h"
 #include "softmax_state.cuh"
@@ -102,14 +103,17 @@ extern "C" ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void
     }
     const dim3 grid((unsigned)args->num_merges, (unsigned)group);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (args->out_dtype == AP_DTYPE_BF16)
-        ap_merge_states_kernel<__nv_bfloat16>
-            <<<grid, kThreads, 0, s>>>(args->merges, args->partial_out, args->partial_lse,
-                                       static_cast<__nv_bfloat16 *>(args->out), args->lse, group,
-                                       head_dim, args->num_qo_heads);
-    else
-        ap_merge_states_kernel<__half><<<grid, kThreads, 0, s>>>(
-            args->merges, args->partial_out, args->partial_lse, static_cast<__half *>(args->out),
+    const bool launched = ap_dispatch_q(args->out_dtype, false, [&](auto out) {
+        using OT = typename decltype(out)::type;
+        ap_merge_states_kernel<OT><<<grid, kThreads, 0, s>>>(
+            args->merges, args->partial_out, args->partial_lse, static_cast<OT *>(args->out),
             args->lse, group, head_dim, args->num_qo_heads);
+        return true;
+    });
+    if (!launched) {
+        ap_msgbuf_add(msg, "%s: merge of partial states: output dtype %s not served", who,
+                      ap_dtype_str(args->out_dtype));
+        return AP_ERR_UNSUPPORTED;
+    }
     return ap_cuda_launch_status(who, "ap_merge_states_kernel", msg);
 }

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_status.cuh"
+#include "dispatch.cuh"
 #include "dtype.cuh"
 #include "kit.h"
 #include "paged_kv.cuh"
@@ -63,15 +64,6 @@ template <typename IN, bool FP8> __global__ void ap_paged_append_kernel(const pa
 
 extern "C" ap_status ap_kit_paged_append_run(const ap_kit_append_args *p, void *stream,
                                              const char *who, ap_msgbuf *msg) {
-    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
-    if ((p->in_dtype != AP_DTYPE_BF16 && p->in_dtype != AP_DTYPE_F16) ||
-        (!fp8 && p->kv_dtype != p->in_dtype) || p->head_dim % kVec != 0) {
-        ap_msgbuf_add(msg,
-                      "%s: KV append: no kernel for input %s into a cache of %s with head_dim %d",
-                      who, ap_dtype_str(p->in_dtype), ap_dtype_str(p->kv_dtype), p->head_dim);
-        return AP_ERR_UNSUPPORTED;
-    }
-    if (p->num_tokens == 0) return AP_OK;
     paged_append_args a;
     a.src[0] = static_cast<const uint8_t *>(p->k);
     a.src[1] = static_cast<const uint8_t *>(p->v);
@@ -90,12 +82,24 @@ extern "C" ap_status ap_kit_paged_append_run(const ap_kit_append_args *p, void *
     const int64_t threads = (int64_t)p->num_tokens * p->num_kv_heads * (p->head_dim / kVec);
     const dim3 grid((unsigned)((threads + kThreads - 1) / kThreads), 2);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const bool bf16 = p->in_dtype == AP_DTYPE_BF16;
-    if (bf16 && fp8)
-        ap_paged_append_kernel<__nv_bfloat16, true><<<grid, kThreads, 0, s>>>(a);
-    else if (fp8)
-        ap_paged_append_kernel<__half, true><<<grid, kThreads, 0, s>>>(a);
-    else
-        ap_paged_append_kernel<__nv_bfloat16, false><<<grid, kThreads, 0, s>>>(a); // a byte copy
+    // fp8: quantize from bf16 or f16; a 16-bit cache of the input's type: a byte copy
+    const bool served = p->head_dim % kVec == 0 && ap_dispatch_q(p->in_dtype, false, [&](auto in) {
+                            using IT = typename decltype(in)::type;
+                            return ap_dispatch_kv<IT>(p->kv_dtype, false, [&](auto kv) {
+                                constexpr bool fp8 =
+                                    std::is_same<typename decltype(kv)::type, ap_fp8_e4m3>::value;
+                                using KT = typename std::conditional<fp8, IT, __nv_bfloat16>::type;
+                                if (p->num_tokens > 0)
+                                    ap_paged_append_kernel<KT, fp8><<<grid, kThreads, 0, s>>>(a);
+                                return true;
+                            });
+                        });
+    if (!served) {
+        ap_msgbuf_add(msg,
+                      "%s: KV append: no kernel for input %s into a cache of %s with head_dim %d",
+                      who, ap_dtype_str(p->in_dtype), ap_dtype_str(p->kv_dtype), p->head_dim);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->num_tokens == 0) return AP_OK;
     return ap_cuda_launch_status(who, "ap_paged_append_kernel", msg);
 }

@@ -6,6 +6,7 @@
 
 #include "../common/cp_async.cuh"
 #include "../common/cuda_status.cuh"
+#include "../common/dispatch.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/nvfp4.cuh"
@@ -44,15 +45,13 @@ template <int HEAD_DIM, typename KV> struct decode_shape {
     static_assert(chunks >= 4 && chunks <= 32, "row of 64..512 bytes");
 };
 
-// NVFP4 KV (the tag; plugin_api.h's layout): a row is HEAD_DIM / 2 bytes of E2M1 pairs and its
+// NVFP4 KV (the kit's tag ap_nvfp4; plugin_api.h's layout): a row is HEAD_DIM / 2 bytes of E2M1 pairs and its
 // HEAD_DIM / 16 E4M3 block scales in a buffer of their own. A stage holds 16 tokens as they are
 // stored: K values [16][vals_row], V values, K scales [16][scales_row], V scales. Before the
 // math, the warp decodes the stage into one 16-bit tile of the query type (nvfp4.cuh: e2m1 *
 // e4m3 is exact in half and bf16), laid out as the 16-bit kernels' stage (decode_shape<D, QT>),
 // and the 16-bit step runs on it; the global scales fold into scale_log2 and v_scale as fp8's.
-struct fil_nvfp4 {};
-
-template <int HEAD_DIM> struct decode_shape<HEAD_DIM, fil_nvfp4> {
+template <int HEAD_DIM> struct decode_shape<HEAD_DIM, ap_nvfp4> {
     static constexpr bool is_fp8 = false;
     static constexpr bool is_nvfp4 = true;
     static constexpr int tile = 16;
@@ -435,7 +434,7 @@ template <typename QT> __device__ __forceinline__ uint4 nvfp4_dequant8(uint32_t 
 // one scale byte, one swizzled 16-byte chunk out; consecutive lanes read consecutive words.
 template <int HEAD_DIM, typename QT>
 __device__ __forceinline__ void nvfp4_unpack_tile(uint32_t stage, uint32_t unpacked, int lane) {
-    using P = decode_shape<HEAD_DIM, fil_nvfp4>;
+    using P = decode_shape<HEAD_DIM, ap_nvfp4>;
     using U = decode_shape<HEAD_DIM, QT>;
     constexpr int words_row = HEAD_DIM / 8; // = U::chunks
     constexpr int words_tile = P::tile * words_row;
@@ -579,29 +578,17 @@ template <int HEAD_DIM, typename KV, typename QT> decode_kernel_info decode_vari
     return {fil_decode_kernel<HEAD_DIM, KV, QT>, kWarps * decode_shape<HEAD_DIM, KV>::warp_smem};
 }
 
-template <int HEAD_DIM> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
-    if (kv_dtype == AP_DTYPE_NVFP4) {
-        if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, fil_nvfp4, __nv_bfloat16>();
-        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, fil_nvfp4, __half>();
-    } else if (kv_dtype == AP_DTYPE_FP8_E4M3) {
-        if (q_dtype == AP_DTYPE_BF16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __nv_bfloat16>();
-        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, ap_fp8_e4m3, __half>();
-    } else if (kv_dtype == q_dtype) {
-        if (q_dtype == AP_DTYPE_BF16)
-            return decode_variant<HEAD_DIM, __nv_bfloat16, __nv_bfloat16>();
-        if (q_dtype == AP_DTYPE_F16) return decode_variant<HEAD_DIM, __half, __half>();
-    }
-    return {NULL, 0};
-}
-
-// The small dispatch: the only place that instantiates kernels.
+// The small dispatch: the only place that instantiates kernels (the kit's dispatch.cuh).
 decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
-    switch (head_dim) {
-        case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
-        case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
-        case 256: return decode_variant_for<256>(q_dtype, kv_dtype);
-        default: return {NULL, 0};
-    }
+    const decode_kernel_info none = {NULL, 0};
+    return ap_dispatch_head_dim(head_dim, none, [&](auto dim) {
+        return ap_dispatch_q(q_dtype, none, [&](auto q) {
+            using QT = typename decltype(q)::type;
+            return ap_dispatch_kv<QT, true>(kv_dtype, none, [&](auto kv) {
+                return decode_variant<decltype(dim)::value, typename decltype(kv)::type, QT>();
+            });
+        });
+    });
 }
 
 } // namespace
