@@ -145,6 +145,16 @@ __device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq
     }
 }
 
+// Sequence `seq`'s query rows, length and page list.
+__device__ __forceinline__ Seq seq_of(const mla_decode_params &p, int seq) {
+    Seq sq;
+    sq.q_begin = __ldg(p.qo_indptr + seq);
+    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
+    sq.kv_len = __ldg(p.seq_lens + seq);
+    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
+    return sq;
+}
+
 // Where this thread sits: lane (g = lane/4, t4 = lane%4) of warp (rb, cs): row block rb of the
 // CTA's rows, column split cs of the tile's tokens and of the output dims.
 struct WarpPos {
@@ -408,11 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
 
-    Seq sq;
-    sq.q_begin = __ldg(p.qo_indptr + seq);
-    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
-    sq.kv_len = __ldg(p.seq_lens + seq);
-    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
+    const Seq sq = seq_of(p, seq);
     const int row0 = rb_cta * M;
     const int rows = sq.q_len * p.num_heads;
     const int cta = (seq * gridDim.y + rb_cta) * gridDim.x + split;
