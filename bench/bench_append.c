@@ -153,13 +153,12 @@ static ap_status append_open(const bench_ctx *ctx, append_state *st, bench_resul
 
 ap_status bench_append_time(const bench_ctx *ctx, const bench_case *c, bench_result *out) {
     append_state st = {.c = c};
-    double *ms = calloc((size_t)ctx->runs, sizeof *ms);
     gpu_seq *seqs = calloc((size_t)c->batch, sizeof *seqs);
     uint64_t rng = 0xa77eull;
     ap_status status = AP_ERR_OUT_OF_MEMORY;
     memset(out, 0, sizeof *out);
     bench_fail(out, "error", "out of host memory");
-    if (ms == NULL || seqs == NULL) goto done;
+    if (seqs == NULL) goto done;
     for (int32_t i = 0; i < c->batch; i++) seqs[i] = (gpu_seq){c->prefix, c->q_len};
     if ((status = gpu_layout_build(seqs, c->batch, c->page_size, 0, &rng, &st.layout)) != AP_OK ||
         (status = append_open(ctx, &st, out)) != AP_OK)
@@ -168,16 +167,9 @@ ap_status bench_append_time(const bench_ctx *ctx, const bench_case *c, bench_res
         bench_fail(out, "error", "device allocation or fill failed (see stderr)");
         goto done;
     }
-    if ((status = bench_time_calls(ctx, append_call, &st, st.num_sets, ms)) != AP_OK) {
-        bench_fail(out, "append_kv",
-                   status == AP_ERR_CUDA ? cudaGetErrorString(cudaGetLastError())
-                                         : ap_last_error());
-        goto done;
-    }
-    bench_summarize(c, ms, ctx->runs, st.num_sets, out);
+    status = bench_time_case(ctx, c, append_call, &st, st.num_sets, "append_kv", out);
 done:
     append_free(&st);
     free(seqs);
-    free(ms);
     return status;
 }

@@ -221,16 +221,30 @@ void bench_summarize(const bench_case *c, double *ms, int runs, int sets, bench_
     out->tokens_per_s = (double)bench_new_tokens(c) / seconds;
 }
 
+ap_status bench_time_case(const bench_ctx *ctx, const bench_case *c, bench_call_fn call,
+                          const void *state, int num_sets, const char *what, bench_result *out) {
+    double *ms = calloc((size_t)ctx->runs, sizeof *ms);
+    if (ms == NULL) return AP_ERR_OUT_OF_MEMORY;
+    ap_status status = bench_time_calls(ctx, call, state, num_sets, ms);
+    if (status == AP_OK)
+        bench_summarize(c, ms, ctx->runs, num_sets, out);
+    else
+        bench_fail(out, what,
+                   status == AP_ERR_CUDA ? cudaGetErrorString(cudaGetLastError())
+                                         : ap_last_error());
+    free(ms);
+    return status;
+}
+
 ap_status bench_case_time(const bench_ctx *ctx, const bench_case *c, bench_result *out) {
     if (c->rotary_dim > 0) return bench_append_time(ctx, c, out);
     bench_state st = {.c = c};
-    double *ms = calloc((size_t)ctx->runs, sizeof *ms);
     gpu_seq *seqs = calloc((size_t)c->batch, sizeof *seqs);
     uint64_t rng = 0x5eedull; /* page order only: the same shuffle every run */
     ap_status status = AP_ERR_OUT_OF_MEMORY;
     memset(out, 0, sizeof *out);
     bench_fail(out, "error", "out of host memory");
-    if (ms == NULL || seqs == NULL) goto done;
+    if (seqs == NULL) goto done;
     for (int32_t i = 0; i < c->batch; i++) seqs[i] = (gpu_seq){c->prefix, c->q_len};
     if ((status = gpu_layout_build(seqs, c->batch, c->page_size, 0, &rng, &st.layout)) != AP_OK)
         goto done;
@@ -245,16 +259,9 @@ ap_status bench_case_time(const bench_ctx *ctx, const bench_case *c, bench_resul
         bench_fail(out, "init_metadata", ap_last_error());
         goto done;
     }
-    if ((status = bench_time_calls(ctx, bench_forward, &st, st.num_sets, ms)) != AP_OK) {
-        bench_fail(out, "forward",
-                   status == AP_ERR_CUDA ? cudaGetErrorString(cudaGetLastError())
-                                         : ap_last_error());
-        goto done;
-    }
-    bench_summarize(c, ms, ctx->runs, st.num_sets, out);
+    status = bench_time_case(ctx, c, bench_forward, &st, st.num_sets, "forward", out);
 done:
     bench_free(&st);
     free(seqs);
-    free(ms);
     return status;
 }

@@ -37,5 +37,8 @@ ap_status bench_time_calls(const bench_ctx *ctx, bench_call_fn call, const void 
                            int num_sets, double *ms);
 void bench_summarize(const bench_case *c, double *ms, int runs, int sets, bench_result *out);
 void bench_fail(bench_result *out, const char *what, const char *why);
+/* bench_time_calls, then bench_summarize, or bench_fail naming `what` and the error. */
+ap_status bench_time_case(const bench_ctx *ctx, const bench_case *c, bench_call_fn call,
+                          const void *state, int num_sets, const char *what, bench_result *out);
 
 #endif /* AP_BENCH_TIME_H */
