@@ -47,6 +47,21 @@ size_t ap_kit_cuda_archs(const ap_arch_target **out);
 /* The value of backend option `key` (the last one given), or NULL when absent. */
 const char *ap_kit_option(const ap_options *options, const char *key);
 
+/* One backend option a validate() accepts: its key, and its values either as a '|' list
+ * ("auto|off") or by a check (`valid`, then `expect` says what it wants, "1..16"). */
+typedef struct ap_kit_option_rule {
+    const char *key;
+    const char *values;              /* "a|b|c", or NULL with `valid` */
+    int (*valid)(const char *value); /* 1: accepted */
+    const char *expect;              /* with `valid`: "1..16" */
+} ap_kit_option_rule;
+
+/* Checks every extra option against the rules: adds "who: option KEY is 'V', not a or b" for a
+ * value outside its rule and "who: unknown option 'K' (known: a, b)" for a key without one.
+ * Returns 1 when any was refused. (The ap_options struct_size is the caller's to check.) */
+int ap_kit_options_refuse(const ap_options *options, const ap_kit_option_rule *rules,
+                          size_t num_rules, const char *who, ap_msgbuf *reasons);
+
 /* The model a validate() may read at all: given, and a struct of this ABI's size. AP_OK, or
  * AP_ERR_INVALID_ARGUMENT (NULL) / AP_ERR_REFUSED (an older ABI's model) with the reason. */
 ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbuf *reasons);

@@ -51,6 +51,71 @@ const char *ap_kit_option(const ap_options *options, const char *key) {
     return value;
 }
 
+/* 1 when `value` is one of the '|'-separated words of `values`. */
+static int ap_kit_value_listed(const char *values, const char *value) {
+    size_t len = strlen(value);
+    for (const char *p = values; p != NULL && *p != '\0';) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar != NULL ? (size_t)(bar - p) : strlen(p);
+        if (n == len && strncmp(p, value, n) == 0) return 1;
+        p = bar != NULL ? bar + 1 : NULL;
+    }
+    return 0;
+}
+
+/* Append to a line being built in `line` (size bytes, NUL-terminated); truncates silently. */
+static void ap_kit_line_add(char *line, size_t size, const char *text, int n, const char *tail) {
+    size_t used = strlen(line);
+    if (used < size) snprintf(line + used, size - used, "%.*s%s", n, text, tail);
+}
+
+/* "auto|off" as "auto or off", "a|b|c" as "a, b or c". */
+static void ap_kit_add_choices(char *line, size_t size, const char *values) {
+    for (const char *p = values; p != NULL && *p != '\0';) {
+        const char *bar = strchr(p, '|');
+        int n = bar != NULL ? (int)(bar - p) : (int)strlen(p);
+        const char *sep = bar == NULL ? "" : strchr(bar + 1, '|') != NULL ? ", " : " or ";
+        ap_kit_line_add(line, size, p, n, sep);
+        p = bar != NULL ? bar + 1 : NULL;
+    }
+}
+
+/* The rule of `key`, or NULL. */
+static const ap_kit_option_rule *ap_kit_rule_of(const ap_kit_option_rule *rules, size_t n,
+                                                const char *key) {
+    for (size_t r = 0; r < n; r++)
+        if (strcmp(rules[r].key, key) == 0) return &rules[r];
+    return NULL;
+}
+
+int ap_kit_options_refuse(const ap_options *options, const ap_kit_option_rule *rules,
+                          size_t num_rules, const char *who, ap_msgbuf *reasons) {
+    int refused = 0;
+    for (size_t i = 0; options != NULL && options->extra != NULL && i < options->num_extra; i++) {
+        const char *key = options->extra[i].key != NULL ? options->extra[i].key : "(null)";
+        const char *value = options->extra[i].value != NULL ? options->extra[i].value : "(null)";
+        const ap_kit_option_rule *rule = ap_kit_rule_of(rules, num_rules, key);
+        if (rule != NULL && (rule->valid != NULL ? rule->valid(options->extra[i].value)
+                                                 : ap_kit_value_listed(rule->values, value)))
+            continue;
+        refused = 1;
+        char line[512] = "";
+        if (rule != NULL && rule->valid != NULL) {
+            snprintf(line, sizeof line, "option %s is '%s', not %s", key, value, rule->expect);
+        } else if (rule != NULL) {
+            snprintf(line, sizeof line, "option %s is '%s', not ", key, value);
+            ap_kit_add_choices(line, sizeof line, rule->values);
+        } else {
+            snprintf(line, sizeof line, "unknown option '%s' (known: ", key);
+            for (size_t r = 0; r < num_rules; r++)
+                ap_kit_line_add(line, sizeof line, rules[r].key, (int)strlen(rules[r].key),
+                                r + 1 < num_rules ? ", " : ")");
+        }
+        ap_msgbuf_add(reasons, "%s: %s", who, line);
+    }
+    return refused;
+}
+
 ap_status ap_kit_model_readable(const ap_model *model, const char *who, ap_msgbuf *reasons) {
     if (model == NULL) {
         ap_msgbuf_add(reasons, "%s: no model given", who);

@@ -102,6 +102,16 @@ int fil_option_nvfp4_decode(const ap_options *options) {
     return value != NULL && strcmp(value, "on") == 0;
 }
 
+static int fil_warps_per_sm_valid(const char *value) {
+    return fil_parse_warps_per_sm(value) > 0;
+}
+
+static const ap_kit_option_rule fil_option_rules[] = {
+    {"split_kv", "auto|off", NULL, NULL},
+    {"decode_warps_per_sm", NULL, fil_warps_per_sm_valid, "1..16"},
+    {"nvfp4_decode", "on|off", NULL, NULL},
+};
+
 int32_t fil_option_warps_per_sm(const ap_options *options) {
     int n = fil_parse_warps_per_sm(ap_kit_option(options, "decode_warps_per_sm"));
     return n > 0 ? n : FIL_DEFAULT_WARPS_PER_SM;
@@ -125,32 +135,10 @@ static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         ap_msgbuf_add(reasons, FIL_NAME ": CUDA graphs are not supported yet (init_metadata "
                                         "reads host mirrors)");
     }
-    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        const char *key = kv->key != NULL ? kv->key : "(null)";
-        const char *value = kv->value != NULL ? kv->value : "(null)";
-        if (strcmp(key, "split_kv") == 0 &&
-            (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
-            continue;
-        if (strcmp(key, "decode_warps_per_sm") == 0 && fil_parse_warps_per_sm(kv->value) > 0)
-            continue;
-        if (strcmp(key, "nvfp4_decode") == 0 &&
-            (strcmp(value, "on") == 0 || strcmp(value, "off") == 0))
-            continue;
+    if (ap_kit_options_refuse(options, fil_option_rules,
+                              sizeof fil_option_rules / sizeof fil_option_rules[0], FIL_NAME,
+                              reasons))
         *refused = 1;
-        if (strcmp(key, "split_kv") == 0)
-            ap_msgbuf_add(reasons, FIL_NAME ": option split_kv is '%s', not auto or off", value);
-        else if (strcmp(key, "decode_warps_per_sm") == 0)
-            ap_msgbuf_add(reasons, FIL_NAME ": option decode_warps_per_sm is '%s', not 1..16",
-                          value);
-        else if (strcmp(key, "nvfp4_decode") == 0)
-            ap_msgbuf_add(reasons, FIL_NAME ": option nvfp4_decode is '%s', not on or off", value);
-        else
-            ap_msgbuf_add(reasons,
-                          FIL_NAME ": unknown option '%s' (known: split_kv, decode_warps_per_sm, "
-                                   "nvfp4_decode)",
-                          key);
-    }
 }
 
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,

@@ -88,25 +88,12 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
                       sizeof(ap_options));
         return;
     }
-    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        const char *key = kv->key != NULL ? kv->key : "(null)";
-        const char *value = kv->value != NULL ? kv->value : "(null)";
-        if (strcmp(key, "split_kv") == 0 &&
-            (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
-            continue;
-        if (strcmp(key, "decode_stages") == 0 &&
-            (strcmp(value, "2") == 0 || strcmp(value, "3") == 0))
-            continue;
+    static const ap_kit_option_rule rules[] = {
+        {"split_kv", "auto|off", NULL, NULL},
+        {"decode_stages", "2|3", NULL, NULL},
+    };
+    if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], MLA_NAME, reasons))
         *refused = 1;
-        if (strcmp(key, "split_kv") == 0)
-            ap_msgbuf_add(reasons, MLA_NAME ": option split_kv is '%s', not auto or off", value);
-        else if (strcmp(key, "decode_stages") == 0)
-            ap_msgbuf_add(reasons, MLA_NAME ": option decode_stages is '%s', not 2 or 3", value);
-        else
-            ap_msgbuf_add(reasons,
-                          MLA_NAME ": unknown option '%s' (known: split_kv, decode_stages)", key);
-    }
 }
 
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
