@@ -12,7 +12,10 @@ import sys
 PEERS = ("torch flash", "torch cuDNN")
 
 DECODE_METRIC = ("decode GB/s = K+V bytes of every token in the cache, read once "
-                 "(B * L * HK * D * 2 * bytes per element) / median time")
+                 "(B * L * HK * D * 2 * bytes per element; nvfp4: 9/16, the values and their "
+                 "block scales) / median time")
+APPEND_METRIC = ("append GB/s = bytes moved once: q read and rotated in place, new k and v read, "
+                 "k and v written into their cache slots / median time")
 EXTEND_METRIC = ("extend TFLOP/s = 4 * B * HQ * D * (S * P + S^2 / 2) / median time, S new tokens "
                  "over a prefix of P (P = 0: 2 * B * HQ * S^2 * D, the causal half of QK^T and PV)")
 
@@ -184,6 +187,7 @@ def main():
         "cuDNN backends) on contiguous K/V of the same shape, in the same call",
         "- " + DECODE_METRIC,
         "- " + EXTEND_METRIC,
+        "- " + APPEND_METRIC,
         "- ours/peer = peer median time / our median time: above 1, ours is faster",
         "",
         "| case | shape | %s | torch flash | ours/flash | torch cuDNN | ours/cuDNN |" %
