@@ -49,8 +49,9 @@ template <int HEAD_DIM, typename KV> struct decode_shape {
 // HEAD_DIM / 16 E4M3 block scales in a buffer of their own. A stage holds 16 tokens as they are
 // stored: K values [16][vals_row], V values, K scales [16][scales_row], V scales. Before the
 // math, the warp decodes the stage into one 16-bit tile of the query type (nvfp4.cuh: e2m1 *
-// e4m3 is exact in half and bf16), laid out as the 16-bit kernels' stage (decode_shape<D, QT>),
-// and the 16-bit step runs on it; the global scales fold into scale_log2 and v_scale as fp8's.
+// e4m3 is exact in half), laid out as the 16-bit kernels' stage (decode_shape<D, __half>), and the
+// 16-bit step runs on it in half (Q converted for bf16 queries, as fp8's); the global scales
+// fold into scale_log2 and v_scale as fp8's.
 template <int HEAD_DIM> struct decode_shape<HEAD_DIM, ap_nvfp4> {
     static constexpr bool is_fp8 = false;
     static constexpr bool is_nvfp4 = true;
@@ -61,7 +62,8 @@ template <int HEAD_DIM> struct decode_shape<HEAD_DIM, ap_nvfp4> {
     static constexpr int scales_tile = tile * scales_row;
     static constexpr int stage_bytes = 2 * (vals_tile + scales_tile);
     static constexpr int unpacked_bytes = 2 * tile * HEAD_DIM * 2; // K and V, 16-bit
-    static constexpr int ring_target = kSmemPerWarpTarget - unpacked_bytes;
+    // a third of the bytes per token: fewer in flight per warp, more warps (3 CTAs at D128)
+    static constexpr int ring_target = kSmemPerWarpTarget / 2 - unpacked_bytes / 2;
     static constexpr int stages_raw = ring_target / stage_bytes;
     static constexpr int stages = stages_raw < 2 ? 2 : (stages_raw > 8 ? 8 : stages_raw);
     static constexpr int warp_smem = stages * stage_bytes + unpacked_bytes;
@@ -229,6 +231,13 @@ __device__ __forceinline__ void state_begin(warp_state<HEAD_DIM> &st, const deco
             const uint32_t *q32 = reinterpret_cast<const uint32_t *>(qrow + 16 * ks);
             st.q[ks][0] = has_head ? __ldg(q32 + t) : 0u;
             st.q[ks][1] = has_head ? __ldg(q32 + 4 + t) : 0u;
+            if constexpr (decode_shape<HEAD_DIM, KV>::is_nvfp4 &&
+                          !std::is_same<QT, __half>::value) {
+                // nvfp4 multiplies in half (nvfp4_unpack_tile): the 16-bit layout, converted
+                const float2 lo = ap_unpack2<QT>(st.q[ks][0]), hi = ap_unpack2<QT>(st.q[ks][1]);
+                st.q[ks][0] = ap_pack2<__half>(lo.x, lo.y);
+                st.q[ks][1] = ap_pack2<__half>(hi.x, hi.y);
+            }
         }
     }
 #pragma unroll
@@ -418,24 +427,14 @@ __device__ __forceinline__ void decode_tile(warp_state<HEAD_DIM> &st, uint32_t s
     decode_tile_accumulate<HEAD_DIM, KV, MT>(st, stage_k + S::tile_bytes, l, p);
 }
 
-// Eight values of one block times its scale, as four 16-bit pairs of the query type.
-template <typename QT> __device__ __forceinline__ uint4 nvfp4_dequant8(uint32_t w, uint8_t scale) {
-    uint4 out;
-    if constexpr (std::is_same<QT, __half>::value)
-        ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(scale), reinterpret_cast<__half2 *>(&out));
-    else
-        ap_nvfp4_dequant8_bf162(w, ap_nvfp4_scale_bf162(scale),
-                                reinterpret_cast<__nv_bfloat162 *>(&out));
-    return out;
-}
-
-// nvfp4: decode the stage at `stage` (K and V as stored) into the 16-bit tile at `unpacked`,
-// where the 16-bit step reads it. Word w of the 2 * 16 rows of HEAD_DIM / 8 words: 8 values,
+// nvfp4: decode the stage at `stage` (K and V as stored) into the half tile at `unpacked`, where
+// the 16-bit step reads it (half whatever the query type: 19 instructions per 8 values, bf16's
+// decode takes 31; e2m1 * e4m3 is exact in both). Word w of the 2 * 16 rows of HEAD_DIM / 8 words: 8 values,
 // one scale byte, one swizzled 16-byte chunk out; consecutive lanes read consecutive words.
-template <int HEAD_DIM, typename QT>
+template <int HEAD_DIM>
 __device__ __forceinline__ void nvfp4_unpack_tile(uint32_t stage, uint32_t unpacked, int lane) {
     using P = decode_shape<HEAD_DIM, ap_nvfp4>;
-    using U = decode_shape<HEAD_DIM, QT>;
+    using U = decode_shape<HEAD_DIM, __half>;
     constexpr int words_row = HEAD_DIM / 8; // = U::chunks
     constexpr int words_tile = P::tile * words_row;
 #pragma unroll
@@ -450,7 +449,9 @@ __device__ __forceinline__ void nvfp4_unpack_tile(uint32_t stage, uint32_t unpac
                      : "=r"(scale)
                      : "r"(stage + 2 * P::vals_tile + is_v * P::scales_tile + row * P::scales_row +
                            word / 2));
-        const uint4 out = nvfp4_dequant8<QT>(vals, (uint8_t)scale);
+        uint4 out;
+        ap_nvfp4_dequant8_half2(vals, ap_nvfp4_scale_half2((uint8_t)scale),
+                                reinterpret_cast<__half2 *>(&out));
         const uint32_t dst = unpacked + is_v * U::tile_bytes + row * U::row_bytes +
                              ap_swizzle<U::chunks>(row, word) * 16;
         asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(out.x),
@@ -466,9 +467,9 @@ __device__ __forceinline__ void decode_step(warp_state<HEAD_DIM> &st, uint32_t s
                                             uint32_t unpacked, int valid_tokens, float scale_log2,
                                             int lane) {
     if constexpr (decode_shape<HEAD_DIM, KV>::is_nvfp4) {
-        nvfp4_unpack_tile<HEAD_DIM, QT>(stage, unpacked, lane);
+        nvfp4_unpack_tile<HEAD_DIM>(stage, unpacked, lane);
         __syncwarp();
-        decode_tile<HEAD_DIM, QT, QT>(st, unpacked, valid_tokens, scale_log2, lane);
+        decode_tile<HEAD_DIM, __half, QT>(st, unpacked, valid_tokens, scale_log2, lane);
     } else {
         decode_tile<HEAD_DIM, KV, QT>(st, stage, valid_tokens, scale_log2, lane);
     }

@@ -38,8 +38,9 @@ ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_app
 /* validate.c */
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
-int fil_option_split_kv(const ap_options *options);         /* 1 unless split_kv: off */
-int32_t fil_option_warps_per_sm(const ap_options *options); /* decode_warps_per_sm, default 4 */
-int fil_option_nvfp4_decode(const ap_options *options);     /* 1: nvfp4_decode: on */
+int fil_option_split_kv(const ap_options *options); /* 1 unless split_kv: off */
+/* decode_warps_per_sm, default 4 (nvfp4: 16, capped by the occupancy) */
+int32_t fil_option_warps_per_sm(const ap_options *options, ap_dtype kv_dtype);
+int fil_option_nvfp4_decode(const ap_options *options); /* 1: nvfp4_decode: on */
 
 #endif /* AP_FIL_GLUE_H */

@@ -92,7 +92,8 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
         st = fil_decode_max_workers(model->head_dim_qk, model->dtype, model->kv_dtype,
                                     device->sm_count, &b->max_workers, msg);
     if (st == AP_OK) {
-        int64_t target = (int64_t)fil_option_warps_per_sm(options) * device->sm_count;
+        int64_t target =
+            (int64_t)fil_option_warps_per_sm(options, model->kv_dtype) * device->sm_count;
         b->target_workers = target < b->max_workers ? (int32_t)target : b->max_workers;
         st = fil_alloc_workspace(b, msg);
     }

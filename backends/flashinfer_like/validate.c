@@ -86,7 +86,8 @@ int fil_option_split_kv(const ap_options *options) {
     return value == NULL || strcmp(value, "off") != 0;
 }
 
-/* decode_warps_per_sm: how many decode warps per SM the split aims for (1..16), default 4:
+/* decode_warps_per_sm: how many decode warps per SM the split aims for (1..16), default 4
+ * (nvfp4: as many as fit):
  * measured on the H100, four warps of 24 KB of loads in flight each already saturate an SM's
  * share of HBM, and fewer, longer warps mean fewer partial states to merge. */
 #define FIL_DEFAULT_WARPS_PER_SM 4
@@ -112,9 +113,12 @@ static const ap_kit_option_rule fil_option_rules[] = {
     {"nvfp4_decode", "on|off", NULL, NULL},
 };
 
-int32_t fil_option_warps_per_sm(const ap_options *options) {
+int32_t fil_option_warps_per_sm(const ap_options *options, ap_dtype kv_dtype) {
     int n = fil_parse_warps_per_sm(ap_kit_option(options, "decode_warps_per_sm"));
-    return n > 0 ? n : FIL_DEFAULT_WARPS_PER_SM;
+    if (n > 0) return n;
+    /* nvfp4: a warp's step is bound by decoding its stage, not by its loads: every resident
+     * warp (the occupancy caps it) */
+    return kv_dtype == AP_DTYPE_NVFP4 ? 16 : FIL_DEFAULT_WARPS_PER_SM;
 }
 
 /* Backend-specific options, the first two tuning knobs for measurements:
