@@ -46,35 +46,21 @@ size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head
                                      num_kv_heads);
 }
 
-ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg) {
     if (args == NULL) {
         ap_msgbuf_add(msg, FIL_NAME ": extend plan: NULL argument or negative batch size");
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st =
-        fil_extend_check_config(args->head_dim, AP_DTYPE_BF16, AP_DTYPE_BF16, args->num_qo_heads,
+        fil_extend_check_config(args->head_dim_qk, AP_DTYPE_BF16, AP_DTYPE_BF16, args->num_qo_heads,
                                 args->num_kv_heads, args->page_size, msg);
+    if (st == AP_OK && (args->head_dim_v != args->head_dim_qk || args->kv_indptr_host != NULL)) {
+        ap_msgbuf_add(msg, FIL_EXTEND_WHO ": the plan is for the paged source, qk = v head dims");
+        st = AP_ERR_UNSUPPORTED;
+    }
     if (st != AP_OK) return st;
-    const ap_kit_prefill_plan_args kit = {
-        .num_seqs = args->num_seqs,
-        .qo_indptr_host = args->qo_indptr_host,
-        .kv_page_indptr_host = args->kv_page_indptr_host,
-        .kv_last_page_len_host = args->kv_last_page_len_host,
-        .page_size = args->page_size,
-        .kv_indptr_host = NULL,
-        .head_dim_qk = args->head_dim,
-        .head_dim_v = args->head_dim,
-        .num_qo_heads = args->num_qo_heads,
-        .num_kv_heads = args->num_kv_heads,
-        .causal = args->causal,
-        .tile_rows = args->tile_rows,
-        .host_scratch = args->host_scratch,
-        .device_buffer = args->device_buffer,
-        .buffer_bytes = args->buffer_bytes,
-        .caller_uploads = args->caller_uploads,
-    };
-    return ap_kit_prefill_plan_build(&kit, stream, plan, FIL_EXTEND_WHO, msg);
+    return ap_kit_prefill_plan_build(args, stream, plan, FIL_EXTEND_WHO, msg);
 }
 
 /* The kit's arguments for this call (the paged source), straight from the entry's. */

@@ -15,27 +15,6 @@ extern "C" {
  *   case); any group size num_qo_heads / num_kv_heads from 1 to 8; causal or not; LSE optional.
  * Every new token's K/V must already be in the cache when fil_extend_run is called. */
 
-/* Inputs of the plan: the batch's host mirrors and the model's shape. */
-typedef struct fil_extend_plan_args {
-    int32_t num_seqs;
-    const int32_t *qo_indptr_host;        /* [num_seqs + 1] */
-    const int32_t *kv_page_indptr_host;   /* [num_seqs + 1] */
-    const int32_t *kv_last_page_len_host; /* [num_seqs], in 1..page_size */
-    int32_t page_size;
-    int32_t head_dim;
-    int32_t num_qo_heads;
-    int32_t num_kv_heads;
-    int32_t causal;
-    int32_t tile_rows;      /* packed query rows per CTA: 0 picks the built one (benchmark builds
-                          * offer more) */
-    void *host_scratch;     /* buffer_bytes of host memory (pageable is fine) */
-    void *device_buffer;    /* buffer_bytes of device memory, 16-byte aligned: the work list */
-    size_t buffer_bytes;    /* at least fil_extend_plan_bytes() for this model */
-    int32_t caller_uploads; /* 1: no copy here; the caller moves host_scratch's first
-                             * num_items * 16 bytes and sets plan->items (the plugin: with its
-                             * plan buffer, one copy per batch) */
-} fil_extend_plan_args;
-
 /* The work list of one batch (the kit's prefill plan), shared by every layer. */
 typedef ap_kit_prefill_plan fil_extend_plan;
 
@@ -54,7 +33,7 @@ size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head
  * and copies it to device_buffer on `stream` (a cudaStream_t or NULL); AP_ERR_UNSUPPORTED for a
  * sequence past the kernel's int32 positions. host_scratch may be reused as soon as this returns when it is pageable;
  * when it is pinned, only after `stream` has passed this point. */
-ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg);
 
 /* Runs one layer of the planned extend batch on `stream` (plan->extend over the batch's device

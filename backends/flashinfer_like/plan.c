@@ -155,13 +155,15 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
 static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *items_host,
                                  size_t items_bytes, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
-    fil_extend_plan_args args = {
+    const ap_kit_prefill_plan_args args = {
         .num_seqs = batch->num_seqs,
         .qo_indptr_host = batch->qo_indptr_host,
         .kv_page_indptr_host = batch->kv_page_indptr_host,
         .kv_last_page_len_host = batch->kv_last_page_len_host,
         .page_size = m->page_size,
-        .head_dim = m->head_dim_qk,
+        .kv_indptr_host = NULL,
+        .head_dim_qk = m->head_dim_qk,
+        .head_dim_v = m->head_dim_qk,
         .num_qo_heads = m->num_qo_heads,
         .num_kv_heads = m->num_kv_heads,
         .causal = m->causal,

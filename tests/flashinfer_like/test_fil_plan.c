@@ -28,7 +28,7 @@ size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head
 }
 /* Extend's work list, replaced: one item per sequence, {seq, 0, 100 - seq, 0}, written where
  * plan.c asks, the copy left to plan.c (what the real one does when caller_uploads is set). */
-ap_status fil_extend_plan_build(const fil_extend_plan_args *args, void *stream,
+ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg) {
     (void)stream, (void)msg;
     if (!args->caller_uploads || args->buffer_bytes < (size_t)args->num_seqs * 16)
