@@ -17,6 +17,11 @@
 /* Query heads per KV head: one group is the rows of one decode warp's (or extend CTA's) MMAs. */
 #define FIL_MAX_GROUP 8
 
+/* NVFP4 KV: extend stages the batch's pages as 16-bit (extend_nvfp4.c); decode reads nvfp4 only
+ * once decode.cu does (FIL_NVFP4_DECODE 1). Until then validate() refuses nvfp4 for a model
+ * that decodes (every model but an embedding one), and decode's workspace is sized as fp8's. */
+#define FIL_NVFP4_DECODE 0
+
 static inline int fil_head_dim_served(int32_t head_dim) {
     static const int32_t dims[] = {FIL_HEAD_DIMS};
     for (unsigned i = 0; i < sizeof dims / sizeof dims[0]; i++)

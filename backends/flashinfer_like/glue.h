@@ -37,6 +37,10 @@ struct ap_backend {
     float *partial_out;
     float *partial_lse;
     fil_batch_plan plan;
+    /* nvfp4 extend (extend_nvfp4.c): the batch's pages staged as 16-bit K and V, then indices */
+    void *stage;
+    size_t stage_bytes;
+    int32_t stage_pages; /* pages of the planned batch (kv_page_indptr's total) */
 };
 
 /* plan.c */
@@ -51,6 +55,24 @@ ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
 /* The append_kv/1 hook: checks what the kernel relies on, then one fused launch. */
 ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg);
+
+/* The KV dtype decode's workspace is sized for: nvfp4 as fp8 until decode reads nvfp4 (until
+ * then an nvfp4 model that passed validate() never decodes). */
+static inline ap_dtype fil_decode_kv_dtype(const ap_model *m) {
+    return m->kv_dtype == AP_DTYPE_NVFP4 && !FIL_NVFP4_DECODE ? AP_DTYPE_FP8_E4M3 : m->kv_dtype;
+}
+
+/* The layer's pages are read 16 bytes at a time (forward.c). */
+ap_status fil_cache_aligned(const ap_layer *layer, ap_msgbuf *msg);
+
+/* extend_nvfp4.c: extend over an nvfp4 cache. _reserve (init_metadata of an extend batch) sizes
+ * the staging buffer for the batch's pages; _run dequantizes them into it (K exact, V times its
+ * global scale, one rounding to the query's 16-bit type) and runs the 16-bit extend over it with
+ * the K scale in the softmax scale. _free releases the buffer. */
+ap_status fil_extend_nvfp4_reserve(ap_backend *backend, const ap_batch *batch, ap_msgbuf *msg);
+ap_status fil_extend_nvfp4_run(ap_backend *backend, const ap_layer *layer,
+                               const fil_attn_params *params, void *stream, ap_msgbuf *msg);
+void fil_extend_nvfp4_free(ap_backend *backend);
 
 /* validate.c */
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,

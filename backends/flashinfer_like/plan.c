@@ -210,6 +210,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         split.indptr[0] = 0;
         st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, msg);
     }
+    if (st == AP_OK) st = fil_extend_nvfp4_reserve(b, batch, msg);
     if (st != AP_OK) return st;
 
     const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;

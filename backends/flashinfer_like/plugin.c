@@ -20,8 +20,9 @@ static ap_caps fil_caps = {
     .num_archs = 0,
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16),
-    .kv_dtypes =
-        AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) | AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3),
+    .kv_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) |
+                 AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) |
+                 AP_DTYPE_BIT(AP_DTYPE_NVFP4), /* nvfp4: validate() says which phases */
     .page_sizes = fil_page_sizes,
     .num_page_sizes = sizeof fil_page_sizes / sizeof fil_page_sizes[0],
     .head_dims = fil_head_dims,
@@ -42,6 +43,7 @@ static void fil_destroy(ap_backend *b) {
     ap_kit_plan_buffer_free(&b->plan_buffer);
     ap_kit_device_free(b->partial_out);
     ap_kit_device_free(b->partial_lse);
+    fil_extend_nvfp4_free(b);
     free(b);
 }
 
@@ -89,7 +91,7 @@ static ap_status fil_create(const ap_model *model, const ap_options *options,
     b->split_kv = fil_option_split_kv(options);
     st = ap_kit_set_device(device->ordinal, FIL_NAME, msg);
     if (st == AP_OK)
-        st = fil_decode_max_workers(model->head_dim_qk, model->dtype, model->kv_dtype,
+        st = fil_decode_max_workers(model->head_dim_qk, model->dtype, fil_decode_kv_dtype(model),
                                     device->sm_count, &b->max_workers, msg);
     if (st == AP_OK) {
         int64_t target = (int64_t)fil_option_warps_per_sm(options) * device->sm_count;
@@ -148,7 +150,8 @@ static const ap_descriptor fil_descriptor = {
     .struct_size = sizeof(ap_descriptor),
     .name = FIL_NAME,
     .version = FIL_VERSION,
-    .description = "paged attention on tensor cores: split-KV decode, extend, bf16/f16/fp8 KV",
+    .description =
+        "paged attention on tensor cores: split-KV decode, extend, bf16/f16/fp8/nvfp4 KV",
     .caps = &fil_caps,
     .vtable = &fil_vtable,
 };
