@@ -80,24 +80,29 @@ template <typename KV> struct kv_write8 {
 };
 
 // nvfp4: a block of 16 values lies in two neighbouring lanes (head_dim / 8 lanes per row, an even
-// number, and every row starts on an even lane), 8 each. The even lane takes its partner's 8,
-// quantizes the block with nvfp4_host.h's ap_nvfp4_quantize_block (through nvfp4.cuh) and writes
-// 8 bytes of codes and the scale byte. Warps holding no K/V row skip the exchange.
+// number, and every row starts on an even lane), 8 each. nvfp4_host.h's quantizer in its three
+// steps: each lane takes the largest magnitude of its 8 (and whether one is NaN), the pair
+// combines them by one shuffle each, both lanes derive the same scale byte and reciprocal, and
+// each lane codes its own 8 values into 4 bytes; the even lane also writes the scale byte. The
+// bytes are those of ap_nvfp4_quantize_block on the 16 (max and or are exact in any order).
+// Warps holding no K/V row skip it.
 template <> struct kv_write8<ap_nvfp4_kv> {
     __device__ __forceinline__ static void run(uint8_t *pages, uint8_t *scales, int64_t elem,
                                                const float (&x)[kVec], float scale, bool write) {
         if (!__any_sync(0xffffffffu, write)) return;
-        float block[2 * kVec];
-#pragma unroll
-        for (int i = 0; i < kVec; i++) {
-            block[i] = x[i];
-            block[kVec + i] = __shfl_down_sync(0xffffffffu, x[i], 1);
-        }
-        if (!write || (elem & (AP_NVFP4_BLOCK - 1)) != 0) return;
-        uint32_t words[2];
-        const uint8_t s = ap_nvfp4_quantize16(block, scale, words);
-        *reinterpret_cast<uint2 *>(pages + elem / 2) = make_uint2(words[0], words[1]);
-        scales[elem / AP_NVFP4_BLOCK] = s;
+        int has_nan = 0;
+        float amax = ap_nvfp4_block_amax(x, kVec, &has_nan);
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        has_nan |= __shfl_xor_sync(0xffffffffu, has_nan, 1);
+        float inv;
+        const uint8_t s = ap_nvfp4_block_scale(amax, has_nan, scale, &inv);
+        uint8_t packed[kVec / 2];
+        ap_nvfp4_block_codes(x, kVec, inv, has_nan, packed);
+        if (!write) return;
+        *reinterpret_cast<uint32_t *>(pages + elem / 2) =
+            (uint32_t)packed[0] | (uint32_t)packed[1] << 8 | (uint32_t)packed[2] << 16 |
+            (uint32_t)packed[3] << 24;
+        if ((elem & (AP_NVFP4_BLOCK - 1)) == 0) scales[elem / AP_NVFP4_BLOCK] = s;
     }
 };
 
