@@ -126,8 +126,8 @@ static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     return fil_plan_batch(b, batch, stream, msg);
 }
 
-/* append_kv/1 (fused RoPE + quantize + paged append, append_rope.cu); cuda_graph/1 is absent,
- * so hosts that want graphs take their unfused paths. */
+/* append_kv/1 (fused RoPE + quantize + paged append, the kit's append_rope.cu); cuda_graph/1 is
+ * absent, so hosts that want graphs take their unfused paths. */
 static void *fil_get_hook(ap_backend *b, const char *name) {
     (void)b;
     if (name != NULL && strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)fil_append_kv;
