@@ -40,15 +40,10 @@ void bench_fail(bench_result *out, const char *what, const char *why) {
 
 static ap_status bench_open(const bench_ctx *ctx, bench_state *st, bench_result *out) {
     const bench_case *c = st->c;
-    /* an nvfp4 case is decode only: a backend that serves nvfp4 for decode alone is told so */
-    static const ap_option_kv decode_only = {"nvfp4_decode", "on"};
-    const int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
     const ap_options options = {.struct_size = sizeof(ap_options),
                                 .prefix_cache = AP_OPTION_UNSET,
                                 .chunked_prefill = AP_OPTION_UNSET,
-                                .cuda_graphs = AP_OPTION_UNSET,
-                                .extra = nvfp4 ? &decode_only : NULL,
-                                .num_extra = nvfp4 ? 1 : 0};
+                                .cuda_graphs = AP_OPTION_UNSET};
     gpu_layout_model(&st->layout, c->q_dtype, c->kv_dtype, c->num_qo_heads, c->num_kv_heads,
                      c->head_dim, &st->model);
     st->model.name = "bench";

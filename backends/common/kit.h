@@ -90,9 +90,9 @@ static inline void *ap_kit_data(const DLTensor *t) {
 ap_status ap_kit_aligned(const DLTensor *t, const char *what, size_t alignment, const char *who,
                          ap_msgbuf *msg);
 
-/* get_kv_spec for an NHD cache of the model's kv_dtype without scales: a page of K holds
- * page_size x num_kv_heads x head_dim_qk elements, one of V head_dim_v; bases `alignment`-byte
- * aligned. */
+/* get_kv_spec for an NHD cache of the model's kv_dtype: a page of K holds page_size x
+ * num_kv_heads x head_dim_qk elements, one of V head_dim_v; nvfp4 adds one block-scale byte per
+ * 16 values (plugin_api.h); bases `alignment`-byte aligned. */
 ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec *out,
                              const char *who, ap_msgbuf *msg);
 
@@ -169,11 +169,50 @@ ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream, c
                                   ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
- * The KV append (paged_append.cu): new tokens' K and V written into their slots of an NHD cache,
- * copied (16-bit cache of the input's type) or quantized (fp8 e4m3: stored = sat(x / scale),
- * a true division, the same bits as host_numeric.h's ap_float_to_fp8_e4m3).
+ * The KV append (append_rope.cu): one kernel family writes new tokens' K and V into their slots
+ * of an NHD cache, with RoPE on q and k first when asked (the append_kv/1 hook). The cache
+ * element is the float32 value (rotated, for k) converted once: bf16/f16 round to nearest even;
+ * fp8 e4m3 stores sat(x / scale) with a true division (host_numeric.h's ap_float_to_fp8_e4m3);
+ * nvfp4 quantizes each block of 16 values with `scale` as the global scale, the very code of
+ * backends/numeric/nvfp4_host.h, values and block scales into their pages. Byte-exact with
+ * cpu_ref.
  * ------------------------------------------------------------------------------------------- */
 
+typedef struct ap_kit_append_rope_args {
+    const void *q; /* [num_tokens][num_qo_heads][head_dim] of in_dtype, or NULL: no q */
+    void *q_out;   /* q's strides; may alias q */
+    const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype */
+    const void *v; /*   likewise; rows dense and 16-byte aligned, strides below */
+    int64_t q_stride_token, q_stride_head; /* in elements, multiples of 8 */
+    int64_t k_stride_token, k_stride_head;
+    int64_t v_stride_token, v_stride_head;
+    ap_dtype in_dtype; /* BF16 or F16 */
+    void *k_pages;     /* NHD cache of kv_dtype, 16-byte aligned */
+    void *v_pages;
+    void *k_block_scales; /* nvfp4: [slot][head][head_dim / 16] e4m3 bytes, else NULL */
+    void *v_block_scales;
+    ap_dtype kv_dtype;      /* BF16, F16, FP8_E4M3 or NVFP4 */
+    const int32_t *out_loc; /* device: token t's slot at out_loc[t * out_loc_stride]; a token */
+    int64_t out_loc_stride; /*   whose slot is < 0 or >= num_slots is left unwritten */
+    int64_t num_slots;
+    const int32_t *positions; /* device, read only with rotary_dim > 0; a position outside */
+    int64_t positions_stride; /*   [0, max_position) leaves the token unwritten */
+    const float *cos_sin;     /* [max_position][rotary_dim] (plugin_api.h's append_kv/1) */
+    int32_t max_position;
+    int32_t rotary_dim; /* 0: no RoPE (q must be NULL); else even, <= head_dim */
+    int32_t is_neox;
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t head_dim; /* qk and v alike: a multiple of 8 up to 256 (nvfp4: of 16) */
+    int64_t num_tokens;
+    float k_scale; /* fp8: the divisor; nvfp4: the global scale; ignored for 16-bit caches */
+    float v_scale;
+} ap_kit_append_rope_args;
+
+ap_status ap_kit_append_rope_run(const ap_kit_append_rope_args *args, void *stream, const char *who,
+                                 ap_msgbuf *msg);
+
+/* save_kv's append: the same kernel without RoPE, from the plan's slot list. */
 typedef struct ap_kit_append_args {
     const void *k; /* [num_tokens][num_kv_heads][head_dim] of in_dtype, rows 16-byte */
     const void *v; /*   aligned; strides of the first two dims in elements below */
@@ -182,17 +221,44 @@ typedef struct ap_kit_append_args {
     ap_dtype in_dtype; /* BF16 or F16 */
     void *k_pages;     /* NHD cache of kv_dtype: [page][slot][head][head_dim] */
     void *v_pages;
-    ap_dtype kv_dtype; /* in_dtype (a copy) or FP8_E4M3 (stored = sat_fp8(x / scale)) */
+    ap_dtype kv_dtype; /* BF16, F16, FP8_E4M3 or NVFP4 (as ap_kit_append_rope_args) */
     int32_t num_kv_heads;
-    int32_t head_dim; /* a multiple of 8 */
+    int32_t head_dim; /* a multiple of 8 (nvfp4: of 16) */
     float k_scale;
     float v_scale;
     const int32_t *slots; /* device [num_tokens]: page * page_size + offset; < 0 skips */
     int32_t num_tokens;
+    void *k_block_scales; /* nvfp4 only, else NULL */
+    void *v_block_scales;
 } ap_kit_append_args;
 
 ap_status ap_kit_paged_append_run(const ap_kit_append_args *args, void *stream, const char *who,
                                   ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * NVFP4 staging (nvfp4_stage.cu): the pages a batch reads, dequantized into a compact 16-bit
+ * cache for kernels that read 16-bit K/V (flashinfer_like's extend). Staged page j is cache page
+ * page_indices[j]; element = 16-bit(e2m1 * e4m3 * multiplier[kv]), the product exact in float32
+ * and one rounding to the 16-bit type (multiplier 1: exact, every e2m1 * e4m3 is a bf16 and a
+ * half). K (kv 0) and V (kv 1) in one launch.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct ap_kit_nvfp4_stage_args {
+    const void *pages[2];        /* nvfp4 values [page][page_size][heads][head_dim / 2] */
+    const void *block_scales[2]; /* [page][page_size][heads][head_dim / 16] */
+    float multiplier[2];
+    void *out[2];                /* [num_pages][page_size][heads][head_dim] of out_dtype */
+    ap_dtype out_dtype;          /* BF16 or F16 */
+    const int32_t *page_indices; /* device [num_pages] */
+    int32_t *staged_indices;     /* device [num_pages]: receives 0 .. num_pages - 1, or NULL */
+    int32_t num_pages;
+    int32_t page_size;
+    int32_t num_kv_heads;
+    int32_t head_dim; /* a multiple of 16 */
+} ap_kit_nvfp4_stage_args;
+
+ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *args, void *stream, const char *who,
+                                 ap_msgbuf *msg);
 
 #ifdef __cplusplus
 }

@@ -176,13 +176,14 @@ ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec
         ap_msgbuf_add(msg, "%s: get_kv_spec needs an ap_kv_spec with struct_size set", who);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    /* bits per element: nvfp4 packs two values a byte, plus one scale byte per 16 values */
     size_t bits = ap_dtype_size_bits(model->kv_dtype);
-    size_t per_page = (size_t)model->page_size * (size_t)model->num_kv_heads;
-    out->k_bytes_per_page = per_page * (size_t)model->head_dim_qk * bits / 8;
-    out->v_bytes_per_page = per_page * (size_t)model->head_dim_v * bits / 8;
-    out->scale_bytes_per_page =
-        model->kv_dtype == AP_DTYPE_NVFP4 ? per_page * (size_t)model->head_dim_qk / 16 : 0;
+    size_t slots = (size_t)model->page_size * (size_t)model->num_kv_heads;
+    out->k_bytes_per_page = slots * (size_t)model->head_dim_qk * bits / 8;
+    out->v_bytes_per_page = slots * (size_t)model->head_dim_v * bits / 8;
+    /* nvfp4: one e4m3 scale byte per 16 values, one size for K and V (the wider) */
+    size_t widest = model->head_dim_qk > model->head_dim_v ? (size_t)model->head_dim_qk
+                                                           : (size_t)model->head_dim_v;
+    out->scale_bytes_per_page = model->kv_dtype == AP_DTYPE_NVFP4 ? slots * widest / 16 : 0;
     out->alignment = alignment;
     return AP_OK;
 }

@@ -79,40 +79,6 @@ ap_status fil_decode_max_workers(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv
 ap_status fil_decode_run(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
                          const fil_batch_plan *plan, void *stream, ap_msgbuf *msg);
 
-/* ---------------------------------------------------------------------------------------------
- * The append_kv/1 hook (append_rope.cu): RoPE on q and k, k and v quantized into their cache
- * slots, in one kernel. Bit-exact with cpu_ref's rope.c: float32 rotation without fused
- * multiply-add, k quantized once, fp8 as sat_e4m3(x / scale) with a float32 division.
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct fil_append_rope_params {
-    const void *q;     /* [num_tokens][num_qo_heads][head_dim] of in_dtype, dense; NULL: no q */
-    void *q_out;       /* like q; may alias q */
-    const void *k;     /* [num_tokens][num_kv_heads][head_dim] of in_dtype, dense */
-    const void *v;     /* likewise; every base 16-byte aligned */
-    ap_dtype in_dtype; /* BF16 or F16 */
-    void *k_pages;     /* NHD cache of kv_dtype, 16-byte aligned */
-    void *v_pages;
-    ap_dtype kv_dtype;        /* BF16, F16 (RNE conversion) or FP8_E4M3 (sat_fp8(x / scale)) */
-    const int32_t *positions; /* device, element t at positions[t * positions_stride] */
-    const int32_t *out_loc;   /* device slots; a token with a position or slot out of range */
-    int64_t positions_stride; /*   is left unwritten */
-    int64_t out_loc_stride;
-    const float *cos_sin; /* device [max_position][rotary_dim] */
-    int32_t max_position;
-    int32_t rotary_dim;
-    int32_t is_neox;
-    int32_t num_qo_heads;
-    int32_t num_kv_heads;
-    int32_t head_dim;  /* qk and v alike */
-    int64_t num_slots; /* num_pages * page_size */
-    int64_t num_tokens;
-    float k_scale;
-    float v_scale;
-} fil_append_rope_params;
-
-ap_status fil_append_rope_run(const fil_append_rope_params *params, void *stream, ap_msgbuf *msg);
-
 #ifdef __cplusplus
 }
 #endif

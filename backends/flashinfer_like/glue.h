@@ -20,6 +20,10 @@ struct ap_backend {
     float *partial_out;
     float *partial_lse;
     fil_batch_plan plan;
+    /* nvfp4 extend (extend_nvfp4.c): the batch's pages staged as 16-bit K and V, then indices */
+    void *stage;
+    size_t stage_bytes;
+    int32_t stage_pages; /* pages of the planned batch (kv_page_indptr's total) */
 };
 
 /* plan.c */
@@ -35,12 +39,23 @@ ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
 ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg);
 
+/* The layer's pages are read 16 bytes at a time (forward.c). */
+ap_status fil_cache_aligned(const ap_layer *layer, ap_msgbuf *msg);
+
+/* extend_nvfp4.c: extend over an nvfp4 cache. _reserve (init_metadata of an extend batch) sizes
+ * the staging buffer for the batch's pages; _run dequantizes them into it (K exact, V times its
+ * global scale, one rounding to the query's 16-bit type) and runs the 16-bit extend over it with
+ * the K scale in the softmax scale. _free releases the buffer. */
+ap_status fil_extend_nvfp4_reserve(ap_backend *backend, const ap_batch *batch, ap_msgbuf *msg);
+ap_status fil_extend_nvfp4_run(ap_backend *backend, const ap_layer *layer,
+                               const ap_forward_args *args, void *stream, ap_msgbuf *msg);
+void fil_extend_nvfp4_free(ap_backend *backend);
+
 /* validate.c */
 ap_status fil_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int fil_option_split_kv(const ap_options *options); /* 1 unless split_kv: off */
 /* decode_warps_per_sm, default 4 (nvfp4: 16, capped by the occupancy) */
 int32_t fil_option_warps_per_sm(const ap_options *options, ap_dtype kv_dtype);
-int fil_option_nvfp4_decode(const ap_options *options); /* 1: nvfp4_decode: on */
 
 #endif /* AP_FIL_GLUE_H */

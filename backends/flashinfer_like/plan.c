@@ -50,15 +50,8 @@ size_t fil_plan_capacity(const ap_model *model, int32_t max_workers) {
 
 /* ---- the batch's own limits (the kit checked the batch rules) -------------------------------- */
 
-/* The decode kernel's int32 token cursor steps up to 2 tiles past a position; an nvfp4 cache is
- * read by decode only (validate.c). */
-static ap_status fil_batch_check_limits(const ap_model *model, const ap_batch *batch,
-                                        ap_msgbuf *msg) {
-    if (batch->mode == AP_MODE_EXTEND && model->kv_dtype == AP_DTYPE_NVFP4) {
-        ap_msgbuf_add(msg, FIL_NAME ": plan: extend over an nvfp4 KV cache is not implemented "
-                                    "(decode only)");
-        return AP_ERR_UNSUPPORTED;
-    }
+/* The decode kernel's int32 token cursor steps up to 2 tiles past a position. */
+static ap_status fil_batch_check_limits(const ap_batch *batch, ap_msgbuf *msg) {
     for (int32_t i = 0; batch->mode == AP_MODE_DECODE && i < batch->num_seqs; i++) {
         int32_t seq_len = batch->seq_lens_host[i];
         if (seq_len > INT32_MAX - 2 * FIL_DECODE_TILE) {
@@ -196,7 +189,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         return AP_ERR_UNSUPPORTED;
     }
     ap_status st = ap_kit_batch_check(batch, &b->model, &b->plan.max_page_index, FIL_NAME, msg);
-    if (st == AP_OK) st = fil_batch_check_limits(&b->model, batch, msg);
+    if (st == AP_OK) st = fil_batch_check_limits(batch, msg);
     if (st != AP_OK) return st;
     /* the previous batch's copy must have left the pinned buffer before it is rewritten */
     st = ap_kit_plan_buffer_begin(&b->plan_buffer, FIL_NAME, msg);
@@ -219,6 +212,7 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         split.indptr[0] = 0;
         st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, msg);
     }
+    if (st == AP_OK) st = fil_extend_nvfp4_reserve(b, batch, msg);
     if (st != AP_OK) return st;
 
     const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;

@@ -21,7 +21,7 @@ static ap_caps fil_caps = {
     .attn_kinds = AP_ATTN_BIT(AP_ATTN_MHA),
     .q_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16),
     .kv_dtypes = AP_DTYPE_BIT(AP_DTYPE_BF16) | AP_DTYPE_BIT(AP_DTYPE_F16) |
-                 AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) | AP_DTYPE_BIT(AP_DTYPE_NVFP4), /* nvfp4: decode */
+                 AP_DTYPE_BIT(AP_DTYPE_FP8_E4M3) | AP_DTYPE_BIT(AP_DTYPE_NVFP4),
     .page_sizes = fil_page_sizes,
     .num_page_sizes = sizeof fil_page_sizes / sizeof fil_page_sizes[0],
     .head_dims = fil_head_dims,
@@ -42,6 +42,7 @@ static void fil_destroy(ap_backend *b) {
     ap_kit_plan_buffer_free(&b->plan_buffer);
     ap_kit_device_free(b->partial_out);
     ap_kit_device_free(b->partial_lse);
+    fil_extend_nvfp4_free(b);
     free(b);
 }
 
@@ -125,8 +126,8 @@ static ap_status fil_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     return fil_plan_batch(b, batch, stream, msg);
 }
 
-/* append_kv/1 (fused RoPE + quantize + paged append, append_rope.cu); cuda_graph/1 is absent,
- * so hosts that want graphs take their unfused paths. */
+/* append_kv/1 (fused RoPE + quantize + paged append, the kit's append_rope.cu); cuda_graph/1 is
+ * absent, so hosts that want graphs take their unfused paths. */
 static void *fil_get_hook(ap_backend *b, const char *name) {
     (void)b;
     if (name != NULL && strcmp(name, AP_HOOK_APPEND_KV_V1) == 0) return (void *)fil_append_kv;
@@ -149,7 +150,8 @@ static const ap_descriptor fil_descriptor = {
     .struct_size = sizeof(ap_descriptor),
     .name = FIL_NAME,
     .version = FIL_VERSION,
-    .description = "paged attention on tensor cores: split-KV decode, extend, bf16/f16/fp8 KV",
+    .description =
+        "paged attention on tensor cores: split-KV decode, extend, bf16/f16/fp8/nvfp4 KV",
     .caps = &fil_caps,
     .vtable = &fil_vtable,
 };

@@ -37,35 +37,15 @@ static void fil_validate_shape(const ap_model *m, ap_msgbuf *reasons, int *refus
     if (ap_kit_model_limits_refuse(m, 20, 24, FIL_NAME, reasons)) *refused = 1;
 }
 
-/* nvfp4: decode reads the cache directly; extend does not yet, so an nvfp4 model is served only
- * when the host says it will not run extend here (option nvfp4_decode: on), and init_metadata
- * refuses an extend batch on it (plan.c). */
-static void fil_validate_nvfp4(const ap_model *m, const ap_options *options, ap_msgbuf *reasons,
-                               int *refused) {
-    if (m->embedding) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME ": an nvfp4 KV cache is served for decode only, and an "
-                                        "embedding model never decodes");
-    } else if (!fil_option_nvfp4_decode(options)) {
-        *refused = 1;
-        ap_msgbuf_add(reasons, FIL_NAME
-                      ": an nvfp4 KV cache is served for decode only (nvfp4 extend is not "
-                      "implemented): set option nvfp4_decode: on when no extend runs here");
-    }
-}
-
-static void fil_validate_dtypes(const ap_model *m, const ap_options *options, ap_msgbuf *reasons,
-                                int *refused) {
+static void fil_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refused) {
     if (m->dtype != AP_DTYPE_BF16 && m->dtype != AP_DTYPE_F16) {
         *refused = 1;
         ap_msgbuf_add(reasons, FIL_NAME ": query dtype %s is not bf16 or f16",
                       ap_dtype_str(m->dtype));
     }
     if (m->kv_dtype == AP_DTYPE_FP8_E4M3) return;
-    if (m->kv_dtype == AP_DTYPE_NVFP4) {
-        fil_validate_nvfp4(m, options, reasons, refused);
-        return;
-    }
+    /* nvfp4: decode reads it directly (decode.cu), extend stages it to 16 bits (extend_nvfp4.c) */
+    if (m->kv_dtype == AP_DTYPE_NVFP4) return;
     if (m->kv_dtype == AP_DTYPE_BF16 || m->kv_dtype == AP_DTYPE_F16) {
         if (m->kv_dtype != m->dtype) {
             *refused = 1;
@@ -98,11 +78,6 @@ static int fil_parse_warps_per_sm(const char *value) {
     return value != NULL && end != value && *end == '\0' && n >= 1 && n <= 16 ? (int)n : 0;
 }
 
-int fil_option_nvfp4_decode(const ap_options *options) {
-    const char *value = ap_kit_option(options, "nvfp4_decode");
-    return value != NULL && strcmp(value, "on") == 0;
-}
-
 static int fil_warps_per_sm_valid(const char *value) {
     return fil_parse_warps_per_sm(value) > 0;
 }
@@ -110,7 +85,6 @@ static int fil_warps_per_sm_valid(const char *value) {
 static const ap_kit_option_rule fil_option_rules[] = {
     {"split_kv", "auto|off", NULL, NULL},
     {"decode_warps_per_sm", NULL, fil_warps_per_sm_valid, "1..16"},
-    {"nvfp4_decode", "on|off", NULL, NULL},
 };
 
 int32_t fil_option_warps_per_sm(const ap_options *options, ap_dtype kv_dtype) {
@@ -124,7 +98,6 @@ int32_t fil_option_warps_per_sm(const ap_options *options, ap_dtype kv_dtype) {
 /* Backend-specific options, the first two tuning knobs for measurements:
  *   split_kv: auto | off          off: one warp per (sequence, KV head), no merge
  *   decode_warps_per_sm: 1..16    the split's target, see above
- *   nvfp4_decode: on | off        on: serve an nvfp4 cache for decode (extend batches refused)
  * Anything else is refused, since a typo must not pass silently. */
 static void fil_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
@@ -151,7 +124,7 @@ ap_status fil_validate(const ap_model *model, const ap_options *options, const a
     if (readable != AP_OK) return readable;
     int refused = 0;
     fil_validate_shape(model, reasons, &refused);
-    fil_validate_dtypes(model, options, reasons, &refused);
+    fil_validate_dtypes(model, reasons, &refused);
     /* decode and extend use sm_80 instructions (cp.async, mma.sync bf16) and fp8 conversions of
      * sm_89; the build targets sm_90, so anything older cannot run it anyway */
     if (ap_kit_device_refuses(device, 9, FIL_NAME, reasons)) refused = 1;

@@ -41,6 +41,11 @@
 
 #include "host_numeric.h"
 
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -85,29 +90,63 @@ AP_HOST_NUMERIC_FN uint8_t ap_float_to_e2m1(float y) {
     return (uint8_t)(magnitude | ((ap_float_bits(y) >> 28) & 8u));
 }
 
-/* Quantize 16 floats with global scale g (the rules above): 8 bytes of codes into `packed`
- * (value 2i in the low nibble of byte i, 2i + 1 in the high one); returns the scale byte. */
-AP_HOST_NUMERIC_FN uint8_t ap_nvfp4_quantize_block(const float *x, float g, uint8_t *packed) {
+/* The block quantizer in three steps, so that a kernel whose block lies in two threads (8 values
+ * each) runs the same code: the largest magnitude of some of the block's values (and whether one
+ * is NaN), combined over the block by max / or, then the block's scale byte and the reciprocal
+ * the values are multiplied by, then the codes of any even run of its values. */
+
+/* max |x_i| over x[0 .. n), NaN skipped (+inf counts); *has_nan |= any x_i is NaN. */
+AP_HOST_NUMERIC_FN float ap_nvfp4_block_amax(const float *x, int n, int *has_nan) {
     float amax = 0.0f;
-    int has_nan = 0;
-    for (int i = 0; i < AP_NVFP4_BLOCK; i++) {
+    for (int i = 0; i < n; i++) {
         if (x[i] != x[i])
-            has_nan = 1;
+            *has_nan = 1;
         else
             amax = fmaxf(amax, fabsf(x[i]));
     }
+    return amax;
+}
+
+/* The scale byte of a block with largest magnitude amax, and *inv, what its values are
+ * multiplied by: s = e4m3_satfinite(amax / (6 * g)), inv = s == 0 ? 0 : 1 / (e4m3(s) * g); a
+ * block holding a NaN gets the NaN scale and inv 0. On the device the e4m3 conversions are the
+ * hardware's, which give the host functions' bits (host_numeric.h). */
+AP_HOST_NUMERIC_FN uint8_t ap_nvfp4_block_scale(float amax, int has_nan, float g, float *inv) {
     if (has_nan) {
-        for (int i = 0; i < AP_NVFP4_BLOCK / 2; i++) packed[i] = 0;
+        *inv = 0.0f;
         return (uint8_t)AP_NVFP4_SCALE_NAN;
     }
+#if defined(__CUDA_ARCH__)
+    uint8_t scale = (uint8_t)__nv_cvt_float_to_fp8(AP_NVFP4_DIV(amax, AP_NVFP4_MUL(6.0f, g)),
+                                                   __NV_SATFINITE, __NV_E4M3);
+    float decoded = __half2float(__half(__nv_cvt_fp8_to_halfraw(scale, __NV_E4M3)));
+#else
     uint8_t scale = ap_float_to_fp8_e4m3(AP_NVFP4_DIV(amax, AP_NVFP4_MUL(6.0f, g)));
     float decoded = ap_fp8_e4m3_to_float(scale);
-    float inv = decoded == 0.0f ? 0.0f : AP_NVFP4_DIV(1.0f, AP_NVFP4_MUL(decoded, g));
-    for (int i = 0; i < AP_NVFP4_BLOCK / 2; i++) {
+#endif
+    *inv = decoded == 0.0f ? 0.0f : AP_NVFP4_DIV(1.0f, AP_NVFP4_MUL(decoded, g));
+    return scale;
+}
+
+/* Codes of x[0 .. n), n even, into packed[0 .. n / 2) (value 2i in the low nibble of byte i);
+ * all 0 for a block holding a NaN. */
+AP_HOST_NUMERIC_FN void ap_nvfp4_block_codes(const float *x, int n, float inv, int has_nan,
+                                             uint8_t *packed) {
+    for (int i = 0; i < n / 2; i++) {
         uint8_t low = ap_float_to_e2m1(AP_NVFP4_MUL(x[2 * i], inv));
         uint8_t high = ap_float_to_e2m1(AP_NVFP4_MUL(x[2 * i + 1], inv));
-        packed[i] = (uint8_t)(low | (high << 4));
+        packed[i] = has_nan ? 0 : (uint8_t)(low | (high << 4));
     }
+}
+
+/* Quantize 16 floats with global scale g (the rules above): 8 bytes of codes into `packed`
+ * (value 2i in the low nibble of byte i, 2i + 1 in the high one); returns the scale byte. */
+AP_HOST_NUMERIC_FN uint8_t ap_nvfp4_quantize_block(const float *x, float g, uint8_t *packed) {
+    int has_nan = 0;
+    float amax = ap_nvfp4_block_amax(x, AP_NVFP4_BLOCK, &has_nan);
+    float inv;
+    uint8_t scale = ap_nvfp4_block_scale(amax, has_nan, g, &inv);
+    ap_nvfp4_block_codes(x, AP_NVFP4_BLOCK, inv, has_nan, packed);
     return scale;
 }
 

@@ -25,10 +25,25 @@ static float float_of(uint32_t b) {
     return x;
 }
 
-/* Quantize one block with both implementations: bytes must agree exactly. */
+/* The block as the kit's append kernel quantizes it, in two halves of 8 (two GPU lanes): each
+ * half's amax and NaN flag, combined by max / or, one scale, each half's codes. */
+static uint8_t quantize_split(const float *x, float g, uint8_t *packed) {
+    int nan_low = 0, nan_high = 0;
+    float amax =
+        fmaxf(ap_nvfp4_block_amax(x, 8, &nan_low), ap_nvfp4_block_amax(x + 8, 8, &nan_high));
+    float inv;
+    uint8_t scale = ap_nvfp4_block_scale(amax, nan_low | nan_high, g, &inv);
+    ap_nvfp4_block_codes(x, 8, inv, nan_low | nan_high, packed);
+    ap_nvfp4_block_codes(x + 8, 8, inv, nan_low | nan_high, packed + 4);
+    return scale;
+}
+
+/* Quantize one block with both implementations, and in two halves: bytes must agree exactly. */
 static uint8_t quantize_both(const float *x, float g, uint8_t *packed, const char *what) {
-    uint8_t ours[8], theirs[8];
+    uint8_t ours[8], theirs[8], halves[8];
     uint8_t scale = ap_nvfp4_quantize_block(x, g, ours);
+    if (quantize_split(x, g, halves) != scale || memcmp(halves, ours, 8) != 0)
+        fail_msg("%s: quantized in two halves of 8, the bytes differ from the whole block's", what);
     uint8_t want = nr_quantize_block(x, g, theirs);
     if (scale != want)
         fail_msg("%s: scale byte 0x%02x, reference 0x%02x (g %a)", what, scale, want, (double)g);

@@ -44,6 +44,12 @@ ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stre
     return AP_OK;
 }
 
+/* nvfp4 staging (extend_nvfp4.c, tested in test_fil_nvfp4.c): no nvfp4 model here. */
+ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
+    (void)b, (void)batch, (void)msg;
+    return AP_OK;
+}
+
 /* An instance with only what fil_plan_batch reads, and its plan buffer in host memory (the
  * stubs' "device"). */
 static void test_backend(ap_backend *b, int32_t page_size, int32_t num_kv_heads, int32_t max_batch,

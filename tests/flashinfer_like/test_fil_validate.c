@@ -45,26 +45,17 @@ static void test_validate(void) {
     m = good_model(), m.dtype = AP_DTYPE_F32, m.kv_dtype = AP_DTYPE_FP8_E4M3;
     ap_test_expect_verdict(vt, "f32 queries", &m, NULL, &d, "query dtype f32 is not bf16 or f16");
     m = good_model(), m.kv_dtype = AP_DTYPE_NVFP4;
-    ap_test_expect_verdict(vt, "nvfp4 cache", &m, NULL, &d,
-                           "nvfp4 extend is not implemented): set option nvfp4_decode: on");
-    ap_option_kv nvfp4_on = {"nvfp4_decode", "on"};
-    ap_options decode_only = {.struct_size = sizeof decode_only,
-                              .prefix_cache = AP_OPTION_UNSET,
-                              .chunked_prefill = AP_OPTION_UNSET,
-                              .cuda_graphs = AP_OPTION_UNSET,
-                              .extra = &nvfp4_on,
-                              .num_extra = 1};
-    ap_test_expect_verdict(vt, "nvfp4 cache, decode only", &m, &decode_only, &d, NULL);
-    nvfp4_on.value = "off";
-    ap_test_expect_verdict(vt, "nvfp4 cache, nvfp4_decode off", &m, &decode_only, &d,
-                           "set option nvfp4_decode: on");
-    nvfp4_on.value = "yes";
-    ap_test_expect_verdict(vt, "nvfp4_decode: yes", &m, &decode_only, &d,
-                           "nvfp4_decode is 'yes', not on or off");
-    nvfp4_on.value = "on";
-    m.embedding = 1;
-    ap_test_expect_verdict(vt, "nvfp4 embedding model", &m, &decode_only, &d,
-                           "an embedding model never decodes");
+    ap_test_expect_verdict(vt, "nvfp4 cache, a model that decodes", &m, NULL, &d, NULL);
+    m.embedding = 1; /* extend only: staged to 16 bits */
+    ap_test_expect_verdict(vt, "nvfp4 cache, an embedding model", &m, NULL, &d, NULL);
+    ap_option_kv gone = {"nvfp4_decode", "on"}; /* the old switch is an unknown option now */
+    ap_options with_gone = {.struct_size = sizeof with_gone,
+                            .prefix_cache = AP_OPTION_UNSET,
+                            .chunked_prefill = AP_OPTION_UNSET,
+                            .cuda_graphs = AP_OPTION_UNSET,
+                            .extra = &gone,
+                            .num_extra = 1};
+    ap_test_expect_verdict(vt, "nvfp4_decode option", &m, &with_gone, &d, "nvfp4_decode");
     m = good_model(), m.kv_dtype = AP_DTYPE_FP8_E5M2;
     ap_test_expect_verdict(vt, "e5m2 cache", &m, NULL, &d, "not bf16, f16, fp8_e4m3 or nvfp4");
     m = good_model(), m.kv_dtype = AP_DTYPE_F16;

@@ -1,6 +1,7 @@
 /* gpu_fil_nvfp4.c: flashinfer_like's decode over an NVFP4 KV cache against cpu_ref reading the
- * same bytes: page sizes, groups, head dims, both query dtypes; split-KV sequences; and the
- * refusals (validate without the option, an extend batch, save_kv). Exit 0 / 1, 77 skipped. */
+ * same bytes: page sizes, groups, head dims, both query dtypes; split-KV sequences (the extend
+ * and the append over nvfp4 are tests/gpu/gpu_append.c's and the nvfp4 extend cases'). Exit 0 / 1,
+ * 77 skipped. */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,13 +43,6 @@ typedef struct nv_ctx {
     cudaStream_t stream;
 } nv_ctx;
 
-static const ap_option_kv nv_on = {"nvfp4_decode", "on"};
-static const ap_options nv_options = {.struct_size = sizeof(ap_options),
-                                      .prefix_cache = AP_OPTION_UNSET,
-                                      .chunked_prefill = AP_OPTION_UNSET,
-                                      .cuda_graphs = AP_OPTION_UNSET,
-                                      .extra = &nv_on,
-                                      .num_extra = 1};
 static const ap_options nv_no_options = {.struct_size = sizeof(ap_options),
                                          .prefix_cache = AP_OPTION_UNSET,
                                          .chunked_prefill = AP_OPTION_UNSET,
@@ -156,23 +150,6 @@ static ap_status nv_forward(const nv_ctx *ctx, nv_run *r, const nv_case *c, ap_i
     return st;
 }
 
-/* The refusals an nvfp4 instance owes: an extend batch at init_metadata, save_kv at forward. */
-static int nv_refusals(const nv_ctx *ctx, nv_run *r, const nv_case *c, ap_instance *inst) {
-    int fails = 0;
-    ap_status st = nv_forward(ctx, r, c, inst, 1, AP_MODE_EXTEND, 0, r->out.target, r->lse.target);
-    if (st != AP_ERR_UNSUPPORTED || strstr(ap_last_error(), "extend over an nvfp4") == NULL) {
-        printf("FAIL  %-28s extend batch not refused: %d '%s'\n", c->name, (int)st,
-               ap_last_error());
-        fails++;
-    }
-    st = nv_forward(ctx, r, c, inst, 1, AP_MODE_DECODE, 1, r->out.target, r->lse.target);
-    if (st != AP_ERR_UNSUPPORTED || strstr(ap_last_error(), "save_kv into an nvfp4") == NULL) {
-        printf("FAIL  %-28s save_kv not refused: %d '%s'\n", c->name, (int)st, ap_last_error());
-        fails++;
-    }
-    return fails;
-}
-
 static int nv_compare(const nv_case *c, nv_run *r, const void *out_ref, const float *lse_ref) {
     size_t rows = (size_t)r->layout.num_tokens * (size_t)c->num_qo_heads;
     gpu_diff o = gpu_compare(c->q_dtype, r->out.host, out_ref, r->q_count, (size_t)c->head_dim);
@@ -207,17 +184,9 @@ static void nv_fill_q(nv_run *r, const nv_case *c, uint64_t *rng) {
 /* Open both backends on the case's model; 0 when either cannot (printed). */
 static int nv_open(const nv_ctx *ctx, nv_run *r, const nv_case *c, ap_instance **fil,
                    ap_instance **ref) {
-    ap_verdict v;
-    /* without the option: refused, with the reason (the call's own status may say so too) */
-    ap_registry_check(ctx->registry, "flashinfer_like", &r->model, &nv_no_options, &ctx->gpu, &v);
-    if (v.status == AP_OK || v.reasons == NULL || strstr(v.reasons, "nvfp4_decode: on") == NULL) {
-        printf("FAIL  %-28s without nvfp4_decode: on: status %d, reasons '%s'\n", c->name,
-               (int)v.status, v.reasons != NULL ? v.reasons : "(none)");
-        return 0;
-    }
     if (ap_instance_open(ctx->registry, "cpu_ref", &r->model, &nv_no_options, &ctx->cpu, ref) !=
             AP_OK ||
-        ap_instance_open(ctx->registry, "flashinfer_like", &r->model, &nv_options, &ctx->gpu,
+        ap_instance_open(ctx->registry, "flashinfer_like", &r->model, &nv_no_options, &ctx->gpu,
                          fil) != AP_OK) {
         printf("FAIL  %-28s open: %s\n", c->name, ap_last_error());
         return 0;
@@ -261,7 +230,7 @@ static int nv_case_run(const nv_ctx *ctx, const nv_case *c, uint64_t seed) {
         goto out;
     }
     if (gpu_buf_download(&r.out) != AP_OK || gpu_buf_download(&r.lse) != AP_OK) goto out;
-    fails = nv_compare(c, &r, out_ref, lse_ref) + nv_refusals(ctx, &r, c, fil);
+    fails = nv_compare(c, &r, out_ref, lse_ref);
 out:
     if (fails && r.layout.ints == NULL) printf("FAIL  %-28s bad batch\n", c->name);
     free(out_ref);
