@@ -52,7 +52,9 @@ def attention_call(case, gqa_mode):
     group = case["num_qo_heads"] // case["num_kv_heads"]
     mask = None
     causal = False
-    if case["mode"] == "extend" and case["prefix"] == 0:
+    if case["mode"] == "extend" and case.get("causal") is False:
+        causal = False  # fav-bench's non-causal cases (no mask at all)
+    elif case["mode"] == "extend" and case["prefix"] == 0:
         causal = True
     elif case["mode"] == "extend":
         mask = causal_lower_right(s, kv_len)

@@ -12,8 +12,9 @@ extern "C" {
  *   - a paged K/V source (the cache: page table, any page size >= 1, powers of two the fast
  *     case) with equal head dims qk = v = 64, 128 or 256;
  *   - a ragged K/V source (sequence i's keys are rows kv_indptr[i] .. kv_indptr[i+1] of dense
- *     k [kv][Hkv][qk] and v [kv][Hkv][v] tensors) with head dims qk 192 / v 128 (MLA's MHA
- *     form); a sequence with no key writes out 0 and lse -inf;
+ *     k [kv][Hkv][qk] and v [kv][Hkv][v] tensors) with head dims qk = v = 64, 128 or 256
+ *     (fa_varlen's raw k/v, embedding skip-KV) or qk 192 / v 128 (MLA's MHA form); a sequence
+ *     with no key writes out 0 and lse -inf;
  *   - queries and outputs BF16 or F16; K/V of the query type or FP8_E4M3 (real = stored *
  *     k_scale / v_scale, dequantized in shared memory);
  *   - group sizes num_qo_heads / num_kv_heads of 1..AP_KIT_PREFILL_MAX_GROUP, the group's query

@@ -627,25 +627,38 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     return ap_cuda_launch_status(who, "ap_prefill_kernel", msg);
 }
 
-// The built kernels: the paged source for equal head dims, the ragged source for MLA's MHA form
-// (qk 192 / v 128: 32-position tiles keep two CTAs of 88 KB on an SM).
+// The built kernels: equal head dims 64 / 128 / 256 over either source (the same tiles), and
+// MLA's MHA form over the ragged source (qk 192 / v 128: 32-position tiles keep two CTAs of
+// 88 KB on an SM).
+template <typename QT, typename KVT, int OPTS>
+ap_status extend_dispatch_equal(const extend_args &a, int head_dim, int num_blocks,
+                                cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    switch (head_dim) {
+        case 64:
+            return extend_launch<64, 64, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who, msg);
+        case 128:
+            return extend_launch<128, 128, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
+                                                                    msg);
+        case 256:
+            return extend_launch<256, 256, 1, 32, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
+                                                                    msg);
+        default: return AP_ERR_UNSUPPORTED;
+    }
+}
+
 template <typename QT, typename KVT>
 ap_status extend_dispatch(const extend_args &a, int ragged, int head_dim_qk, int head_dim_v,
                           int num_blocks, cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     if (ragged && head_dim_qk == 192 && head_dim_v == 128)
         return extend_launch<192, 128, 2, 32, 2, QT, KVT, kDefaultOpts | kRagged>(a, num_blocks,
                                                                                   stream, who, msg);
-    if (!ragged && head_dim_qk == head_dim_v) {
-        switch (head_dim_qk) {
-            case 64:
-                return extend_launch<64, 64, 2, 64, 2, QT, KVT>(a, num_blocks, stream, who, msg);
-            case 128:
-                return extend_launch<128, 128, 2, 64, 2, QT, KVT>(a, num_blocks, stream, who, msg);
-            case 256:
-                return extend_launch<256, 256, 1, 32, 2, QT, KVT>(a, num_blocks, stream, who, msg);
-            default: break;
-        }
-    }
+    ap_status st = AP_ERR_UNSUPPORTED;
+    if (head_dim_qk == head_dim_v)
+        st = ragged ? extend_dispatch_equal<QT, KVT, kDefaultOpts | kRagged>(
+                          a, head_dim_qk, num_blocks, stream, who, msg)
+                    : extend_dispatch_equal<QT, KVT, kDefaultOpts>(a, head_dim_qk, num_blocks,
+                                                                   stream, who, msg);
+    if (st != AP_ERR_UNSUPPORTED) return st;
     ap_msgbuf_add(msg, "%s: head dims %d / %d over a %s source are not built", who, head_dim_qk,
                   head_dim_v, ragged ? "ragged" : "paged");
     return AP_ERR_UNSUPPORTED;

@@ -6,7 +6,7 @@
 #include "prefill_internal.h"
 
 static int prefill_dims_served(int32_t ragged, int32_t head_dim_qk, int32_t head_dim_v) {
-    if (ragged) return head_dim_qk == 192 && head_dim_v == 128;
+    if (ragged && head_dim_qk == 192 && head_dim_v == 128) return 1;
     return head_dim_qk == head_dim_v &&
            (head_dim_qk == 64 || head_dim_qk == 128 || head_dim_qk == 256);
 }
@@ -17,10 +17,10 @@ ap_status ap_kit_prefill_check_config(int32_t ragged, int32_t head_dim_qk, int32
                                       ap_msgbuf *reasons) {
     ap_status st = AP_OK;
     if (!prefill_dims_served(ragged, head_dim_qk, head_dim_v)) {
-        ap_msgbuf_add(reasons,
-                      "%s: head dims qk %d / v %d are not served over a %s K/V source (%s)", who,
-                      head_dim_qk, head_dim_v, ragged ? "ragged" : "paged",
-                      ragged ? "qk 192 / v 128" : "qk = v = 64, 128 or 256");
+        ap_msgbuf_add(
+            reasons, "%s: head dims qk %d / v %d are not served over a %s K/V source (%s)", who,
+            head_dim_qk, head_dim_v, ragged ? "ragged" : "paged",
+            ragged ? "qk = v = 64, 128 or 256, or qk 192 / v 128" : "qk = v = 64, 128 or 256");
         st = AP_ERR_UNSUPPORTED;
     }
     if (q_dtype != AP_DTYPE_BF16 && q_dtype != AP_DTYPE_F16) {

@@ -206,4 +206,22 @@ ap_status eng_shadow_step(eng_shadow *shadow, const eng_batch *batch, ap_forward
 void eng_shadow_report(const eng_shadow *shadow, int32_t layers, int32_t steps);
 void eng_shadow_close(eng_shadow *shadow);
 
+/* ---- embedding skip-KV vs the cached path (engine_embed_compare.c) ------------------------ */
+
+/* What the comparison reads of a run served in skip-KV mode, after its checked prefill. */
+typedef struct eng_embed_input {
+    eng_context *context;
+    const ap_options *options; /* the rule's (prefix caching off) */
+    ap_instance *skip_instance;
+    const eng_sequences *seqs;
+    const ap_layer *layers; /* [num_layers], no cache */
+    eng_tensor *q, *k, *v, *out;
+    const eng_memory *memory;
+} eng_embed_input;
+
+/* The same backend opened again with prefix caching on (its cached path), the same q/k/v through
+ * every layer of both; prints per-layer time of each and the cosine similarity of the outputs
+ * (FAIL at <= 0.99). */
+eng_outcome eng_embed_compare(const eng_embed_input *in);
+
 #endif /* AP_ENGINE_H */

@@ -365,6 +365,10 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
         return ENG_FAILED;
     }
     eng_outcome checked = eng_run_check(run, AP_MODE_EXTEND);
+    if (checked == ENG_RAN && run->skip_kv && run->memory.on_device) /* embedding skip-KV */
+        checked = eng_embed_compare(&(eng_embed_input){run->context, &run->options, run->instance,
+                                                       &run->seqs, run->layers, &run->q, &run->k,
+                                                       &run->v, &run->out, &run->memory});
     if (run->shadow != NULL && steps == 0) eng_shadow_report(run->shadow, m->num_layers, 0);
     if (checked != ENG_RAN || steps == 0) return checked;
     double total_ms = 0.0;

@@ -212,6 +212,7 @@ gpu_outcome gpu_attention_check(const gpu_ctx *ctx, gpu_run *run) {
 }
 
 gpu_outcome gpu_case_run(const gpu_ctx *ctx, const gpu_case *c, uint64_t seed) {
+    if (c->source != GPU_SOURCE_PAGED) return gpu_ragged_case_run(ctx, c, seed);
     gpu_run run;
     uint64_t rng = seed;
     gpu_outcome outcome = gpu_run_setup(ctx, c, &rng, &run);

@@ -20,4 +20,7 @@ typedef enum gpu_outcome { GPU_PASS = 0, GPU_FAIL = 1, GPU_SKIP = 2 } gpu_outcom
 /* Run case `c` on inputs drawn from `seed`; prints one line with the verdict. */
 gpu_outcome gpu_case_run(const gpu_ctx *ctx, const gpu_case *c, uint64_t seed);
 
+/* The same for a case without the paged cache (ragged or skip-KV source: gpu_ragged_run.c). */
+gpu_outcome gpu_ragged_case_run(const gpu_ctx *ctx, const gpu_case *c, uint64_t seed);
+
 #endif /* AP_GPU_CASE_RUN_H */

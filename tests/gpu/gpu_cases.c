@@ -27,6 +27,18 @@ static const char GPU_EXTEND_SEQS[] = "0:7,519:129,13:1,100:77";
         .quick = quick_, .seqs = seqs_, .rotary_dim = rotary_, .is_neox = neox_ \
     }
 
+/* A case without the paged cache (gpu_ragged_run.c): name, source, q dtype, K/V dtype (fp8 or
+ * the query's), qk and v head dims, qo / kv heads, causal, quick, batch ("prefix:new"; the
+ * ragged source holds each sequence's whole context as rows, skip-KV has no prefix). */
+#define GPU_RAGGED(name_, source_, q_, kv_, dqk_, dv_, hq_, hk_, causal_, quick_, seqs_) \
+    { \
+        .name = name_, .mode = AP_MODE_EXTEND, .q_dtype = q_, .kv_dtype = kv_, .page_size = 16, \
+        .head_dim = dqk_, .num_qo_heads = hq_, .num_kv_heads = hk_, .causal = causal_, \
+        .save_kv = 0, .quick = quick_, .seqs = seqs_, .source = source_, .head_dim_v = dv_ \
+    }
+#define GPU_RAGGED_SRC GPU_SOURCE_RAGGED
+#define GPU_SKIP_SRC GPU_SOURCE_SKIP_KV
+
 /* Cases the sweep does not reach. Heads: qo/kv. The CPU reference bounds their size. */
 static const gpu_case gpu_named_cases[] = {
     /* B1 with a long context: the case split-KV exists for. */
@@ -78,6 +90,32 @@ static const gpu_case gpu_named_cases[] = {
                "4095:1x8", 128, 1),
     GPU_ATTN("extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0,
              "100:77,0:33"),
+    /* No cache: the ragged source (k / v rows by kv_indptr) over head dims 64 / 128 / 256 and
+     * MLA's 192 / 128, groups 1 / 4 / 8, batches mixing 1, 17, 1000 and 4097 tokens, causal
+     * (aligned to the end, so a prefix works) and not, fp8 K/V; then embedding skip-KV. The CPU
+     * reference bounds the heads of the long ones. */
+    GPU_RAGGED("ragged_d64_g1_mixed_4097_noncausal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 64, 64, 1,
+               1, 0, 0, "0:1,0:17,0:1000,0:4097"),
+    GPU_RAGGED("ragged_d128_g1_4097_causal_f16", GPU_RAGGED_SRC, GPU_F16, GPU_F16, 128, 128, 2, 2,
+               1, 0, "0:4097,0:1"),
+    GPU_RAGGED("ragged_d128_g4_mixed_causal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 128, 128, 4, 1, 1,
+               1, "0:1,0:17,0:1000,0:333"),
+    GPU_RAGGED("ragged_d256_g8_prefix_causal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 256, 256, 8, 1,
+               1, 0, "5:1,100:17,31:300"),
+    GPU_RAGGED("ragged_d256_g4_noncausal_f16", GPU_RAGGED_SRC, GPU_F16, GPU_F16, 256, 256, 4, 1, 0,
+               0, "0:17,0:1,40:200"),
+    GPU_RAGGED("ragged_d128_g8_prefix_fp8", GPU_RAGGED_SRC, GPU_BF16, GPU_FP8, 128, 128, 8, 1, 1, 1,
+               "0:17,33:1000,7:1"),
+    GPU_RAGGED("ragged_d64_g4_chunk_noncausal_fp8", GPU_RAGGED_SRC, GPU_F16, GPU_FP8, 64, 64, 8, 2,
+               0, 0, "1000:17,0:1,4:60"),
+    GPU_RAGGED("ragged_mla_192_128_g1", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 192, 128, 2, 2, 1, 0,
+               "0:17,100:200,0:1"),
+    GPU_RAGGED("skipkv_d128_g4_causal", GPU_SKIP_SRC, GPU_BF16, GPU_BF16, 128, 128, 8, 2, 1, 1,
+               "0:1,0:17,0:1000,0:513"),
+    GPU_RAGGED("skipkv_d64_g8_noncausal_f16", GPU_SKIP_SRC, GPU_F16, GPU_F16, 64, 64, 8, 1, 0, 0,
+               "0:17,0:1000,0:1"),
+    GPU_RAGGED("skipkv_d256_g1_causal", GPU_SKIP_SRC, GPU_BF16, GPU_BF16, 256, 256, 2, 2, 1, 0,
+               "0:300,0:1,0:700"),
 };
 
 static const char *gpu_dtype_tag(ap_dtype dtype) {

@@ -4,6 +4,16 @@
 
 #include "plugin_api.h"
 
+/* Where a case's keys and values come from. */
+typedef enum gpu_source {
+    GPU_SOURCE_PAGED = 0,  /* the paged cache (the default: every case written before the others) */
+    GPU_SOURCE_RAGGED = 1, /* ABI 1.1's ragged source: each sequence's whole context (prefix and
+                            * new tokens) as rows of k / v by kv_indptr, no cache; kv_causal is
+                            * the case's causal; K/V of the query type or kv_dtype fp8_e4m3 */
+    GPU_SOURCE_SKIP_KV = 2 /* embedding skip-KV: an embedding model with prefix caching off, no
+                            * page arrays, k / v the new tokens' own rows (every prefix 0) */
+} gpu_source;
+
 /* One check: a model shape, a batch (gpu_seqs_parse syntax) and how to run it. */
 typedef struct gpu_case {
     char name[64];
@@ -20,6 +30,8 @@ typedef struct gpu_case {
     const char *seqs;
     int32_t rotary_dim; /* > 0: check the append_kv/1 hook (RoPE + quantize + paged write) */
     int32_t is_neox;    /* append cases: 1 rotates pairs (i, i + rotary_dim/2), 0 (2i, 2i+1) */
+    gpu_source source;  /* 0: the paged cache */
+    int32_t head_dim_v; /* ragged and skip-KV cases: v and out width (0: head_dim, qk = v) */
 } gpu_case;
 
 /* Fill `out` (room for `capacity`) with every case; returns how many were written. */

@@ -90,9 +90,21 @@ static void check_refusals(void) {
     args.buffer_bytes = 2 * sizeof(ap_kit_prefill_item);
     EXPECT(build(&args, &plan) == AP_ERR_SHAPE_MISMATCH, "small buffer: %s", msg_text);
     args = ragged_args(2, qo, kv, 1, 16);
-    args.head_dim_qk = args.head_dim_v = 128;
+    args.head_dim_qk = args.head_dim_v = 96;
     EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED && strstr(msg_text, "ragged") != NULL,
-           "ragged 128/128 is not built: %s", msg_text);
+           "ragged 96/96 is not built: %s", msg_text);
+    args = ragged_args(2, qo, kv, 1, 16);
+    args.head_dim_qk = 128, args.head_dim_v = 64;
+    EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED && strstr(msg_text, "ragged") != NULL,
+           "ragged 128/64 is not built: %s", msg_text);
+    for (int32_t d = 64; d <= 256; d *= 2) {
+        args = ragged_args(2, qo, kv, 1, 16);
+        args.head_dim_qk = args.head_dim_v = d;
+        args.num_kv_heads = 2; /* group 8 */
+        EXPECT(build(&args, &plan) == AP_OK && plan.ragged == 1 && plan.head_dim_qk == d &&
+                   plan.tile_tokens == ap_kit_prefill_default_tile_rows(d, d) / 8,
+               "ragged %d/%d, group 8: %s", d, d, msg_text);
+    }
     args = ragged_args(2, qo, kv, 1, 16);
     args.num_kv_heads = 1; /* group 16 */
     EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED, "group 16: %s", msg_text);
