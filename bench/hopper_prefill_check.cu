@@ -94,7 +94,7 @@ static float from16(uint16_t v, bool fp16) {
 }
 
 /* Launches one variant; returns 0 or a map error. */
-template <typename T, bool kSplit, bool kPipe>
+template <typename T, int kMode>
 static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                   const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
@@ -103,34 +103,34 @@ static int launch(const void *q, const void *k, const void *v, int tq, int tkv, 
     }
     static bool attr = false; /* one per instantiation */
     if (!attr) {
-        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kSplit, kPipe>,
+        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
         attr = true;
     }
-    prefill_hopper_kernel<T, kSplit, kPipe>
-        <<<dim3(hq, num_items), kThreads, kSmemBytes, st>>>(mq, mk, mv, p);
+    prefill_hopper_kernel<T, kMode>
+        <<<dim3(num_items, hq), kThreads, kSmemBytes, st>>>(mq, mk, mv, p);
     return 0;
 }
 
-template <bool kSplit, bool kPipe>
+template <int kMode>
 static int launch_t(bool fp16, const void *q, const void *k, const void *v, int tq, int tkv, int hq,
                     int hkv, const Params &p, int num_items, cudaStream_t st) {
     if (fp16) {
-        return launch<__half, kSplit, kPipe>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        return launch<__half, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
-    return launch<__nv_bfloat16, kSplit, kPipe>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    return launch<__nv_bfloat16, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
-static const char *const kVariant[4] = {"n128 ", "n64x2", "n128 pipe", "n64x2 pipe"};
+static const int kVariants = 3;
+static const char *const kVariant[kVariants] = {"plain", "overlap", "overlap+pingpong"};
 
-/* Variant bit 0: P V as two n64 wgmmas; bit 1: the ping-pong pipelined consumer. */
+/* The kernel's consumer modes (prefill_hopper_kernel's kMode). */
 static int launch_any(int variant, bool fp16, const void *q, const void *k, const void *v, int tq,
                       int tkv, int hq, int hkv, const Params &p, int num_items, cudaStream_t st) {
     switch (variant) {
-        case 0: return launch_t<false, false>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
-        case 1: return launch_t<true, false>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
-        case 2: return launch_t<false, true>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
-        default: return launch_t<true, true>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        case 0: return launch_t<0>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        case 1: return launch_t<1>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        default: return launch_t<2>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
 }
 
@@ -248,7 +248,7 @@ static bool run_case(const Case &c, unsigned seed) {
              scale * 1.4426950408889634f,
              scale};
     bool ok = true;
-    for (int variant = 0; variant < 4; ++variant) {
+    for (int variant = 0; variant < kVariants; ++variant) {
         CK(cudaMemset(dout, 0xff, hq16.size() * 2));
         CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
         const int rc = launch_any(variant, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,
@@ -389,8 +389,15 @@ static void bench(bool causal, int hkv, int variant) {
 }
 
 int main(int argc, char **argv) {
-    const bool do_bench = !(argc > 1 && std::strcmp(argv[1], "--no-bench") == 0);
-    const std::vector<Case> cases = {
+    /* --no-bench: checks only; --quick: the small cases only (for compute-sanitizer);
+     * --profile V: one causal H32/8 launch set of variant V (for ncu). */
+    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    const bool do_bench = argc == 1;
+    if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
+        bench(true, 8, std::atoi(argv[2]));
+        return 0;
+    }
+    std::vector<Case> cases = {
         {"bf16 causal g1 H4/4", false, true, 4, 4, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
         {"bf16 noncausal g4 H8/2", false, false, 8, 2, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
         {"bf16 causal g8 H8/1", false, true, 8, 1, {4097, 0, 17, 1000, 1}, {4097, 0, 17, 1000, 1}},
@@ -400,6 +407,12 @@ int main(int argc, char **argv) {
         {"bf16 noncausal prefix g1", false, false, 2, 2, {1, 129, 300}, {200, 77, 1000}},
         {"fp16 causal prefix g8 H8/1", true, true, 8, 1, {64, 200}, {1000, 333}},
     };
+    if (quick) {
+        cases = {
+            {"bf16 causal g4 small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}},
+            {"fp16 noncausal g2 small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}},
+        };
+    }
     int dev = 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));
@@ -411,7 +424,7 @@ int main(int argc, char **argv) {
     }
     std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
     if (do_bench) {
-        for (int variant = 0; variant < 4; ++variant) {
+        for (int variant = 0; variant < kVariants; ++variant) {
             for (bool causal : {true, false}) {
                 for (int hkv : {8, 32}) {
                     bench(causal, hkv, variant);

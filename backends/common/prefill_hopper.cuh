@@ -30,7 +30,8 @@ constexpr int kHalfBytes = kKeys * 64 * 2; /* one 64-column half of a tile: 16 K
 constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
 constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
 
-/* One CTA's work: a sequence and its query tile. grid.x runs over query heads. */
+/* One CTA's work: a sequence and its query tile (grid.x); grid.y runs over query heads, so the
+ * CTAs of one wave share a head's K/V in L2. */
 struct Item {
     int32_t seq;
     int32_t m_block;
@@ -104,6 +105,9 @@ __device__ __forceinline__ void wg_commit() {
 __device__ __forceinline__ void wg_wait0() {
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
@@ -162,7 +166,7 @@ struct Shape {
 };
 
 __device__ __forceinline__ Shape item_shape(const Params &p) {
-    const Item it = p.items[blockIdx.y];
+    const Item it = p.items[blockIdx.x];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
@@ -227,10 +231,10 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int c
     }
 }
 
-/* Online softmax over one S tile: rescales o, turns s into P (bf16/fp16 A fragments). */
-template <typename T>
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], float (&m)[2],
-                                             float (&l)[2], uint32_t (&p)[8][4], float sl2) {
+/* Online softmax statistics of one S tile: new row max and sum, s turned into unnormalized
+ * probabilities, corr the factor the earlier O must be scaled by. */
+__device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], float (&l)[2],
+                                              float (&corr)[2], float sl2) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float mx = m[hr];
@@ -241,7 +245,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], flo
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mu = mx == -INFINITY ? 0.f : mx * sl2;
-        const float corr = exp2f(m[hr] * sl2 - mu);
+        corr[hr] = exp2f(m[hr] * sl2 - mu);
         m[hr] = mx;
         float sum = 0.f;
 #pragma unroll
@@ -253,12 +257,20 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], flo
                 sum += x;
             }
         }
-        l[hr] = l[hr] * corr + sum;
+        l[hr] = l[hr] * corr[hr] + sum;
+    }
+}
+
+/* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
+template <typename T>
+__device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64],
+                                             const float (&corr)[2], uint32_t (&p)[8][4]) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            o[4 * j + 2 * hr] *= corr;
-            o[4 * j + 2 * hr + 1] *= corr;
-        }
+    for (int j = 0; j < 16; ++j) {
+        o[4 * j] *= corr[0];
+        o[4 * j + 1] *= corr[0];
+        o[4 * j + 2] *= corr[1];
+        o[4 * j + 3] *= corr[1];
     }
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
@@ -267,6 +279,15 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], flo
             p[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
         }
     }
+}
+
+/* Online softmax over one S tile: rescales o, turns s into P. */
+template <typename T>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], float (&m)[2],
+                                             float (&l)[2], uint32_t (&p)[8][4], float sl2) {
+    float corr[2];
+    softmax_stats(s, m, l, corr, sl2);
+    rescale_pack<T>(s, o, corr, p);
 }
 
 template <typename T>
@@ -350,7 +371,7 @@ __device__ __forceinline__ void named_arrive(int id) {
 /* The pipelined consumer: in its turn (named barriers 1 + wg, ping-pong between the two
  * warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to back, hands the
  * tensor cores to the other warpgroup, then runs softmax i while the other one's GEMMs run. */
-template <typename T, bool kSplitN>
+template <typename T, bool kSplitN, bool kPingPong>
 __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, const uint8_t *sq,
                                              const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
     const int wg = threadIdx.x / 128 - 1;
@@ -367,7 +388,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     const int nb = sh.n_blocks;
     if (nb > 0) {
         bar_wait(&b->q_full, 0);
-        if (wg == 1) {
+        if (kPingPong && wg == 1) {
             named_arrive(1);
         }
     }
@@ -380,11 +401,15 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     if (nb > 0) {
         float sc[64];
         bar_wait(&b->k_full[0], 0);
-        named_sync(1 + wg);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
         wg_fence();
         qk_gemm<T>(sc, q, sk);
         wg_commit();
-        named_arrive(2 - wg);
+        if constexpr (kPingPong) {
+            named_arrive(2 - wg);
+        }
         wg_wait0();
         if (needs_mask(nb - 1)) {
             mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
@@ -398,27 +423,37 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
         float sc[64];
         bar_wait(&b->k_full[s], (i / kStages) & 1);
         bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
-        named_sync(1 + wg);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
         wg_fence();
         qk_gemm<T>(sc, q, sk + s * kTileBytes);
+        wg_commit();
         pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
         wg_commit();
-        named_arrive(2 - wg);
-        wg_wait0();
-        bar_arrive(&b->empty[sp]);
+        if constexpr (kPingPong) {
+            named_arrive(2 - wg);
+        }
+        wg_wait1();
         if (needs_mask(n)) {
             mask_tile(sc, sh, p.causal, n, r0, lane);
         }
-        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+        float corr[2];
+        softmax_stats(sc, m, l, corr, p.scale_log2);
+        wg_wait0();
+        bar_arrive(&b->empty[sp]);
+        rescale_pack<T>(sc, o, corr, pf);
     }
     if (nb > 0) {
         const int sp = (nb - 1) % kStages;
         bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
-        named_sync(1 + wg);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
         wg_fence();
         pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
         wg_commit();
-        if (wg == 0) {
+        if (kPingPong && wg == 0) {
             named_arrive(2);
         }
         wg_wait0();
@@ -427,7 +462,10 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
-template <typename T, bool kSplitN, bool kPipe>
+/* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
+ * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
+ * consumer warpgroups on named barriers. */
+template <typename T, int kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
@@ -441,7 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sk = sq + kTileBytes;
     uint8_t *sv = sk + kStages * kTileBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + kStages * kTileBytes);
-    const int h = blockIdx.x;
+    const int h = blockIdx.y;
     const Shape sh = item_shape(p);
     if (threadIdx.x == 0) {
         bar_init(&b->q_full, 1);
@@ -460,10 +498,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
-        if constexpr (kPipe) {
-            consume_pipe<T, kSplitN>(p, sh, sq, sk, sv, b, h);
+        if constexpr (kMode == 0) {
+            consume<T, false>(p, sh, sq, sk, sv, b, h);
         } else {
-            consume<T, kSplitN>(p, sh, sq, sk, sv, b, h);
+            consume_pipe<T, false, kMode == 2>(p, sh, sq, sk, sv, b, h);
         }
     }
 #endif
