@@ -12,6 +12,10 @@
 
 #include "../backends/common/prefill_hopper.cuh"
 
+#ifdef HOPPER_CHECK_KIT
+#include "../backends/common/prefill.h"
+#endif
+
 using namespace ap_hopper;
 
 #define CK(x) \
@@ -52,7 +56,10 @@ static Batch make_batch(const Case &c) {
             if (c.causal) {
                 end = std::min(end, c.kv_lens[i] - c.q_lens[i] + mb * kRows + kRows);
             }
-            order.push_back({-end, Item{static_cast<int32_t>(i), mb}});
+            /* the kit plan's item for a 128-token tile (prefill_internal.h) */
+            order.push_back(
+                {-end, Item{static_cast<int32_t>(i), mb * kRows,
+                            (end + AP_KIT_PREFILL_TILE_KV - 1) / AP_KIT_PREFILL_TILE_KV, 0}});
         }
     }
     std::stable_sort(order.begin(), order.end(),
@@ -73,24 +80,24 @@ static void to16(const std::vector<float> &f, std::vector<uint16_t> &h, bool fp1
     h.resize(f.size());
     for (size_t i = 0; i < f.size(); ++i) {
         if (fp16) {
-            __half x = __float2half_rn(f[i]);
-            std::memcpy(&h[i], &x, 2);
+            const __half_raw x = __float2half_rn(f[i]);
+            h[i] = x.x;
         } else {
-            __nv_bfloat16 x = __float2bfloat16_rn(f[i]);
-            std::memcpy(&h[i], &x, 2);
+            const __nv_bfloat16_raw x = __float2bfloat16_rn(f[i]);
+            h[i] = x.x;
         }
     }
 }
 
 static float from16(uint16_t v, bool fp16) {
     if (fp16) {
-        __half x;
-        std::memcpy(&x, &v, 2);
-        return __half2float(x);
+        __half_raw x;
+        x.x = v;
+        return __half2float(__half(x));
     }
-    __nv_bfloat16 x;
-    std::memcpy(&x, &v, 2);
-    return __bfloat162float(x);
+    __nv_bfloat16_raw x;
+    x.x = v;
+    return __bfloat162float(__nv_bfloat16(x));
 }
 
 /* Launches one variant; returns 0 or a map error. */
@@ -199,6 +206,107 @@ static void reference(const Case &c, const Batch &b, const std::vector<float> &q
     }
 }
 
+/* Every output element and LSE of one run against the double reference; prints one line. */
+static bool compare(const Case &c, const char *what, const void *dout, const float *dlse,
+                    size_t n_out, const std::vector<double> &ref,
+                    const std::vector<double> &ref_lse) {
+    std::vector<uint16_t> out(n_out);
+    std::vector<float> lse(ref_lse.size());
+    CK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0, maxerr = 0, lse_err = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        const double x = from16(out[i], c.fp16);
+        if (!std::isfinite(x)) {
+            ++bad;
+            continue;
+        }
+        num += (x - ref[i]) * (x - ref[i]);
+        den += ref[i] * ref[i];
+        maxerr = std::max(maxerr, std::fabs(x - ref[i]));
+    }
+    for (size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(ref_lse[i])) {
+            if (!(std::isinf(lse[i]) && lse[i] < 0)) {
+                ++bad;
+            }
+            continue;
+        }
+        if (!std::isfinite(lse[i])) {
+            ++bad;
+            continue;
+        }
+        lse_err = std::max(lse_err, std::fabs(lse[i] - ref_lse[i]));
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const bool pass = bad == 0 && rel < 1e-2 && lse_err < 1e-3;
+    std::printf("%s %-28s %s rel_l2 %.2e max_abs %.2e lse_err %.2e nonfinite %zu\n",
+                pass ? "PASS" : "FAIL", c.name, what, rel, maxerr, lse_err, bad);
+    return pass;
+}
+
+#ifdef HOPPER_CHECK_KIT
+/* The same batch through the kit's entry: ap_kit_prefill_plan_build picks the Hopper kernel
+ * (plan.hopper) and ap_kit_prefill_run launches it. */
+static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *dk, const void *dv,
+                    const int32_t *dqo, const int32_t *dkv, void *dout, float *dlse, size_t n_out,
+                    float scale, const std::vector<double> &ref,
+                    const std::vector<double> &ref_lse) {
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
+    const int num_seqs = static_cast<int>(b.qo.size()) - 1;
+    const size_t bytes = ap_kit_prefill_plan_bytes(b.tq, num_seqs, kDim, kDim, c.hq, c.hkv);
+    std::vector<uint8_t> scratch(bytes + 16);
+    void *dbuf = nullptr;
+    CK(cudaMalloc(&dbuf, bytes + 16));
+    ap_kit_prefill_plan_args a = {};
+    a.num_seqs = num_seqs;
+    a.qo_indptr_host = b.qo.data();
+    a.kv_indptr_host = b.kv.data();
+    a.head_dim_qk = kDim;
+    a.head_dim_v = kDim;
+    a.num_qo_heads = c.hq;
+    a.num_kv_heads = c.hkv;
+    a.causal = c.causal;
+    a.host_scratch = scratch.data();
+    a.device_buffer = dbuf;
+    a.buffer_bytes = bytes;
+    ap_kit_prefill_plan plan = {};
+    ap_status st = ap_kit_prefill_plan_build(&a, nullptr, &plan, "check", &msg);
+    bool ok = st == AP_OK && plan.hopper == 1;
+    if (ok) {
+        ap_kit_prefill_params p = {};
+        p.q = dq;
+        p.out = dout;
+        p.lse = dlse;
+        p.q_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
+        p.kv_dtype = p.q_dtype;
+        p.head_dim_qk = kDim;
+        p.head_dim_v = kDim;
+        p.num_qo_heads = c.hq;
+        p.num_kv_heads = c.hkv;
+        p.causal = c.causal;
+        p.sm_scale = scale;
+        p.qo_indptr = dqo;
+        p.k = dk;
+        p.v = dv;
+        p.kv_indptr = dkv;
+        CK(cudaMemset(dout, 0xff, n_out * 2));
+        CK(cudaMemset(dlse, 0xff, ref_lse.size() * 4));
+        st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
+        CK(cudaDeviceSynchronize());
+        ok = st == AP_OK && compare(c, "kit entry", dout, dlse, n_out, ref, ref_lse);
+    }
+    if (!ok) {
+        std::printf("FAIL %-28s kit entry: status %d hopper %d: %s\n", c.name, (int)st, plan.hopper,
+                    text);
+    }
+    cudaFree(dbuf);
+    return ok;
+}
+#endif
+
 static bool run_case(const Case &c, unsigned seed) {
     const Batch b = make_batch(c);
     const int D = kDim;
@@ -260,41 +368,11 @@ static bool run_case(const Case &c, unsigned seed) {
             ok = false;
             continue;
         }
-        std::vector<uint16_t> out(hq16.size());
-        std::vector<float> lse(static_cast<size_t>(b.tq) * c.hq);
-        CK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost));
-        double num = 0, den = 0, maxerr = 0, lse_err = 0;
-        size_t bad = 0;
-        for (size_t i = 0; i < out.size(); ++i) {
-            const double x = from16(out[i], c.fp16);
-            if (!std::isfinite(x)) {
-                ++bad;
-                continue;
-            }
-            num += (x - ref[i]) * (x - ref[i]);
-            den += ref[i] * ref[i];
-            maxerr = std::max(maxerr, std::fabs(x - ref[i]));
-        }
-        for (size_t i = 0; i < lse.size(); ++i) {
-            if (std::isinf(ref_lse[i])) {
-                if (!(std::isinf(lse[i]) && lse[i] < 0)) {
-                    ++bad;
-                }
-                continue;
-            }
-            if (!std::isfinite(lse[i])) {
-                ++bad;
-                continue;
-            }
-            lse_err = std::max(lse_err, std::fabs(lse[i] - ref_lse[i]));
-        }
-        const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-        const bool pass = bad == 0 && rel < 1e-2 && lse_err < 1e-3;
-        ok = ok && pass;
-        std::printf("%s %-28s %s rel_l2 %.2e max_abs %.2e lse_err %.2e nonfinite %zu\n",
-                    pass ? "PASS" : "FAIL", c.name, kVariant[variant], rel, maxerr, lse_err, bad);
+        ok = compare(c, kVariant[variant], dout, dlse, hq16.size(), ref, ref_lse) && ok;
     }
+#ifdef HOPPER_CHECK_KIT
+    ok = run_kit(c, b, dq, dk, dv, dqo, dkv, dout, dlse, hq16.size(), scale, ref, ref_lse) && ok;
+#endif
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
@@ -325,8 +403,9 @@ static void bench(bool causal, int hkv, int variant) {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            __nv_bfloat16 y = __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
-            std::memcpy(&e, &y, 2);
+            const __nv_bfloat16_raw y =
+                __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
+            e = y.x;
         }
     }
     int slice = 0;
@@ -389,10 +468,11 @@ static void bench(bool causal, int hkv, int variant) {
 }
 
 int main(int argc, char **argv) {
-    /* --no-bench: checks only; --quick: the small cases only (for compute-sanitizer);
+    /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
      * --profile V: one causal H32/8 launch set of variant V (for ncu). */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-    const bool do_bench = argc == 1;
+    const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
+    const bool do_bench = argc == 1 || bench_only;
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
         bench(true, 8, std::atoi(argv[2]));
         return 0;
@@ -419,6 +499,9 @@ int main(int argc, char **argv) {
     std::printf("device %s sm_%d%d\n", prop.name, prop.major, prop.minor);
     bool ok = true;
     unsigned seed = 1;
+    if (bench_only) {
+        cases.clear();
+    }
     for (const Case &c : cases) {
         ok = run_case(c, seed++) && ok;
     }

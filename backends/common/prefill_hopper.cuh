@@ -18,24 +18,27 @@
 #include <type_traits>
 
 #include "prefill_hopper_wgmma.cuh"
+#include "prefill_internal.h"
 
 namespace ap_hopper {
 
 constexpr int kRows = 128; /* query rows per CTA, 64 per consumer warpgroup */
 constexpr int kKeys = 128; /* keys per K/V tile */
 constexpr int kDim = 128;  /* head dim of Q, K and V */
-constexpr int kStages = 2; /* K/V ring depth */
+#ifndef AP_HOPPER_STAGES
+#define AP_HOPPER_STAGES 2
+#endif
+constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kKeys * 64 * 2; /* one 64-column half of a tile: 16 KB */
 constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
 constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
 
-/* One CTA's work: a sequence and its query tile (grid.x); grid.y runs over query heads, so the
- * CTAs of one wave share a head's K/V in L2. */
-struct Item {
-    int32_t seq;
-    int32_t m_block;
-};
+/* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
+ * KV tiles; the longest first) on grid.x, the query head on grid.y (so the CTAs of one wave share
+ * a head's K/V in L2). The plan's tiles are tile_tokens long, a divisor of 128: the item that
+ * starts a 128-token tile runs it, the others exit at once. */
+typedef ap_kit_prefill_item Item;
 
 struct Params {
     const Item *items;
@@ -66,6 +69,14 @@ __device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
 
 __device__ __forceinline__ void bar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+/* A consumer warp is done with a stage (its wgmma reads completed: wait_group passed). */
+__device__ __forceinline__ void release_stage(uint64_t *bar) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+        bar_arrive(bar);
+    }
 }
 
 __device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
@@ -107,6 +118,13 @@ __device__ __forceinline__ void wg_wait0() {
 }
 __device__ __forceinline__ void wg_wait1() {
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+
+/* 2^x on the special-function unit (flushes denormals; softmax weights that small are 0 anyway). */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -172,12 +190,15 @@ __device__ __forceinline__ Shape item_shape(const Params &p) {
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
     sh.kv_start = p.kv_indptr[it.seq];
     sh.kv_len = p.kv_indptr[it.seq + 1] - sh.kv_start;
-    sh.m0 = it.m_block * kRows;
+    sh.m0 = it.q_start;
     int end = sh.kv_len;
     if (p.causal) {
         end = min(end, sh.kv_len - sh.q_len + sh.m0 + kRows);
     }
     sh.n_blocks = end > 0 ? (end + kKeys - 1) / kKeys : 0;
+    if (it.q_start % kRows != 0) {
+        sh.n_blocks = -1; /* not a tile start: another CTA covers these tokens */
+    }
     return sh;
 }
 
@@ -245,14 +266,14 @@ __device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], flo
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mu = mx == -INFINITY ? 0.f : mx * sl2;
-        corr[hr] = exp2f(m[hr] * sl2 - mu);
+        corr[hr] = ex2(m[hr] * sl2 - mu);
         m[hr] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float x = exp2f(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
+                const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
                 s[4 * j + 2 * hr + e] = x;
                 sum += x;
             }
@@ -356,7 +377,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         pv_gemm<T, kSplitN>(o, pf, sv + s * kTileBytes);
         wg_commit();
         wg_wait0();
-        bar_arrive(&b->empty[s]);
+        release_stage(&b->empty[s]);
     }
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
@@ -441,7 +462,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
         float corr[2];
         softmax_stats(sc, m, l, corr, p.scale_log2);
         wg_wait0();
-        bar_arrive(&b->empty[sp]);
+        release_stage(&b->empty[sp]);
         rescale_pack<T>(sc, o, corr, pf);
     }
     if (nb > 0) {
@@ -457,7 +478,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
             named_arrive(2);
         }
         wg_wait0();
-        bar_arrive(&b->empty[sp]);
+        release_stage(&b->empty[sp]);
     }
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
@@ -481,12 +502,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     Bars *b = reinterpret_cast<Bars *>(sv + kStages * kTileBytes);
     const int h = blockIdx.y;
     const Shape sh = item_shape(p);
+    if (sh.n_blocks < 0) {
+        return;
+    }
     if (threadIdx.x == 0) {
         bar_init(&b->q_full, 1);
         for (int s = 0; s < kStages; ++s) {
             bar_init(&b->k_full[s], 1);
             bar_init(&b->v_full[s], 1);
-            bar_init(&b->empty[s], 256);
+            bar_init(&b->empty[s], 8); /* one arrival per consumer warp */
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
