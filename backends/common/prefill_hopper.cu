@@ -100,13 +100,15 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
 
-// Causal runs the ping-pong overlapped consumers, no mask the plain ones (the faster of each on
-// the H100: bench/results/2026-11-25-h100-hopper-prefill.md).
+// The consumer mode by the ring's depth, the faster on the H100
+// (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
+// overlapped ones wait on loads), with 3 the overlapped ping-pong ones.
+constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
+
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    return p->causal ? hopper_launch<T, 2>(p, plan, stream, who, msg)
-                     : hopper_launch<T, 0>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperMode>(p, plan, stream, who, msg);
 }
 
 } // namespace
