@@ -272,6 +272,7 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
     a.host_scratch = scratch.data();
     a.device_buffer = dbuf;
     a.buffer_bytes = bytes;
+    a.kv_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
     ap_kit_prefill_plan plan = {};
     ap_status st = ap_kit_prefill_plan_build(&a, nullptr, &plan, "check", &msg);
     bool ok = st == AP_OK && plan.hopper == 1;

@@ -44,6 +44,9 @@ typedef struct ap_kit_prefill_plan_args {
     int32_t caller_uploads; /* 1: no copy here; the caller moves host_scratch's first
                              * num_items * 16 bytes and sets plan->items (with its plan
                              * buffer, one copy per batch) */
+    ap_dtype kv_dtype;      /* the calls' K/V dtype: BF16 / F16 let the Hopper kernel take the
+                             * plan where it serves the shape (prefill_hopper.h); AP_DTYPE_NONE
+                             * (unset) keeps the mma.sync kernel's plan */
 } ap_kit_prefill_plan_args;
 
 /* The work list of one batch, shared by every layer: one item per (sequence, query tile), the

@@ -114,8 +114,9 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
 } // namespace
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
-    if (args == NULL || args->kv_indptr_host == NULL || args->head_dim_qk != 128 ||
-        args->head_dim_v != 128 || args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
+    if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
+        args->kv_indptr_host == NULL || args->head_dim_qk != 128 || args->head_dim_v != 128 ||
+        args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
         args->num_qo_heads % args->num_kv_heads != 0 ||
         args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||
         ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())

@@ -20,7 +20,8 @@ int32_t ap_kit_prefill_tile_rows_built(int32_t head_dim_qk, int32_t head_dim_v, 
 /* prefill_hopper.cu's choice: no Hopper device here, unless a case turns the stub on. */
 static int hopper_stub;
 int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
-    return hopper_stub && args->kv_indptr_host != NULL && args->head_dim_qk == 128
+    return hopper_stub && args->kv_dtype == AP_DTYPE_BF16 && args->kv_indptr_host != NULL &&
+                   args->head_dim_qk == 128
                ? 128 * (args->num_qo_heads / args->num_kv_heads)
                : 0;
 }
@@ -151,6 +152,9 @@ static void check_hopper(void) {
     args.num_kv_heads = 8;
     ap_kit_prefill_plan plan;
     hopper_stub = 1;
+    EXPECT(build(&args, &plan) == AP_ERR_UNSUPPORTED,
+           "ragged 128/128 without kv_dtype stays on the mma.sync plan: %s", msg_text);
+    args.kv_dtype = AP_DTYPE_BF16;
     EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 1 && plan.tile_tokens == 128 &&
                plan.tile_rows == 512 && plan.num_q_tokens == 1318 && plan.num_kv_rows == 2322,
            "hopper plan: %s (hopper %d, tile_tokens %d)", msg_text, plan.hopper, plan.tile_tokens);
