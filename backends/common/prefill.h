@@ -45,6 +45,9 @@ typedef struct ap_kit_prefill_plan_args {
     int32_t caller_uploads; /* 1: no copy here; the caller moves host_scratch's first
                              * num_items * 16 bytes and sets plan->items (with its plan
                              * buffer, one copy per batch) */
+    ap_dtype kv_dtype;      /* the calls' K/V dtype: BF16 / F16 let the Hopper kernel take the
+                             * plan where it serves the shape (prefill_hopper.h); AP_DTYPE_NONE
+                             * (unset) keeps the mma.sync kernel's plan */
 } ap_kit_prefill_plan_args;
 
 /* The work list of one batch, shared by every layer: one item per (sequence, query tile), the
@@ -59,7 +62,10 @@ typedef struct ap_kit_prefill_plan {
     int32_t num_kv_heads;
     int32_t causal;
     int32_t ragged;
-    const void *items; /* device_buffer, filled by an async copy on the plan's stream */
+    const void *items;    /* device_buffer, filled by an async copy on the plan's stream */
+    int32_t hopper;       /* 1: 128-token items for the Hopper kernel (prefill_hopper.h) */
+    int32_t num_q_tokens; /* qo_indptr_host[num_seqs] */
+    int32_t num_kv_rows;  /* kv_indptr_host[num_seqs] (ragged source), else 0 */
 } ap_kit_prefill_plan;
 
 /* One layer's call. Exactly one source: kv_indptr set (ragged: k, v) or not (paged). */

@@ -15,6 +15,7 @@
 #include "mma.cuh"
 #include "paged_kv.cuh"
 #include "prefill.h"
+#include "prefill_hopper.h"
 #include "prefill_internal.h"
 #include "softmax_state.cuh"
 #include "swizzle.cuh"
@@ -764,6 +765,7 @@ ap_status extend_prepare(const ap_kit_prefill_params *p, const ap_kit_prefill_pl
 extern "C" ap_status ap_kit_prefill_run(const ap_kit_prefill_params *p,
                                         const ap_kit_prefill_plan *plan, void *stream,
                                         const char *who, ap_msgbuf *msg) {
+    if (plan != NULL && plan->hopper) return ap_kit_prefill_hopper_run(p, plan, stream, who, msg);
     extend_args a;
     int num_blocks = 0;
     ap_status st = extend_prepare(p, plan, &a, &num_blocks, who, msg);

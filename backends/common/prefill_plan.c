@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "prefill.h"
+#include "prefill_hopper.h"
 #include "prefill_internal.h"
 
 static int prefill_dims_served(int32_t ragged, int32_t head_dim_qk, int32_t head_dim_v) {
@@ -105,14 +106,19 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
         return AP_ERR_INVALID_ARGUMENT;
     }
     const int32_t ragged = args->kv_indptr_host != NULL;
-    ap_status st = ap_kit_prefill_check_config(ragged, args->head_dim_qk, args->head_dim_v,
-                                               AP_DTYPE_BF16, AP_DTYPE_BF16, args->num_qo_heads,
-                                               args->num_kv_heads, args->page_size, who, msg);
+    const int32_t hopper_rows = args->tile_rows == 0 ? ap_kit_prefill_hopper_tile_rows(args) : 0;
+    ap_status st =
+        hopper_rows ? AP_OK
+                    : ap_kit_prefill_check_config(ragged, args->head_dim_qk, args->head_dim_v,
+                                                  AP_DTYPE_BF16, AP_DTYPE_BF16, args->num_qo_heads,
+                                                  args->num_kv_heads, args->page_size, who, msg);
     if (st != AP_OK) return st;
-    const int32_t rows = args->tile_rows == 0
+    const int32_t rows = hopper_rows ? hopper_rows
+                         : args->tile_rows == 0
                              ? ap_kit_prefill_default_tile_rows(args->head_dim_qk, args->head_dim_v)
                              : args->tile_rows;
-    if (!ap_kit_prefill_tile_rows_built(args->head_dim_qk, args->head_dim_v, rows)) {
+    if (!hopper_rows &&
+        !ap_kit_prefill_tile_rows_built(args->head_dim_qk, args->head_dim_v, rows)) {
         ap_msgbuf_add(msg, "%s plan: no kernel of %d rows per CTA for head dims %d / %d", who, rows,
                       args->head_dim_qk, args->head_dim_v);
         return AP_ERR_UNSUPPORTED;
@@ -163,5 +169,8 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
     plan->causal = args->causal != 0;
     plan->ragged = ragged;
     plan->items = args->device_buffer;
+    plan->hopper = hopper_rows != 0;
+    plan->num_q_tokens = args->num_seqs > 0 ? args->qo_indptr_host[args->num_seqs] : 0;
+    plan->num_kv_rows = ragged && args->num_seqs > 0 ? args->kv_indptr_host[args->num_seqs] : 0;
     return AP_OK;
 }

@@ -1,0 +1,154 @@
+// prefill_hopper.cu: the host side of the kit's Hopper prefill kernel (prefill_hopper.cuh): which
+// plans it takes, and one layer's launch. Built with its kernel only where the build emits sm_90a
+// machine code (AP_KIT_HOPPER, from meson); elsewhere it takes no plan.
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <atomic>
+
+#include "cuda_status.cuh"
+#include "prefill.h"
+#include "prefill_hopper.h"
+#include "prefill_internal.h"
+
+#ifdef AP_KIT_HOPPER
+#include "prefill_hopper.cuh"
+#include "softmax_state.cuh"
+#endif
+
+#ifdef AP_KIT_HOPPER
+namespace {
+
+// 1 when the current device is an sm_90 part (the kernel's sm_90a code runs there only).
+int current_device_is_sm90() {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        cudaGetLastError(); // no device: the plan goes to the mma.sync kernel
+        return 0;
+    }
+    return major == 9 && minor == 0;
+}
+
+// The call against its plan and what the kernel reads: AP_OK or a message.
+ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                       const char *who, ap_msgbuf *msg) {
+    if (p == NULL) {
+        ap_msgbuf_add(msg, "%s: NULL params", who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if ((p->q_dtype != AP_DTYPE_BF16 && p->q_dtype != AP_DTYPE_F16) || p->kv_dtype != p->q_dtype) {
+        ap_msgbuf_add(msg,
+                      "%s: the Hopper prefill kernel (this plan's) reads BF16 or F16 Q, K and V of "
+                      "one dtype, not q dtype %d with kv dtype %d",
+                      who, (int)p->q_dtype, (int)p->kv_dtype);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->kv_indptr == NULL || p->head_dim_qk != 128 || p->head_dim_v != 128 ||
+        plan->head_dim_qk != 128 || plan->head_dim_v != 128 ||
+        plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
+        p->num_kv_heads <= 0 || p->num_qo_heads % p->num_kv_heads != 0 ||
+        plan->causal != (p->causal != 0)) {
+        ap_msgbuf_add(msg,
+                      "%s: the Hopper plan (ragged, head dims 128/128, heads %d/%d, causal %d) "
+                      "does not match the call (%s, head dims %d/%d, heads %d/%d, causal %d)",
+                      who, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
+                      p->kv_indptr == NULL ? "paged" : "ragged", p->head_dim_qk, p->head_dim_v,
+                      p->num_qo_heads, p->num_kv_heads, p->causal != 0);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    const uintptr_t any = (uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v;
+    if (p->q == NULL || p->k == NULL || p->v == NULL || p->out == NULL || p->qo_indptr == NULL ||
+        (any & 15) != 0) {
+        ap_msgbuf_add(msg, "%s: q, k, v, out and qo_indptr must be set, q/k/v 16-byte aligned",
+                      who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    return AP_OK;
+}
+
+template <typename T, int kMode>
+ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                        cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    static std::atomic<uint64_t> ready{0};
+    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode>,
+                                           ap_hopper::kSmemBytes, ready, who, msg);
+    if (st != AP_OK) return st;
+    CUtensorMap mq, mk, mv;
+    const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
+    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads) != 0 ||
+        ap_hopper::make_map(&mk, p->k, nkv, p->num_kv_heads) != 0 ||
+        ap_hopper::make_map(&mv, p->v, nkv, p->num_kv_heads) != 0) {
+        ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
+        return AP_ERR_CUDA;
+    }
+    ap_hopper::Params kp;
+    kp.items = static_cast<const ap_hopper::Item *>(plan->items);
+    kp.qo_indptr = p->qo_indptr;
+    kp.kv_indptr = p->kv_indptr;
+    kp.out = p->out;
+    kp.lse = p->lse;
+    kp.num_qo_heads = p->num_qo_heads;
+    kp.group = p->num_qo_heads / p->num_kv_heads;
+    kp.causal = p->causal != 0;
+    kp.scale_log2 = p->sm_scale * ap_log2e;
+    kp.sm_scale = p->sm_scale;
+    const dim3 grid((unsigned)plan->num_items, (unsigned)p->num_qo_heads);
+    ap_hopper::prefill_hopper_kernel<T, kMode>
+        <<<grid, ap_hopper::kThreads, ap_hopper::kSmemBytes, stream>>>(mq, mk, mv, kp);
+    return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
+}
+
+// The consumer mode by the ring's depth, the faster on the H100
+// (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
+// overlapped ones wait on loads), with 3 the overlapped ping-pong ones.
+constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
+
+template <typename T>
+ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                          cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    return hopper_launch<T, kHopperMode>(p, plan, stream, who, msg);
+}
+
+} // namespace
+
+extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
+    if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
+        args->kv_indptr_host == NULL || args->head_dim_qk != 128 || args->head_dim_v != 128 ||
+        args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
+        args->num_qo_heads % args->num_kv_heads != 0 ||
+        args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||
+        ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())
+        return 0;
+    return ap_hopper::kRows * (args->num_qo_heads / args->num_kv_heads);
+}
+
+extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
+                                               const ap_kit_prefill_plan *plan, void *stream,
+                                               const char *who, ap_msgbuf *msg) {
+    ap_status st = hopper_check(p, plan, who, msg);
+    if (st != AP_OK || plan->num_items == 0 || plan->num_q_tokens == 0) return st;
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    return p->q_dtype == AP_DTYPE_BF16 ? hopper_dispatch<__nv_bfloat16>(p, plan, s, who, msg)
+                                       : hopper_dispatch<__half>(p, plan, s, who, msg);
+}
+
+#else // no sm_90a code in this build: every plan goes to the mma.sync kernel
+
+extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
+    (void)args;
+    return 0;
+}
+
+extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
+                                               const ap_kit_prefill_plan *plan, void *stream,
+                                               const char *who, ap_msgbuf *msg) {
+    (void)p;
+    (void)plan;
+    (void)stream;
+    ap_msgbuf_add(msg, "%s: this build has no Hopper prefill kernel (no sm_90a code)", who);
+    return AP_ERR_UNSUPPORTED;
+}
+
+#endif

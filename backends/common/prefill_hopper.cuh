@@ -1,0 +1,576 @@
+/* prefill_hopper.cuh: the kit's Hopper (sm_90a) prefill kernel: TMA + mbarriers + wgmma, one
+ * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 x 128),
+ * head dim 128, ragged Q and K/V by cu_seqlens, causal aligned to the end or no mask, GQA, LSE.
+ *
+ * Shared memory: Q [128 rows] and a 2-stage ring of K and V tiles [128 keys], each stored as two
+ * 64-column halves of 128-byte rows in the 128-byte swizzle TMA writes and wgmma reads. The
+ * producer's one thread loads Q once and K/V tiles from the last (diagonal) tile down, each
+ * completing on its full barrier; consumers release a stage on its empty barrier after P V. */
+#ifndef AP_COMMON_PREFILL_HOPPER_CUH
+#define AP_COMMON_PREFILL_HOPPER_CUH
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "prefill_hopper_wgmma.cuh"
+#include "prefill_internal.h"
+
+namespace ap_hopper {
+
+constexpr int kRows = 128; /* query rows per CTA, 64 per consumer warpgroup */
+constexpr int kKeys = 128; /* keys per K/V tile */
+constexpr int kDim = 128;  /* head dim of Q, K and V */
+#ifndef AP_HOPPER_STAGES
+#define AP_HOPPER_STAGES 2
+#endif
+constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
+constexpr int kThreads = 384;
+constexpr int kHalfBytes = kKeys * 64 * 2; /* one 64-column half of a tile: 16 KB */
+constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
+constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
+
+/* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
+ * KV tiles; the longest first) on grid.x, the query head on grid.y (so the CTAs of one wave share
+ * a head's K/V in L2). The plan's tiles are tile_tokens long, a divisor of 128: the item that
+ * starts a 128-token tile runs it, the others exit at once. */
+typedef ap_kit_prefill_item Item;
+
+struct Params {
+    const Item *items;
+    const int32_t *qo_indptr;
+    const int32_t *kv_indptr;
+    void *out;  /* [tokens][Hq][128] */
+    float *lse; /* [tokens][Hq] or NULL */
+    int32_t num_qo_heads;
+    int32_t group; /* Hq / Hkv */
+    int32_t causal;
+    float scale_log2; /* sm_scale * log2(e) */
+    float sm_scale;
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+/* A consumer warp is done with a stage (its wgmma reads completed: wait_group passed). */
+__device__ __forceinline__ void release_stage(uint64_t *bar) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+        bar_arrive(bar);
+    }
+}
+
+__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* One 3-D box (64 columns, 1 head, 128 rows) of a [rows][heads][128] tensor into shared memory. */
+__device__ __forceinline__ void tma_load(const CUtensorMap *map, void *dst, uint64_t *bar, int col,
+                                         int head, int row) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smem_u32(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(head),
+                 "r"(row)
+                 : "memory");
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle: lbo / sbo in bytes. */
+__device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    uint64_t d = (smem_u32(p) & 0x3FFFF) >> 4;
+    d |= static_cast<uint64_t>(lbo >> 4) << 16;
+    d |= static_cast<uint64_t>(sbo >> 4) << 32;
+    d |= static_cast<uint64_t>(1) << 62;
+    return d;
+}
+
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+
+/* 2^x on the special-function unit (flushes denormals; softmax weights that small are 0 anyway). */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
+template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <typename T>
+__device__ __forceinline__ void qk_gemm(float (&s)[64], const uint8_t *q, const uint8_t *k) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        const int off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
+        const uint64_t da = make_desc(q + off, 16, 1024);
+        const uint64_t db = make_desc(k + off, 16, 1024);
+        if constexpr (std::is_same<T, __half>::value) {
+            wgmma_ss_n128_f16(s, da, db, kk > 0);
+        } else {
+            wgmma_ss_n128_bf16(s, da, db, kk > 0);
+        }
+    }
+}
+
+/* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048. */
+template <typename T, bool kSplitN>
+__device__ __forceinline__ void pv_gemm(float (&o)[64], const uint32_t (&p)[8][4],
+                                        const uint8_t *v) {
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+        if constexpr (kSplitN) {
+#pragma unroll
+            for (int hn = 0; hn < 2; ++hn) {
+                const uint64_t db = make_desc(v + hn * kHalfBytes + kk * 2048, kHalfBytes, 1024);
+                if constexpr (std::is_same<T, __half>::value) {
+                    wgmma_rs_n64_f16(o + 32 * hn, p[kk], db);
+                } else {
+                    wgmma_rs_n64_bf16(o + 32 * hn, p[kk], db);
+                }
+            }
+        } else {
+            const uint64_t db = make_desc(v + kk * 2048, kHalfBytes, 1024);
+            if constexpr (std::is_same<T, __half>::value) {
+                wgmma_rs_n128_f16(o, p[kk], db);
+            } else {
+                wgmma_rs_n128_bf16(o, p[kk], db);
+            }
+        }
+    }
+}
+
+struct Shape {
+    int q_start, q_len, kv_start, kv_len, m0, n_blocks;
+};
+
+__device__ __forceinline__ Shape item_shape(const Params &p) {
+    const Item it = p.items[blockIdx.x];
+    Shape sh;
+    sh.q_start = p.qo_indptr[it.seq];
+    sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
+    sh.kv_start = p.kv_indptr[it.seq];
+    sh.kv_len = p.kv_indptr[it.seq + 1] - sh.kv_start;
+    sh.m0 = it.q_start;
+    int end = sh.kv_len;
+    if (p.causal) {
+        end = min(end, sh.kv_len - sh.q_len + sh.m0 + kRows);
+    }
+    sh.n_blocks = end > 0 ? (end + kKeys - 1) / kKeys : 0;
+    if (it.q_start % kRows != 0) {
+        sh.n_blocks = -1; /* not a tile start: another CTA covers these tokens */
+    }
+    return sh;
+}
+
+struct Bars {
+    uint64_t q_full;
+    uint64_t k_full[kStages];
+    uint64_t v_full[kStages];
+    uint64_t empty[kStages];
+};
+
+__device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap *tk,
+                                        const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
+                                        uint8_t *sv, Bars *b, const Shape &sh, int h, int hk) {
+    bar_expect_tx(&b->q_full, kTileBytes);
+    tma_load(tq, sq, &b->q_full, 0, h, sh.q_start + sh.m0);
+    tma_load(tq, sq + kHalfBytes, &b->q_full, 64, h, sh.q_start + sh.m0);
+    for (int i = 0; i < sh.n_blocks; ++i) {
+        const int s = i % kStages;
+        const int row = sh.kv_start + (sh.n_blocks - 1 - i) * kKeys;
+        bar_wait(&b->empty[s], ((i / kStages) & 1) ^ 1);
+        uint8_t *k = sk + s * kTileBytes;
+        uint8_t *v = sv + s * kTileBytes;
+        bar_expect_tx(&b->k_full[s], kTileBytes);
+        tma_load(tk, k, &b->k_full[s], 0, hk, row);
+        tma_load(tk, k + kHalfBytes, &b->k_full[s], 64, hk, row);
+        bar_expect_tx(&b->v_full[s], kTileBytes);
+        tma_load(tv, v, &b->v_full[s], 0, hk, row);
+        tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
+    }
+}
+
+/* Masks S of key tile n for this thread's rows r0 and r0 + 8 (sequence positions). */
+__device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int causal, int n,
+                                          int r0, int lane) {
+    const int col0 = n * kKeys + 2 * (lane % 4);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        int lim = sh.kv_len - 1;
+        if (causal) {
+            lim = min(lim, sh.kv_len - sh.q_len + r0 + 8 * hr);
+        }
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                if (col0 + 8 * j + e > lim) {
+                    s[4 * j + 2 * hr + e] = -INFINITY;
+                }
+            }
+        }
+    }
+}
+
+/* Online softmax statistics of one S tile: new row max and sum, s turned into unnormalized
+ * probabilities, corr the factor the earlier O must be scaled by. */
+__device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], float (&l)[2],
+                                              float (&corr)[2], float sl2) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        float mx = m[hr];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mu = mx == -INFINITY ? 0.f : mx * sl2;
+        corr[hr] = ex2(m[hr] * sl2 - mu);
+        m[hr] = mx;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
+                s[4 * j + 2 * hr + e] = x;
+                sum += x;
+            }
+        }
+        l[hr] = l[hr] * corr[hr] + sum;
+    }
+}
+
+/* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
+template <typename T>
+__device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64],
+                                             const float (&corr)[2], uint32_t (&p)[8][4]) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+        o[4 * j] *= corr[0];
+        o[4 * j + 1] *= corr[0];
+        o[4 * j + 2] *= corr[1];
+        o[4 * j + 3] *= corr[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < 8; ++kk) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            p[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+        }
+    }
+}
+
+/* Online softmax over one S tile: rescales o, turns s into P. */
+template <typename T>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], float (&m)[2],
+                                             float (&l)[2], uint32_t (&p)[8][4], float sl2) {
+    float corr[2];
+    softmax_stats(s, m, l, corr, sl2);
+    rescale_pack<T>(s, o, corr, p);
+}
+
+template <typename T>
+__device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[64],
+                                         const float (&m)[2], float (&l)[2], int h, int r0,
+                                         int lane) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        float sum = l[hr];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = r0 + 8 * hr;
+        if (r >= sh.q_len) {
+            continue;
+        }
+        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
+        T *out = static_cast<T *>(p.out) + row * kDim + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+            *reinterpret_cast<uint32_t *>(out + 8 * j) =
+                pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+        }
+        if (p.lse != nullptr && lane % 4 == 0) {
+            p.lse[row] = sum > 0.f ? m[hr] * p.sm_scale + logf(sum) : -INFINITY;
+        }
+    }
+}
+
+template <typename T, bool kSplitN>
+__device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
+                                        const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
+    const int wg = threadIdx.x / 128 - 1;
+    const int tid = threadIdx.x % 128;
+    const int lane = tid % 32;
+    const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        o[i] = 0.f;
+    }
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.f, 0.f};
+    if (sh.n_blocks > 0) {
+        bar_wait(&b->q_full, 0);
+    }
+    const uint8_t *q = sq + wg * 64 * 128;
+    const int diag_from = sh.kv_len - sh.q_len + sh.m0; /* tiles past this need the mask */
+    for (int i = 0; i < sh.n_blocks; ++i) {
+        const int s = i % kStages;
+        const uint32_t ph = (i / kStages) & 1;
+        const int n = sh.n_blocks - 1 - i;
+        float sc[64];
+        bar_wait(&b->k_full[s], ph);
+        wg_fence();
+        qk_gemm<T>(sc, q, sk + s * kTileBytes);
+        wg_commit();
+        wg_wait0();
+        if ((n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from)) {
+            mask_tile(sc, sh, p.causal, n, r0, lane);
+        }
+        uint32_t pf[8][4];
+        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+        bar_wait(&b->v_full[s], ph);
+        wg_fence();
+        pv_gemm<T, kSplitN>(o, pf, sv + s * kTileBytes);
+        wg_commit();
+        wg_wait0();
+        release_stage(&b->empty[s]);
+    }
+    epilogue<T>(p, sh, o, m, l, h, r0, lane);
+}
+
+__device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
+}
+
+/* The pipelined consumer: in its turn (named barriers 1 + wg, ping-pong between the two
+ * warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to back, hands the
+ * tensor cores to the other warpgroup, then runs softmax i while the other one's GEMMs run. */
+template <typename T, bool kSplitN, bool kPingPong>
+__device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, const uint8_t *sq,
+                                             const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
+    const int wg = threadIdx.x / 128 - 1;
+    const int tid = threadIdx.x % 128;
+    const int lane = tid % 32;
+    const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
+    float o[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) {
+        o[i] = 0.f;
+    }
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.f, 0.f};
+    const int nb = sh.n_blocks;
+    if (nb > 0) {
+        bar_wait(&b->q_full, 0);
+        if (kPingPong && wg == 1) {
+            named_arrive(1);
+        }
+    }
+    const uint8_t *q = sq + wg * 64 * 128;
+    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
+    const auto needs_mask = [&](int n) {
+        return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
+    };
+    uint32_t pf[8][4];
+    if (nb > 0) {
+        float sc[64];
+        bar_wait(&b->k_full[0], 0);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
+        wg_fence();
+        qk_gemm<T>(sc, q, sk);
+        wg_commit();
+        if constexpr (kPingPong) {
+            named_arrive(2 - wg);
+        }
+        wg_wait0();
+        if (needs_mask(nb - 1)) {
+            mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
+        }
+        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+    }
+    for (int i = 1; i < nb; ++i) {
+        const int s = i % kStages;
+        const int sp = (i - 1) % kStages;
+        const int n = nb - 1 - i;
+        float sc[64];
+        bar_wait(&b->k_full[s], (i / kStages) & 1);
+        bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
+        wg_fence();
+        qk_gemm<T>(sc, q, sk + s * kTileBytes);
+        wg_commit();
+        pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+        wg_commit();
+        if constexpr (kPingPong) {
+            named_arrive(2 - wg);
+        }
+        wg_wait1();
+        if (needs_mask(n)) {
+            mask_tile(sc, sh, p.causal, n, r0, lane);
+        }
+        float corr[2];
+        softmax_stats(sc, m, l, corr, p.scale_log2);
+        wg_wait0();
+        release_stage(&b->empty[sp]);
+        rescale_pack<T>(sc, o, corr, pf);
+    }
+    if (nb > 0) {
+        const int sp = (nb - 1) % kStages;
+        bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
+        if constexpr (kPingPong) {
+            named_sync(1 + wg);
+        }
+        wg_fence();
+        pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+        wg_commit();
+        if (kPingPong && wg == 0) {
+            named_arrive(2);
+        }
+        wg_wait0();
+        release_stage(&b->empty[sp]);
+    }
+    epilogue<T>(p, sh, o, m, l, h, r0, lane);
+}
+
+/* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
+ * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
+ * consumer warpgroups on named barriers. */
+template <typename T, int kMode>
+__global__ void __launch_bounds__(kThreads, 1)
+    prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
+                          const __grid_constant__ CUtensorMap tk,
+                          const __grid_constant__ CUtensorMap tv,
+                          const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                                ~static_cast<uintptr_t>(1023));
+    uint8_t *sq = base;
+    uint8_t *sk = sq + kTileBytes;
+    uint8_t *sv = sk + kStages * kTileBytes;
+    Bars *b = reinterpret_cast<Bars *>(sv + kStages * kTileBytes);
+    const int h = blockIdx.y;
+    const Shape sh = item_shape(p);
+    if (sh.n_blocks < 0) {
+        return;
+    }
+    if (threadIdx.x == 0) {
+        bar_init(&b->q_full, 1);
+        for (int s = 0; s < kStages; ++s) {
+            bar_init(&b->k_full[s], 1);
+            bar_init(&b->v_full[s], 1);
+            bar_init(&b->empty[s], 8); /* one arrival per consumer warp */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (threadIdx.x < 128) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+        if (threadIdx.x == 0 && sh.n_blocks > 0) {
+            produce(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+        if constexpr (kMode == 0) {
+            consume<T, false>(p, sh, sq, sk, sv, b, h);
+        } else {
+            consume_pipe<T, false, kMode == 2>(p, sh, sq, sk, sv, b, h);
+        }
+    }
+#endif
+}
+
+/* Host: the driver's cuTensorMapEncodeTiled through the runtime (nothing links libcuda). */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled_fn() {
+    static EncodeTiledFn fn = nullptr;
+    if (fn == nullptr) {
+        void *ptr = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess) {
+            fn = reinterpret_cast<EncodeTiledFn>(ptr);
+        }
+    }
+    return fn;
+}
+
+/* The map of a dense 16-bit [rows][heads][128] tensor: boxes of 64 columns x 1 head x 128 rows,
+ * 128-byte swizzle, rows past the end read as zeros. 0 on success. */
+inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads) {
+    EncodeTiledFn fn = encode_tiled_fn();
+    if (fn == nullptr || rows <= 0) {
+        return -1;
+    }
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDim), static_cast<cuuint64_t>(heads),
+                                static_cast<cuuint64_t>(rows)};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kDim) * 2,
+                                   static_cast<cuuint64_t>(kDim) * 2 * heads};
+    const cuuint32_t box[3] = {64, 1, kRows};
+    const cuuint32_t estride[3] = {1, 1, 1};
+    const CUresult r =
+        fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
+           estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? 0 : -2;
+}
+
+} // namespace ap_hopper
+
+#endif /* AP_COMMON_PREFILL_HOPPER_CUH */

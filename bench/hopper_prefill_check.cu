@@ -1,0 +1,520 @@
+/* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
+ * against a double-precision host reference on ragged batches (every output element and LSE
+ * checked, outputs poisoned first), then its timing on B4 S4096 H32/8 and H32/32 D128.
+ * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "../backends/common/prefill_hopper.cuh"
+
+#ifdef HOPPER_CHECK_KIT
+#include "../backends/common/prefill.h"
+#endif
+
+using namespace ap_hopper;
+
+#define CK(x) \
+    do { \
+        cudaError_t e_ = (x); \
+        if (e_ != cudaSuccess) { \
+            std::printf("CUDA error %s at %s:%d\n", cudaGetErrorString(e_), __FILE__, __LINE__); \
+            std::exit(2); \
+        } \
+    } while (0)
+
+struct Case {
+    const char *name;
+    bool fp16;
+    bool causal;
+    int hq, hkv;
+    std::vector<int> q_lens, kv_lens;
+};
+
+struct Batch {
+    std::vector<int> qo, kv;
+    std::vector<Item> items;
+    int tq, tkv;
+};
+
+static Batch make_batch(const Case &c) {
+    Batch b;
+    b.qo.push_back(0);
+    b.kv.push_back(0);
+    for (size_t i = 0; i < c.q_lens.size(); ++i) {
+        b.qo.push_back(b.qo.back() + c.q_lens[i]);
+        b.kv.push_back(b.kv.back() + c.kv_lens[i]);
+    }
+    std::vector<std::pair<int, Item>> order;
+    for (size_t i = 0; i < c.q_lens.size(); ++i) {
+        for (int mb = 0; mb * kRows < c.q_lens[i]; ++mb) {
+            int end = c.kv_lens[i];
+            if (c.causal) {
+                end = std::min(end, c.kv_lens[i] - c.q_lens[i] + mb * kRows + kRows);
+            }
+            /* the kit plan's item for a 128-token tile (prefill_internal.h) */
+            order.push_back(
+                {-end, Item{static_cast<int32_t>(i), mb * kRows,
+                            (end + AP_KIT_PREFILL_TILE_KV - 1) / AP_KIT_PREFILL_TILE_KV, 0}});
+        }
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto &a, const auto &b) { return a.first < b.first; });
+    for (auto &o : order) {
+        b.items.push_back(o.second);
+    }
+    b.tq = b.qo.back();
+    b.tkv = b.kv.back();
+    return b;
+}
+
+static float round16(float x, bool fp16) {
+    return fp16 ? __half2float(__float2half_rn(x)) : __bfloat162float(__float2bfloat16_rn(x));
+}
+
+static void to16(const std::vector<float> &f, std::vector<uint16_t> &h, bool fp16) {
+    h.resize(f.size());
+    for (size_t i = 0; i < f.size(); ++i) {
+        if (fp16) {
+            const __half_raw x = __float2half_rn(f[i]);
+            h[i] = x.x;
+        } else {
+            const __nv_bfloat16_raw x = __float2bfloat16_rn(f[i]);
+            h[i] = x.x;
+        }
+    }
+}
+
+static float from16(uint16_t v, bool fp16) {
+    if (fp16) {
+        __half_raw x;
+        x.x = v;
+        return __half2float(__half(x));
+    }
+    __nv_bfloat16_raw x;
+    x.x = v;
+    return __bfloat162float(__nv_bfloat16(x));
+}
+
+/* Launches one variant; returns 0 or a map error. */
+template <typename T, int kMode>
+static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
+                  const Params &p, int num_items, cudaStream_t st) {
+    CUtensorMap mq, mk, mv;
+    if (make_map(&mq, q, tq, hq) || make_map(&mk, k, tkv, hkv) || make_map(&mv, v, tkv, hkv)) {
+        return -1;
+    }
+    static bool attr = false; /* one per instantiation */
+    if (!attr) {
+        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        attr = true;
+    }
+    prefill_hopper_kernel<T, kMode>
+        <<<dim3(num_items, hq), kThreads, kSmemBytes, st>>>(mq, mk, mv, p);
+    return 0;
+}
+
+template <int kMode>
+static int launch_t(bool fp16, const void *q, const void *k, const void *v, int tq, int tkv, int hq,
+                    int hkv, const Params &p, int num_items, cudaStream_t st) {
+    if (fp16) {
+        return launch<__half, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+    return launch<__nv_bfloat16, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+}
+
+static const int kVariants = 3;
+static const char *const kVariant[kVariants] = {"plain", "overlap", "overlap+pingpong"};
+
+/* The kernel's consumer modes (prefill_hopper_kernel's kMode). */
+static int launch_any(int variant, bool fp16, const void *q, const void *k, const void *v, int tq,
+                      int tkv, int hq, int hkv, const Params &p, int num_items, cudaStream_t st) {
+    switch (variant) {
+        case 0: return launch_t<0>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        case 1: return launch_t<1>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        default: return launch_t<2>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+}
+
+static void reference(const Case &c, const Batch &b, const std::vector<float> &q,
+                      const std::vector<float> &k, const std::vector<float> &v, float scale,
+                      std::vector<double> &out, std::vector<double> &lse) {
+    const int hq = c.hq, hkv = c.hkv, D = kDim, group = hq / hkv;
+    out.assign(static_cast<size_t>(b.tq) * hq * D, 0.0);
+    lse.assign(static_cast<size_t>(b.tq) * hq, -INFINITY);
+    std::vector<std::pair<int, int>> jobs;
+    for (size_t s = 0; s + 1 < b.qo.size(); ++s) {
+        for (int r = b.qo[s]; r < b.qo[s + 1]; ++r) {
+            jobs.push_back({static_cast<int>(s), r});
+        }
+    }
+    const unsigned nt = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < nt; ++t) {
+        th.emplace_back([&, t]() {
+            std::vector<double> sc;
+            for (size_t j = t; j < jobs.size(); j += nt) {
+                const int s = jobs[j].first, r = jobs[j].second;
+                const int qlen = b.qo[s + 1] - b.qo[s], kvlen = b.kv[s + 1] - b.kv[s];
+                const int i = r - b.qo[s];
+                int lim = kvlen;
+                if (c.causal) {
+                    lim = std::min(kvlen, kvlen - qlen + i + 1);
+                }
+                for (int h = 0; h < hq; ++h) {
+                    const float *qr = &q[(static_cast<size_t>(r) * hq + h) * D];
+                    const int hk = h / group;
+                    sc.assign(std::max(lim, 0), 0.0);
+                    double mx = -INFINITY;
+                    for (int n = 0; n < lim; ++n) {
+                        const float *kr = &k[(static_cast<size_t>(b.kv[s] + n) * hkv + hk) * D];
+                        double acc = 0;
+                        for (int d = 0; d < D; ++d) {
+                            acc += static_cast<double>(qr[d]) * kr[d];
+                        }
+                        sc[n] = acc * scale;
+                        mx = std::max(mx, sc[n]);
+                    }
+                    if (lim <= 0) {
+                        continue;
+                    }
+                    double sum = 0;
+                    for (int n = 0; n < lim; ++n) {
+                        sc[n] = std::exp(sc[n] - mx);
+                        sum += sc[n];
+                    }
+                    double *o = &out[(static_cast<size_t>(r) * hq + h) * D];
+                    for (int n = 0; n < lim; ++n) {
+                        const float *vr = &v[(static_cast<size_t>(b.kv[s] + n) * hkv + hk) * D];
+                        const double w = sc[n] / sum;
+                        for (int d = 0; d < D; ++d) {
+                            o[d] += w * vr[d];
+                        }
+                    }
+                    lse[static_cast<size_t>(r) * hq + h] = mx + std::log(sum);
+                }
+            }
+        });
+    }
+    for (auto &x : th) {
+        x.join();
+    }
+}
+
+/* Every output element and LSE of one run against the double reference; prints one line. */
+static bool compare(const Case &c, const char *what, const void *dout, const float *dlse,
+                    size_t n_out, const std::vector<double> &ref,
+                    const std::vector<double> &ref_lse) {
+    std::vector<uint16_t> out(n_out);
+    std::vector<float> lse(ref_lse.size());
+    CK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lse.data(), dlse, lse.size() * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0, maxerr = 0, lse_err = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+        const double x = from16(out[i], c.fp16);
+        if (!std::isfinite(x)) {
+            ++bad;
+            continue;
+        }
+        num += (x - ref[i]) * (x - ref[i]);
+        den += ref[i] * ref[i];
+        maxerr = std::max(maxerr, std::fabs(x - ref[i]));
+    }
+    for (size_t i = 0; i < lse.size(); ++i) {
+        if (std::isinf(ref_lse[i])) {
+            if (!(std::isinf(lse[i]) && lse[i] < 0)) {
+                ++bad;
+            }
+            continue;
+        }
+        if (!std::isfinite(lse[i])) {
+            ++bad;
+            continue;
+        }
+        lse_err = std::max(lse_err, std::fabs(lse[i] - ref_lse[i]));
+    }
+    const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const bool pass = bad == 0 && rel < 1e-2 && lse_err < 1e-3;
+    std::printf("%s %-28s %s rel_l2 %.2e max_abs %.2e lse_err %.2e nonfinite %zu\n",
+                pass ? "PASS" : "FAIL", c.name, what, rel, maxerr, lse_err, bad);
+    return pass;
+}
+
+#ifdef HOPPER_CHECK_KIT
+/* The same batch through the kit's entry: ap_kit_prefill_plan_build picks the Hopper kernel
+ * (plan.hopper) and ap_kit_prefill_run launches it. */
+static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *dk, const void *dv,
+                    const int32_t *dqo, const int32_t *dkv, void *dout, float *dlse, size_t n_out,
+                    float scale, const std::vector<double> &ref,
+                    const std::vector<double> &ref_lse) {
+    char text[512] = "";
+    ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
+    const int num_seqs = static_cast<int>(b.qo.size()) - 1;
+    const size_t bytes = ap_kit_prefill_plan_bytes(b.tq, num_seqs, kDim, kDim, c.hq, c.hkv);
+    std::vector<uint8_t> scratch(bytes + 16);
+    void *dbuf = nullptr;
+    CK(cudaMalloc(&dbuf, bytes + 16));
+    ap_kit_prefill_plan_args a = {};
+    a.num_seqs = num_seqs;
+    a.qo_indptr_host = b.qo.data();
+    a.kv_indptr_host = b.kv.data();
+    a.head_dim_qk = kDim;
+    a.head_dim_v = kDim;
+    a.num_qo_heads = c.hq;
+    a.num_kv_heads = c.hkv;
+    a.causal = c.causal;
+    a.host_scratch = scratch.data();
+    a.device_buffer = dbuf;
+    a.buffer_bytes = bytes;
+    a.kv_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
+    ap_kit_prefill_plan plan = {};
+    ap_status st = ap_kit_prefill_plan_build(&a, nullptr, &plan, "check", &msg);
+    bool ok = st == AP_OK && plan.hopper == 1;
+    if (ok) {
+        ap_kit_prefill_params p = {};
+        p.q = dq;
+        p.out = dout;
+        p.lse = dlse;
+        p.q_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
+        p.kv_dtype = p.q_dtype;
+        p.head_dim_qk = kDim;
+        p.head_dim_v = kDim;
+        p.num_qo_heads = c.hq;
+        p.num_kv_heads = c.hkv;
+        p.causal = c.causal;
+        p.sm_scale = scale;
+        p.qo_indptr = dqo;
+        p.k = dk;
+        p.v = dv;
+        p.kv_indptr = dkv;
+        CK(cudaMemset(dout, 0xff, n_out * 2));
+        CK(cudaMemset(dlse, 0xff, ref_lse.size() * 4));
+        st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
+        CK(cudaDeviceSynchronize());
+        ok = st == AP_OK && compare(c, "kit entry", dout, dlse, n_out, ref, ref_lse);
+    }
+    if (!ok) {
+        std::printf("FAIL %-28s kit entry: status %d hopper %d: %s\n", c.name, (int)st, plan.hopper,
+                    text);
+    }
+    cudaFree(dbuf);
+    return ok;
+}
+#endif
+
+static bool run_case(const Case &c, unsigned seed) {
+    const Batch b = make_batch(c);
+    const int D = kDim;
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    std::vector<float> q(static_cast<size_t>(b.tq) * c.hq * D),
+        k(static_cast<size_t>(b.tkv) * c.hkv * D), v(k.size());
+    for (auto *t : {&q, &k, &v}) {
+        for (auto &x : *t) {
+            x = round16(2.f * u(rng), c.fp16);
+        }
+    }
+    std::vector<uint16_t> hq16, hk16, hv16;
+    to16(q, hq16, c.fp16);
+    to16(k, hk16, c.fp16);
+    to16(v, hv16, c.fp16);
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    std::vector<double> ref, ref_lse;
+    reference(c, b, q, k, v, scale, ref, ref_lse);
+
+    void *dq, *dk, *dv, *dout;
+    float *dlse;
+    int32_t *dqo, *dkv;
+    Item *ditems;
+    CK(cudaMalloc(&dq, hq16.size() * 2 + 16));
+    CK(cudaMalloc(&dk, std::max<size_t>(hk16.size(), 1) * 2 + 16));
+    CK(cudaMalloc(&dv, std::max<size_t>(hv16.size(), 1) * 2 + 16));
+    CK(cudaMalloc(&dout, hq16.size() * 2 + 16));
+    CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * c.hq * 4 + 16));
+    CK(cudaMalloc(&dqo, b.qo.size() * 4));
+    CK(cudaMalloc(&dkv, b.kv.size() * 4));
+    CK(cudaMalloc(&ditems, std::max<size_t>(b.items.size(), 1) * sizeof(Item)));
+    CK(cudaMemcpy(dq, hq16.data(), hq16.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, hk16.data(), hk16.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, hv16.data(), hv16.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
+    Params p{ditems,
+             dqo,
+             dkv,
+             dout,
+             dlse,
+             c.hq,
+             c.hq / c.hkv,
+             c.causal ? 1 : 0,
+             scale * 1.4426950408889634f,
+             scale};
+    bool ok = true;
+    for (int variant = 0; variant < kVariants; ++variant) {
+        CK(cudaMemset(dout, 0xff, hq16.size() * 2));
+        CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
+        const int rc = launch_any(variant, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,
+                                  static_cast<int>(b.items.size()), 0);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        if (rc != 0) {
+            std::printf("FAIL %-28s tensor map error %d\n", c.name, rc);
+            ok = false;
+            continue;
+        }
+        ok = compare(c, kVariant[variant], dout, dlse, hq16.size(), ref, ref_lse) && ok;
+    }
+#ifdef HOPPER_CHECK_KIT
+    ok = run_kit(c, b, dq, dk, dv, dqo, dkv, dout, dlse, hq16.size(), scale, ref, ref_lse) && ok;
+#endif
+    cudaFree(dq);
+    cudaFree(dk);
+    cudaFree(dv);
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(dqo);
+    cudaFree(dkv);
+    cudaFree(ditems);
+    return ok;
+}
+
+static void bench(bool causal, int hkv, int variant) {
+    const int B = 4, S = 4096, H = 32, D = kDim;
+    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S)};
+    const Batch b = make_batch(c);
+    const int sets = 2;
+    std::vector<void *> bufs;
+    const size_t qn = static_cast<size_t>(b.tq) * H * D, kn = static_cast<size_t>(b.tkv) * hkv * D;
+    void *dout;
+    float *dlse;
+    int32_t *dqo, *dkv;
+    Item *ditems;
+    static std::vector<uint16_t> host; /* one random pool, sliced at different offsets */
+    if (host.size() < qn + 4096) {
+        host.resize(qn + 4096);
+        uint32_t x = 12345u;
+        for (auto &e : host) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            const __nv_bfloat16_raw y =
+                __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
+            e = y.x;
+        }
+    }
+    int slice = 0;
+    for (int s = 0; s < sets; ++s) {
+        for (size_t n : {qn, kn, kn}) {
+            void *p;
+            CK(cudaMalloc(&p, n * 2));
+            CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
+            bufs.push_back(p);
+        }
+    }
+    CK(cudaMalloc(&dout, qn * 2));
+    CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * H * 4));
+    CK(cudaMalloc(&dqo, b.qo.size() * 4));
+    CK(cudaMalloc(&dkv, b.kv.size() * 4));
+    CK(cudaMalloc(&ditems, b.items.size() * sizeof(Item)));
+    CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
+    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    Params p{
+        ditems, dqo, dkv, dout, nullptr, H, H / hkv, causal ? 1 : 0, scale * 1.4426950408889634f,
+        scale};
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    const int warm = 5, iters = 40;
+    for (int i = 0; i < warm + iters; ++i) {
+        const int s = i % sets;
+        CK(cudaEventRecord(e0));
+        const int rc = launch_any(variant, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2],
+                                  b.tq, b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        if (rc != 0) {
+            std::printf("bench: map error\n");
+            return;
+        }
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= warm) {
+            ms.push_back(t);
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double flops = (causal ? 2.0 : 4.0) * B * H * static_cast<double>(S) * S * D;
+    std::printf("hopper %s B%d S%d H%d/%d D%d bf16 %s: %.3f ms %.1f TFLOP/s\n",
+                causal ? "causal    " : "non-causal", B, S, H, hkv, D, kVariant[variant], med,
+                flops / med / 1e9);
+    for (void *x : bufs) {
+        cudaFree(x);
+    }
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(dqo);
+    cudaFree(dkv);
+    cudaFree(ditems);
+}
+
+int main(int argc, char **argv) {
+    /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
+     * --profile V: one causal H32/8 launch set of variant V (for ncu). */
+    const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+    const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
+    const bool do_bench = argc == 1 || bench_only;
+    if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
+        bench(true, 8, std::atoi(argv[2]));
+        return 0;
+    }
+    std::vector<Case> cases = {
+        {"bf16 causal g1 H4/4", false, true, 4, 4, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
+        {"bf16 noncausal g4 H8/2", false, false, 8, 2, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
+        {"bf16 causal g8 H8/1", false, true, 8, 1, {4097, 0, 17, 1000, 1}, {4097, 0, 17, 1000, 1}},
+        {"fp16 causal g4 H8/2", true, true, 8, 2, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
+        {"fp16 noncausal g8 H8/1", true, false, 8, 1, {17, 1000, 3, 1}, {17, 1000, 0, 300}},
+        {"bf16 causal prefix g4 H8/2", false, true, 8, 2, {1, 17, 300, 1000}, {5, 17, 1300, 2000}},
+        {"bf16 noncausal prefix g1", false, false, 2, 2, {1, 129, 300}, {200, 77, 1000}},
+        {"fp16 causal prefix g8 H8/1", true, true, 8, 1, {64, 200}, {1000, 333}},
+    };
+    if (quick) {
+        cases = {
+            {"bf16 causal g4 small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}},
+            {"fp16 noncausal g2 small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}},
+        };
+    }
+    int dev = 0;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, dev));
+    std::printf("device %s sm_%d%d\n", prop.name, prop.major, prop.minor);
+    bool ok = true;
+    unsigned seed = 1;
+    if (bench_only) {
+        cases.clear();
+    }
+    for (const Case &c : cases) {
+        ok = run_case(c, seed++) && ok;
+    }
+    std::printf("%s\n", ok ? "ALL PASS" : "SOME FAILED");
+    if (do_bench) {
+        for (int variant = 0; variant < kVariants; ++variant) {
+            for (bool causal : {true, false}) {
+                for (int hkv : {8, 32}) {
+                    bench(causal, hkv, variant);
+                }
+            }
+        }
+    }
+    return ok ? 0 : 1;
+}
