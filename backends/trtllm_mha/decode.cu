@@ -1,0 +1,553 @@
+// decode.cu: decode and multi-token decode over the paged NHD cache on tensor cores: the query
+// heads of a group (times the new tokens) are the rows of one K/V tile; split-KV found on device.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "../common/nvfp4.cuh"
+#include "../common/paged_kv.cuh"
+#include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
+#include "mha.h"
+
+#define MHA_WHO MHA_NAME ": decode"
+
+namespace {
+
+constexpr int kWarps = 4; // 16 rows each: MHA_BLOCK_ROWS
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = 32; // KV tokens per step
+static_assert(kWarps * 16 == MHA_BLOCK_ROWS, "a warp holds 16 rows");
+
+struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 values
+
+// Compile-time sizes of one (head dim, cache type) pair. The math reads 16-bit tiles of
+// `tile` rows of head_dim elements (swizzled 16-byte chunks). A 16-bit cache is copied straight
+// into that layout; fp8 and nvfp4 land raw in the ring and are converted into one 16-bit tile
+// (half: every e4m3 value and every e2m1 x e4m3 product is exact in it) before the math.
+template <int D, typename KV> struct decode_shape {
+    static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
+    static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
+    static constexpr bool converted = is_nvfp4 || is_fp8;
+    static constexpr int chunks = D / 8; // 16-byte chunks of a 16-bit row
+    static constexpr int row16 = D * 2;
+    static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
+    static constexpr int raw_chunks = raw_row / 16;
+    static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
+    static constexpr int raw_tile = kTile * (raw_row + scale_row);
+    static constexpr int stage_bytes = 2 * raw_tile; // K then V
+    static constexpr int conv_bytes = converted ? 2 * kTile * row16 : 0;
+    static constexpr int stages = (!converted && D == 256) ? 2 : 3;
+    static constexpr int smem = stages * stage_bytes + conv_bytes;
+    static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
+};
+
+struct decode_args {
+    const void *q;
+    void *out;
+    float *lse;
+    const uint8_t *k_pages, *v_pages, *k_scales, *v_scales;
+    const int32_t *qo_indptr, *kv_page_indptr, *kv_page_indices, *seq_lens;
+    float *partial_out, *partial_lse;
+    int32_t num_qo_heads, num_kv_heads, group, log2_page_size, num_splits, row_blocks;
+    float scale_log2; // sm_scale * log2(e) * k_scale
+    float v_scale;
+};
+
+// A cp.async of 4, 8 or 16 bytes (the nvfp4 scale rows), zero-filled when !valid.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_small(uint32_t dst, const void *src, bool valid) {
+    if constexpr (BYTES == 16) {
+        ap_cp_async_16(dst, src, valid);
+    } else {
+        int src_bytes = valid ? BYTES : 0;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src),
+                     "n"(BYTES), "r"(src_bytes)
+                     : "memory");
+    }
+}
+
+// Where one CTA stands: its sequence, rows and KV range [key_begin, key_end).
+struct cta_work {
+    int seq, kv_head, block, q_start, q_len, prefix, rows;
+    int key_begin, key_end;
+    const int32_t *pages;
+};
+
+// Issue the copies of tile `tile_index` (keys key_begin + 32 * tile_index ..) into a stage.
+template <int D, typename KV>
+__device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args &a, int tile_index,
+                                           uint32_t stage) {
+    using S = decode_shape<D, KV>;
+    const int first = w.key_begin + tile_index * kTile;
+    constexpr int copies = kTile * S::raw_chunks;
+#pragma unroll
+    for (int i = threadIdx.x; i < copies; i += kThreads) {
+        const int row = i / S::raw_chunks, chunk = i % S::raw_chunks;
+        const int pos = first + row;
+        const bool valid = pos < w.key_end;
+        const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+        const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
+        const uint32_t dst = S::converted ? row * S::raw_row + chunk * 16
+                                          : row * S::row16 + ap_swizzle<S::chunks>(row, chunk) * 16;
+        ap_cp_async_16(stage + dst, a.k_pages + src, valid);
+        ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
+    }
+    if constexpr (S::is_nvfp4) {
+        for (int row = threadIdx.x; row < kTile; row += kThreads) {
+            const int pos = first + row;
+            const bool valid = pos < w.key_end;
+            const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+            const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
+            const uint32_t dst = kTile * S::raw_row + row * S::scale_row;
+            cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
+            cp_async_small<S::scale_row>(stage + S::raw_tile + dst, a.v_scales + src, valid);
+        }
+    }
+}
+
+// fp8 / nvfp4: the raw K and V of a stage to half tiles in the swizzled 16-bit layout, 8 values
+// (one 16-byte chunk) per step. The scales stay out: k_scale in the logits, v_scale in the out.
+template <int D, typename KV>
+__device__ __forceinline__ void tile_convert(const uint8_t *stage, uint8_t *conv) {
+    using S = decode_shape<D, KV>;
+    constexpr int items = 2 * kTile * S::chunks; // K and V
+#pragma unroll 4
+    for (int i = threadIdx.x; i < items; i += kThreads) {
+        const int kv = i / (kTile * S::chunks), rest = i % (kTile * S::chunks);
+        const int row = rest / S::chunks, chunk = rest % S::chunks;
+        const uint8_t *raw = stage + kv * S::raw_tile;
+        uint4 h;
+        if constexpr (S::is_nvfp4) {
+            const uint32_t w =
+                *reinterpret_cast<const uint32_t *>(raw + row * S::raw_row + chunk * 4);
+            const uint8_t sc = raw[kTile * S::raw_row + row * S::scale_row + chunk / 2];
+            __half2 out[4];
+            ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), out);
+            h = *reinterpret_cast<uint4 *>(out);
+        } else {
+            const uint2 b = *reinterpret_cast<const uint2 *>(raw + row * S::raw_row + chunk * 8);
+            h.x = ap_fp8x2_to_half2_bits((uint16_t)b.x);
+            h.y = ap_fp8x2_to_half2_bits((uint16_t)(b.x >> 16));
+            h.z = ap_fp8x2_to_half2_bits((uint16_t)b.y);
+            h.w = ap_fp8x2_to_half2_bits((uint16_t)(b.y >> 16));
+        }
+        *reinterpret_cast<uint4 *>(conv + kv * kTile * S::row16 + row * S::row16 +
+                                   ap_swizzle<S::chunks>(row, chunk) * 16) = h;
+    }
+}
+
+// One warp's 16 rows: Q as A fragments, O (16 x D) as C fragments, per row the running max m
+// and this lane's share of the denominator l (rows g and g + 8).
+template <int D> struct warp_state {
+    uint32_t q[D / 16][4];
+    float acc[D / 8][4];
+    float m[2], l[2];
+    int limit[2]; // the last key each row sees (causal): prefix + its token
+};
+
+template <int D, typename MT, typename QT>
+__device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
+                                            const decode_args &a, int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = w.block * MHA_BLOCK_ROWS + warp * 16 + g + 8 * half;
+        const bool live = r < w.rows;
+        const int token = live ? r / a.group : 0, head = live ? r % a.group : 0;
+        st.limit[half] = w.prefix + token;
+        const QT *qrow =
+            static_cast<const QT *>(a.q) +
+            ((int64_t)(w.q_start + token) * a.num_qo_heads + w.kv_head * a.group + head) * D;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                uint32_t v =
+                    live
+                        ? __ldg(reinterpret_cast<const uint32_t *>(qrow + 16 * ks + 8 * hi + 2 * t))
+                        : 0u;
+                if constexpr (!std::is_same<MT, QT>::value) {
+                    const float2 f = ap_unpack2<QT>(v);
+                    v = ap_pack2<MT>(f.x, f.y);
+                }
+                st.q[ks][half + 2 * hi] = v;
+            }
+        }
+        st.m[half] = -INFINITY;
+        st.l[half] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0.f;
+}
+
+// Online softmax of one step (rows g, g + 8): m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
+// l = l 2^(m - m') + sum p_j, O rescaled by 2^(m - m'). A row with no key yet keeps m = -inf
+// and p = 0 (the base is then 0, so no inf - inf).
+template <int D>
+__device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
+                                             int first_key, int key_end, float scale_log2, int t) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = first_key + 8 * n + 2 * t + e;
+                float x = s[n][2 * half + e] * scale_log2;
+                x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
+                s[n][2 * half + e] = x;
+                tile_max = fmaxf(tile_max, x);
+            }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float m_new = fmaxf(st.m[half], tile_max);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = ap_exp2_approx(st.m[half] - base);
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = ap_exp2_approx(s[n][2 * half + e] - base);
+                s[n][2 * half + e] = p;
+                sum += p;
+            }
+        st.l[half] = st.l[half] * alpha + sum;
+        st.m[half] = m_new;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            st.acc[j][2 * half] *= alpha;
+            st.acc[j][2 * half + 1] *= alpha;
+        }
+    }
+}
+
+// One step over a 16-bit K/V tile pair (K at tile_k, V at tile_k + kTile * row16):
+//   S = Q K^T (16 rows x 32 keys), softmax as above, O += P V, all accumulated in float.
+template <int D, typename MT>
+__device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, int first_key,
+                                          int key_end, float scale_log2, int lane) {
+    constexpr int C = D / 8;
+    const uint32_t tile_v = tile_k + kTile * D * 2;
+    const int mat = lane >> 3, t = lane & 3;
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int p = 0; p < kTile / 16; p++) {
+        const int row = 16 * p + (mat >> 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4(r, tile_k + row * D * 2 + ap_swizzle<C>(row, 2 * ks + (mat & 1)) * 16);
+            ap_mma_16816<MT>(s[2 * p], st.q[ks], r[0], r[1]);
+            ap_mma_16816<MT>(s[2 * p + 1], st.q[ks], r[2], r[3]);
+        }
+    }
+    tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; kk++) {
+        const uint32_t pa[4] = {ap_pack2<MT>(s[2 * kk][0], s[2 * kk][1]),
+                                ap_pack2<MT>(s[2 * kk][2], s[2 * kk][3]),
+                                ap_pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                ap_pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const int row = 16 * kk + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4_trans(r, tile_v + row * D * 2 +
+                                        ap_swizzle<C>(row, 2 * dp + (mat >> 1)) * 16);
+            ap_mma_16816<MT>(st.acc[2 * dp], pa, r[0], r[1]);
+            ap_mma_16816<MT>(st.acc[2 * dp + 1], pa, r[2], r[3]);
+        }
+    }
+}
+
+// End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
+// lse2 = -inf), to the output rows or to the CTA's partial slot.
+template <int D, typename QT>
+__device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
+                                             const decode_args &a, int64_t partial, int warp,
+                                             int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? a.v_scale / l : 0.f;
+        const float lse2 = l > 0.f ? st.m[half] + __log2f(l) : -INFINITY;
+        const int local = warp * 16 + g + 8 * half;
+        const int r = w.block * MHA_BLOCK_ROWS + local;
+        if (r >= w.rows) continue;
+        if (a.num_splits == 1) {
+            const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
+                                w.kv_head * a.group + r % a.group;
+            QT *out = static_cast<QT *>(a.out) + row * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
+                    ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            if (a.lse != NULL && t == 0) a.lse[row] = ap_lse2_to_ln(lse2);
+        } else {
+            float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
+                    make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            if (t == 0) a.partial_lse[partial * MHA_BLOCK_ROWS + local] = lse2;
+        }
+    }
+}
+
+// The CTA's share: rows [block * 64, ..) of (sequence, KV head) and split s of the KV tiles the
+// block's last row can see (causal): keys 0 .. prefix + last token.
+__device__ __forceinline__ bool cta_work_find(const decode_args &a, cta_work &w) {
+    w.seq = blockIdx.z;
+    w.kv_head = blockIdx.y / a.row_blocks;
+    w.block = blockIdx.y % a.row_blocks;
+    w.q_start = __ldg(a.qo_indptr + w.seq);
+    w.q_len = __ldg(a.qo_indptr + w.seq + 1) - w.q_start;
+    w.rows = w.q_len * a.group;
+    if (w.block * MHA_BLOCK_ROWS >= w.rows) return false;
+    const int seq_len = __ldg(a.seq_lens + w.seq);
+    w.prefix = seq_len - w.q_len;
+    const int last_row = min(w.rows, (w.block + 1) * MHA_BLOCK_ROWS) - 1;
+    const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
+    const int tiles = (keys + kTile - 1) / kTile;
+    const int per = (tiles + a.num_splits - 1) / a.num_splits;
+    w.key_begin = min(keys, (int)blockIdx.x * per * kTile);
+    w.key_end = min(keys, ((int)blockIdx.x + 1) * per * kTile);
+    w.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + w.seq);
+    return true;
+}
+
+// The ring: tiles i + 1 .. i + stages - 1 are in flight while tile i is computed. One barrier
+// per step frees the oldest stage (every warp has finished the previous step) before it is
+// refilled; converted types take a second one between the conversion and the math.
+template <int D, typename KV, typename QT>
+__global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
+    using S = decode_shape<D, KV>;
+    using MT = typename std::conditional<S::converted, __half, QT>::type;
+    extern __shared__ __align__(128) uint8_t smem[];
+    cta_work w;
+    if (!cta_work_find(a, w)) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const bool has_rows = w.block * MHA_BLOCK_ROWS + warp * 16 < w.rows;
+    const uint32_t ring = ap_smem_addr(smem);
+    const int tiles = (w.key_end - w.key_begin + kTile - 1) / kTile;
+#pragma unroll
+    for (int s = 0; s < S::stages - 1; s++) {
+        if (s < tiles) tile_issue<D, KV>(w, a, s, ring + s * S::stage_bytes);
+        ap_cp_async_commit();
+    }
+    warp_state<D> st;
+    state_begin<D, MT, QT>(st, w, a, warp, lane);
+    for (int i = 0; i < tiles; i++) {
+        ap_cp_async_wait<S::stages - 2>();
+        __syncthreads();
+        const int next = i + S::stages - 1;
+        if (next < tiles) tile_issue<D, KV>(w, a, next, ring + (next % S::stages) * S::stage_bytes);
+        ap_cp_async_commit();
+        uint32_t tile_k = ring + (i % S::stages) * S::stage_bytes;
+        if constexpr (S::converted) {
+            uint8_t *conv = smem + S::stages * S::stage_bytes;
+            tile_convert<D, KV>(smem + (i % S::stages) * S::stage_bytes, conv);
+            __syncthreads();
+            tile_k = ap_smem_addr(conv);
+        }
+        if (has_rows)
+            tile_math<D, MT>(st, tile_k, w.key_begin + i * kTile, w.key_end, a.scale_log2, lane);
+    }
+    ap_cp_async_wait<0>();
+    if (!has_rows) return;
+    const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
+    state_finish<D, QT>(st, w, a, partial, warp, lane);
+}
+
+// Split-KV combine, one CTA per (sequence, KV head, row block): per row
+//   M = max_s lse2_s, w_s = 2^(lse2_s - M), o = sum_s w_s o_s / sum_s w_s, lse = ln2 (M + log2 sum w).
+// Split 0 always holds key 0, which every row sees, so the sum is never 0.
+template <typename QT>
+__global__ void __launch_bounds__(kThreads) mha_combine_kernel(const decode_args a, int head_dim) {
+    const int seq = blockIdx.z, kv_head = blockIdx.y / a.row_blocks,
+              block = blockIdx.y % a.row_blocks;
+    const int q_start = __ldg(a.qo_indptr + seq);
+    const int rows_all = (__ldg(a.qo_indptr + seq + 1) - q_start) * a.group;
+    const int rows = min(MHA_BLOCK_ROWS, rows_all - block * MHA_BLOCK_ROWS);
+    const int64_t first = ((int64_t)seq * gridDim.y + blockIdx.y) * a.num_splits;
+    for (int i = threadIdx.x; i < rows * head_dim; i += kThreads) {
+        const int local = i / head_dim, d = i % head_dim;
+        float m = -INFINITY;
+        for (int s = 0; s < a.num_splits; s++)
+            m = fmaxf(m, a.partial_lse[(first + s) * MHA_BLOCK_ROWS + local]);
+        float sum = 0.f, acc = 0.f;
+        for (int s = 0; s < a.num_splits; s++) {
+            const float wgt =
+                ap_softmax_merge_weight(a.partial_lse[(first + s) * MHA_BLOCK_ROWS + local], m);
+            sum += wgt;
+            acc += wgt * a.partial_out[((first + s) * MHA_BLOCK_ROWS + local) * head_dim + d];
+        }
+        const int r = block * MHA_BLOCK_ROWS + local;
+        const int64_t row =
+            (int64_t)(q_start + r / a.group) * a.num_qo_heads + kv_head * a.group + r % a.group;
+        static_cast<QT *>(a.out)[row * head_dim + d] = ap_from_float<QT>(acc / sum);
+        if (d == 0 && a.lse != NULL) a.lse[row] = ap_lse2_to_ln(m + log2f(sum));
+    }
+}
+
+typedef void (*decode_kernel_fn)(const decode_args);
+
+struct decode_kernel_info {
+    decode_kernel_fn kernel;
+    int smem_bytes;
+};
+
+template <int D, typename KV, typename QT> decode_kernel_info decode_variant() {
+    return {mha_decode_kernel<D, KV, QT>, decode_shape<D, KV>::smem};
+}
+
+template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_dtype) {
+    switch (kv_dtype) {
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>();
+        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>();
+        case AP_DTYPE_BF16:
+            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>();
+            break;
+        case AP_DTYPE_F16:
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>();
+            break;
+        default: break;
+    }
+    return {NULL, 0};
+}
+
+template <int D> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
+    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype);
+    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype);
+    return {NULL, 0};
+}
+
+// The small dispatch: the only place that instantiates kernels.
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
+    switch (head_dim) {
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype);
+        default: return {NULL, 0};
+    }
+}
+
+ap_status decode_setup_all(ap_msgbuf *msg) {
+    const int dims[3] = {64, 128, 256};
+    const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
+    const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
+    for (int d = 0; d < 3; d++)
+        for (int q = 0; q < 2; q++)
+            for (int k = 0; k < 4; k++) {
+                decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k]);
+                if (v.kernel == NULL) continue;
+                ap_status st = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
+                if (st != AP_OK) return st;
+            }
+    return AP_OK;
+}
+
+} // namespace
+
+extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
+    return decode_setup_all(msg);
+}
+
+static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decode_args *a) {
+    const bool scaled = p->kv_dtype == AP_DTYPE_FP8_E4M3 || p->kv_dtype == AP_DTYPE_NVFP4;
+    a->q = p->q;
+    a->out = p->out;
+    a->lse = p->lse;
+    a->k_pages = static_cast<const uint8_t *>(p->k_pages);
+    a->v_pages = static_cast<const uint8_t *>(p->v_pages);
+    a->k_scales = static_cast<const uint8_t *>(p->k_scales);
+    a->v_scales = static_cast<const uint8_t *>(p->v_scales);
+    a->qo_indptr = p->qo_indptr;
+    a->kv_page_indptr = p->kv_page_indptr;
+    a->kv_page_indices = p->kv_page_indices;
+    a->seq_lens = p->seq_lens;
+    a->partial_out = p->partial_out;
+    a->partial_lse = p->partial_lse;
+    a->num_qo_heads = p->num_qo_heads;
+    a->num_kv_heads = p->num_kv_heads;
+    a->group = p->num_qo_heads / p->num_kv_heads;
+    a->log2_page_size = ap_page_shift(p->page_size);
+    a->num_splits = p->num_splits;
+    a->row_blocks = row_blocks;
+    a->scale_log2 = p->sm_scale * ap_log2e * (scaled ? p->k_scale : 1.f);
+    a->v_scale = scaled ? p->v_scale : 1.f;
+}
+
+extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
+    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype);
+    const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
+    if (v.kernel == NULL || ap_page_shift(p->page_size) < 0 || group < 1 || group > MHA_MAX_GROUP ||
+        group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
+        p->num_splits > MHA_MAX_SPLITS) {
+        ap_msgbuf_add(msg,
+                      MHA_WHO ": no kernel for head_dim %d, q %s, kv %s, page size %d, %d query "
+                              "heads over %d KV heads, %d splits",
+                      p->head_dim, ap_dtype_str(p->q_dtype), ap_dtype_str(p->kv_dtype),
+                      p->page_size, p->num_qo_heads, p->num_kv_heads, p->num_splits);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->num_seqs == 0) return AP_OK;
+    const int32_t row_blocks = mha_decode_row_blocks(group, p->max_q_len);
+    decode_args a;
+    decode_args_of(p, row_blocks, &a);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const dim3 grid(p->num_splits, p->num_kv_heads * row_blocks, p->num_seqs);
+    v.kernel<<<grid, kThreads, v.smem_bytes, s>>>(a);
+    ap_status st = ap_cuda_launch_status(MHA_WHO, "mha_decode_kernel", msg);
+    if (st != AP_OK || p->num_splits == 1) return st;
+    const dim3 combine_grid(1, p->num_kv_heads * row_blocks, p->num_seqs);
+    if (p->q_dtype == AP_DTYPE_BF16)
+        mha_combine_kernel<__nv_bfloat16><<<combine_grid, kThreads, 0, s>>>(a, p->head_dim);
+    else
+        mha_combine_kernel<__half><<<combine_grid, kThreads, 0, s>>>(a, p->head_dim);
+    return ap_cuda_launch_status(MHA_WHO, "mha_combine_kernel", msg);
+}
+
+// The slots of a batch's new tokens, one thread per token: sequence by a binary search of
+// qo_indptr, position seq_len - q_len + i, slot through the page table.
+__global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size, int num_tokens) {
+    const int token = blockIdx.x * blockDim.x + threadIdx.x;
+    if (token >= num_tokens) return;
+    int lo = 0, hi = p.num_seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldg(p.qo_indptr + mid) <= token)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int q_start = __ldg(p.qo_indptr + lo), q_len = __ldg(p.qo_indptr + lo + 1) - q_start;
+    const int pos = __ldg(p.seq_lens + lo) - q_len + (token - q_start);
+    const int32_t *pages = p.kv_page_indices + __ldg(p.kv_page_indptr + lo);
+    p.slots[token] = (int32_t)ap_paged_slot(pages, pos, log2_page_size);
+}
+
+extern "C" ap_status mha_slots_run(const mha_slots_params *p, void *stream, ap_msgbuf *msg) {
+    if (p->num_tokens == 0 || p->num_seqs == 0) return AP_OK;
+    const int log2_page = ap_page_shift(p->page_size);
+    if (log2_page < 0) {
+        ap_msgbuf_add(msg, MHA_NAME ": slots: page size %d is not a power of two", p->page_size);
+        return AP_ERR_UNSUPPORTED;
+    }
+    const int blocks = (p->num_tokens + 255) / 256;
+    mha_slots_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(*p, log2_page,
+                                                                            p->num_tokens);
+    return ap_cuda_launch_status(MHA_NAME ": slots", "mha_slots_kernel", msg);
+}
