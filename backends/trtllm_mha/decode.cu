@@ -465,6 +465,19 @@ extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
     return decode_setup_all(msg);
 }
 
+extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                            int32_t *out, ap_msgbuf *msg) {
+    *out = 1;
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype);
+    if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
+    int blocks = 0;
+    ap_status st = ap_cuda_status(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.kernel, kThreads, v.smem_bytes),
+        MHA_WHO, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", msg);
+    if (st == AP_OK && blocks > 0) *out = blocks;
+    return st;
+}
+
 static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decode_args *a) {
     const bool scaled = p->kv_dtype == AP_DTYPE_FP8_E4M3 || p->kv_dtype == AP_DTYPE_NVFP4;
     a->q = p->q;

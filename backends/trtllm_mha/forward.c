@@ -89,7 +89,7 @@ ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, 
     p->seq_lens = batch->seq_lens;
     const int32_t group = b->model.num_qo_heads / b->model.num_kv_heads;
     p->num_splits = b->split_kv ? mha_decode_num_splits(p->num_seqs, b->model.num_kv_heads, group,
-                                                        p->max_q_len, b->sm_count, MHA_MAX_SPLITS)
+                                                        p->max_q_len, b->wave_slots, MHA_MAX_SPLITS)
                                 : 1;
     ap_status st = ap_kit_set_device(b->device_ordinal, MHA_NAME, msg);
     p->prefill = p->max_q_len > MHA_MAX_Q_LEN;

@@ -31,7 +31,8 @@ struct ap_backend {
     int32_t device_ordinal;
     int32_t sm_count;
     int32_t split_kv;   /* 0: option split_kv off */
-    float *partial_out; /* [2 * sm_count][MHA_BLOCK_ROWS][head_dim]: split-KV partial states */
+    int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
+    float *partial_out; /* [MHA_SPLIT_WAVES * wave_slots][MHA_BLOCK_ROWS][head_dim] */
     float *partial_lse;
     int32_t *slots;                    /* [max_tokens]: the new tokens' cache slots */
     ap_kit_plan_buffer prefill_buffer; /* the kit prefill's work list, bytes 0 when not served */

@@ -51,10 +51,14 @@ typedef struct mha_decode_params {
 
 /* Row blocks per (sequence, KV head) for this group and query length. */
 int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len);
-/* Splits per CTA: enough CTAs to cover the SMs twice while the batch alone does not, at most
- * max_splits; from the batch's shape only. ctas * splits <= 2 * sm_count when splits > 1. */
+/* Splits per CTA from the batch's shape only (plan.c); `slots` is a wave (CTAs resident per SM
+ * times SMs). ctas * splits <= MHA_SPLIT_WAVES * slots when splits > 1. */
+#define MHA_SPLIT_WAVES 3
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-                              int32_t max_q_len, int32_t sm_count, int32_t max_splits);
+                              int32_t max_q_len, int32_t slots, int32_t max_splits);
+/* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device. */
+ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                 int32_t *out, ap_msgbuf *msg);
 /* Raise the kernels' shared-memory limits on the current device (once per instance). */
 ap_status mha_decode_setup(ap_msgbuf *msg);
 ap_status mha_decode_run(const mha_decode_params *params, void *stream, ap_msgbuf *msg);

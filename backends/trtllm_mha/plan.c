@@ -6,15 +6,28 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len) {
     return (rows + MHA_BLOCK_ROWS - 1) / MHA_BLOCK_ROWS;
 }
 
-/* A batch with fewer CTAs than SMs has each CTA's KV tiles cut into as many splits as cover the
- * SMs twice (two CTAs fit an SM's shared memory for every variant). The count depends on the
- * batch's shape, never its lengths, so a captured graph stays valid; each CTA finds its tiles on
- * the device. ctas * splits <= 2 * sm_count bounds the partial-state workspace. */
+/* The CTAs of one wave: `slots` = CTAs resident per SM x SMs. A batch with fewer CTAs than a wave,
+ * or whose last wave would run mostly empty, has each CTA's KV tiles cut into s splits: the
+ * smallest s that fills at least one wave with the last wave >= 85% full (B64 L4096 H8: 512 CTAs
+ * on 396 slots run 1.3 waves; 2 splits make 2.6, 3 make 3.9). The count depends on the batch's
+ * shape, never its lengths, so a captured graph stays valid; each CTA finds its tiles on the
+ * device. ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-                              int32_t max_q_len, int32_t sm_count, int32_t max_splits) {
+                              int32_t max_q_len, int32_t slots, int32_t max_splits) {
     const int64_t ctas = (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len);
-    if (ctas <= 0 || ctas >= sm_count) return 1;
-    int64_t s = 2 * (int64_t)sm_count / ctas;
-    if (s > max_splits) s = max_splits;
-    return s < 1 ? 1 : (int32_t)s;
+    if (ctas <= 0 || slots <= 0) return 1;
+    int32_t best = 1;
+    double best_fill = 0.0;
+    for (int32_t s = 1; s <= max_splits; s++) {
+        const int64_t total = ctas * s;
+        if (s > 1 && total > (int64_t)MHA_SPLIT_WAVES * slots) break;
+        const int64_t waves = (total + slots - 1) / slots;
+        const double fill = (double)total / (double)(waves * slots);
+        if (total >= slots && fill >= 0.85) return s;
+        if (fill > best_fill + 1e-9) {
+            best_fill = fill;
+            best = s;
+        }
+    }
+    return best;
 }

@@ -51,13 +51,17 @@ static void mha_destroy(ap_backend *b) {
 }
 
 /* Everything a forward needs, sized at create for the model's max_batch / max_tokens: the
- * split-KV partial states (splits happen only while a batch has fewer CTAs than SMs, so at most
- * 2 * sm_count CTAs of 64 rows leave one), the new tokens' slots and the prefill work list. */
+ * split-KV partial states (a split batch has at most MHA_SPLIT_WAVES waves of CTAs of 64 rows),
+ * the new tokens' slots and the prefill work list. */
 static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
-    const size_t rows = (size_t)2 * (size_t)b->sm_count * MHA_BLOCK_ROWS;
     const ap_model *m = &b->model;
-    ap_status st = ap_kit_device_alloc(rows * (size_t)m->head_dim_qk * sizeof(float),
-                                       (void **)&b->partial_out, MHA_NAME, msg);
+    int32_t per_sm = 1;
+    ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, &per_sm, msg);
+    if (st != AP_OK) return st;
+    b->wave_slots = per_sm * b->sm_count;
+    const size_t rows = (size_t)MHA_SPLIT_WAVES * (size_t)b->wave_slots * MHA_BLOCK_ROWS;
+    st = ap_kit_device_alloc(rows * (size_t)m->head_dim_qk * sizeof(float),
+                             (void **)&b->partial_out, MHA_NAME, msg);
     if (st == AP_OK)
         st = ap_kit_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, MHA_NAME, msg);
     if (st == AP_OK)

@@ -52,8 +52,8 @@ typedef struct mh_data {
     int32_t pool_pages;
     void *k_host, *v_host, *ks_host, *vs_host, *q_host;
     void *k_dev, *v_dev, *ks_dev, *vs_dev, *q_dev, *out_dev, *lse_dev;
-    int32_t *ints_dev;
-    size_t ints_cap;
+    int32_t *ints_dev; /* the batch arrays at fixed offsets (mh_regions), whatever the batch */
+    int32_t cap_seqs, cap_pages, cap_tokens;
     float k_scale, v_scale;
     size_t out_bytes, lse_bytes;
 } mh_data;
@@ -115,7 +115,7 @@ static void *mh_dev(size_t bytes) {
 }
 
 /* Buffers for the case's largest batch (`pool_pages` pages, `max_tokens` tokens). */
-static int mh_data_alloc(mh_data *d, int32_t pool_pages, int32_t max_tokens, size_t ints_cap) {
+static int mh_data_alloc(mh_data *d, int32_t pool_pages, int32_t max_tokens, int32_t max_pages) {
     const mh_case *c = d->c;
     const size_t rows = (size_t)pool_pages * c->page_size * c->num_kv_heads;
     const int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
@@ -127,7 +127,10 @@ static int mh_data_alloc(mh_data *d, int32_t pool_pages, int32_t max_tokens, siz
     const size_t q = (size_t)max_tokens * c->num_qo_heads * c->head_dim * 2;
     d->out_bytes = q;
     d->lse_bytes = (size_t)max_tokens * c->num_qo_heads * sizeof(float);
-    d->ints_cap = ints_cap;
+    d->cap_seqs = d->layout.num_seqs;
+    d->cap_pages = max_pages;
+    d->cap_tokens = max_tokens;
+    const size_t ints_cap = 4 * ((size_t)d->cap_seqs + 1) + (size_t)max_pages + (size_t)max_tokens;
     d->k_host = malloc(cache);
     d->v_host = malloc(cache);
     d->ks_host = nvfp4 ? malloc(scales) : NULL;
@@ -166,14 +169,55 @@ static int mh_upload_all(mh_data *d) {
     return ok;
 }
 
-/* The current layout's q and index arrays to the device (same addresses for every batch). */
+/* The six batch arrays' places in ints_dev: qo_indptr, kv_page_indptr, kv_page_indices,
+ * kv_last_page_len, seq_lens, positions, at offsets fixed by the capacities, so a replay batch
+ * of other lengths lands at the addresses a captured graph holds. */
+static void mh_regions(const mh_data *d, size_t off[6], size_t count[6]) {
+    const gpu_layout *l = &d->layout;
+    const size_t cap[6] = {(size_t)d->cap_seqs + 1, (size_t)d->cap_seqs + 1, (size_t)d->cap_pages,
+                           (size_t)d->cap_seqs,     (size_t)d->cap_seqs,     (size_t)d->cap_tokens};
+    const size_t n[6] = {(size_t)l->num_seqs + 1,   (size_t)l->num_seqs + 1,
+                         (size_t)l->num_pages_used, (size_t)l->num_seqs,
+                         (size_t)l->num_seqs,       (size_t)l->num_tokens};
+    size_t at = 0;
+    for (int i = 0; i < 6; i++) {
+        off[i] = at;
+        count[i] = n[i];
+        at += cap[i];
+    }
+}
+
+/* The batch: host mirrors in the layout, device arrays in ints_dev (or the host ones). */
+static void mh_batch(const mh_data *d, int on_device, ap_forward_mode mode, ap_batch *batch) {
+    gpu_layout_batch(&d->layout, mode, NULL, batch);
+    if (!on_device) return;
+    size_t off[6], count[6];
+    mh_regions(d, off, count);
+    batch->qo_indptr = d->ints_dev + off[0];
+    batch->kv_page_indptr = d->ints_dev + off[1];
+    batch->kv_page_indices = d->ints_dev + off[2];
+    batch->kv_last_page_len = d->ints_dev + off[3];
+    batch->seq_lens = d->ints_dev + off[4];
+    batch->positions = d->ints_dev + off[5];
+}
+
+/* The current layout's q and batch arrays to the device (same addresses for every batch). */
 static int mh_upload_batch(mh_data *d) {
-    if (d->layout.num_ints > d->ints_cap) return 0;
-    return mh_cuda(cudaMemcpy(d->q_dev, d->q_host, mh_q_elems(d) * 2, cudaMemcpyHostToDevice),
-                   "q") &&
-           mh_cuda(cudaMemcpy(d->ints_dev, d->layout.ints, d->layout.num_ints * sizeof(int32_t),
-                              cudaMemcpyHostToDevice),
-                   "ints");
+    const gpu_layout *l = &d->layout;
+    const size_t host[6] = {l->off_qo_indptr,        l->off_kv_page_indptr, l->off_kv_page_indices,
+                            l->off_kv_last_page_len, l->off_seq_lens,       l->off_positions};
+    size_t off[6], count[6];
+    mh_regions(d, off, count);
+    if (l->num_seqs > d->cap_seqs || l->num_pages_used > d->cap_pages ||
+        l->num_tokens > d->cap_tokens)
+        return 0;
+    int ok =
+        mh_cuda(cudaMemcpy(d->q_dev, d->q_host, mh_q_elems(d) * 2, cudaMemcpyHostToDevice), "q");
+    for (int i = 0; i < 6 && ok; i++)
+        ok = mh_cuda(cudaMemcpy(d->ints_dev + off[i], l->ints + host[i], count[i] * sizeof(int32_t),
+                                cudaMemcpyHostToDevice),
+                     "batch arrays");
+    return ok;
 }
 
 /* One forward on either side: host pointers for cpu_ref, device ones for trtllm_mha. `plan` 0
@@ -202,7 +246,7 @@ static ap_status mh_forward(const mh_data *d, ap_instance *inst, int on_device, 
     ap_forward_args args = {.struct_size = sizeof args, .q = &q.dl, .out = &o.dl, .lse = &l.dl};
     const ap_forward_mode mode = d->layout.max_q_len > 1 ? AP_MODE_EXTEND : AP_MODE_DECODE;
     ap_batch batch;
-    gpu_layout_batch(&d->layout, mode, on_device ? d->ints_dev : NULL, &batch);
+    mh_batch(d, on_device, mode, &batch);
     ap_status st =
         plan ? ap_instance_init_metadata(inst, &batch, on_device ? stream : NULL) : AP_OK;
     if (st != AP_OK) return st;
@@ -310,7 +354,7 @@ static int mh_graph_check(mh_ctx *ctx, mh_data *d, ap_instance *inst, ap_instanc
         ok = ok && mh_upload_batch(d) && mh_cuda(cudaMemset(d->out_dev, 0xff, cap), "poison") &&
              mh_cuda(cudaMemset(d->lse_dev, 0xff, d->lse_bytes), "poison");
         ap_batch batch;
-        gpu_layout_batch(&d->layout, AP_MODE_DECODE, d->ints_dev, &batch);
+        mh_batch(d, 1, AP_MODE_DECODE, &batch);
         ok = ok && ap_instance_init_metadata(inst, &batch, ctx->stream) == AP_OK &&
              mh_cuda(cudaGraphLaunch(exec, ctx->stream), "replay") &&
              mh_cuda(cudaStreamSynchronize(ctx->stream), "sync") &&
@@ -344,13 +388,14 @@ static void mh_case_run(mh_ctx *ctx, const mh_case *c, uint64_t seed) {
     int ok = mh_layout(c->seqs, c->page_size, &rng, &d.layout);
     if (ok && c->seqs_replay != NULL) ok = mh_layout(c->seqs_replay, c->page_size, &rng, &replay);
     int32_t pool = d.layout.num_pages_pool, tokens = d.layout.num_tokens;
-    size_t ints = d.layout.num_ints;
+    int32_t pages = d.layout.num_pages_used;
     if (c->seqs_replay != NULL && ok) {
         pool = pool > replay.num_pages_pool ? pool : replay.num_pages_pool;
         tokens = tokens > replay.num_tokens ? tokens : replay.num_tokens;
-        ints = ints > replay.num_ints ? ints : replay.num_ints;
+        pages = pages > replay.num_pages_used ? pages : replay.num_pages_used;
+        ok = replay.num_seqs == d.layout.num_seqs;
     }
-    ok = ok && mh_data_alloc(&d, pool, tokens, ints);
+    ok = ok && mh_data_alloc(&d, pool, tokens, pages);
     if (ok) {
         mh_fill_cache(&d, &rng);
         mh_fill_q(&d, &rng);
