@@ -19,18 +19,21 @@
 
 namespace {
 
-constexpr int kWarps = 4; // 16 rows each: MHA_BLOCK_ROWS
+constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTile = 32; // KV tokens per step
+constexpr int kTile = 32; // KV tokens of one warp's step
 static_assert(kWarps * 16 == MHA_BLOCK_ROWS, "a warp holds 16 rows");
 
 struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 values
 
-// Compile-time sizes of one (head dim, cache type) pair. The math reads 16-bit tiles of
-// `tile` rows of head_dim elements (swizzled 16-byte chunks). A 16-bit cache is copied straight
-// into that layout; fp8 and nvfp4 land raw in the ring and are converted into one 16-bit tile
-// (half: every e4m3 value and every e2m1 x e4m3 product is exact in it) before the math.
-template <int D, typename KV> struct decode_shape {
+// Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
+// 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
+// 16-row blocks on the same keys), so a stage holds KW * 32 keys. The math reads 16-bit tiles
+// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 and nvfp4
+// land raw in the ring and are converted into 16-bit tiles (half: every e4m3 value and every
+// e2m1 x e4m3 product is exact in it) before the math: per warp with KW > 1 (its own sub-tile),
+// by the whole CTA with KW = 1 (one shared tile).
+template <int D, typename KV, int KW> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
     static constexpr bool converted = is_nvfp4 || is_fp8;
@@ -39,11 +42,17 @@ template <int D, typename KV> struct decode_shape {
     static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
     static constexpr int raw_chunks = raw_row / 16;
     static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
-    static constexpr int raw_tile = kTile * (raw_row + scale_row);
-    static constexpr int stage_bytes = 2 * raw_tile; // K then V
-    static constexpr int conv_bytes = converted ? 2 * kTile * row16 : 0;
-    static constexpr int stages = (!converted && D == 256) ? 2 : 3;
-    static constexpr int smem = stages * stage_bytes + conv_bytes;
+    static constexpr int keys = KW * kTile;                 // per stage
+    static constexpr int block_rows = 16 * kWarps / KW;
+    static constexpr int raw_tile = keys * (raw_row + scale_row);
+    static constexpr int stage_bytes = 2 * raw_tile;    // K then V
+    static constexpr int conv_tile = 2 * kTile * row16; // one sub-tile's K and V, 16-bit
+    static constexpr int conv_bytes = converted ? (KW > 1 ? kWarps : 1) * conv_tile : 0;
+    static constexpr int stages_fit = (160 * 1024 - conv_bytes) / stage_bytes;
+    static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
+    static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
+    static constexpr int ring_bytes = stages * stage_bytes + conv_bytes;
+    static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
 };
 
@@ -79,14 +88,13 @@ struct cta_work {
     const int32_t *pages;
 };
 
-// Issue the copies of tile `tile_index` (keys key_begin + 32 * tile_index ..) into a stage.
-template <int D, typename KV>
-__device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args &a, int tile_index,
+// Issue the copies of stage `index` (keys key_begin + S::keys * index ..) into a stage buffer.
+template <class S>
+__device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args &a, int index,
                                            uint32_t stage) {
-    using S = decode_shape<D, KV>;
-    const int first = w.key_begin + tile_index * kTile;
-    constexpr int copies = kTile * S::raw_chunks;
-#pragma unroll
+    const int first = w.key_begin + index * S::keys;
+    constexpr int copies = S::keys * S::raw_chunks;
+#pragma unroll 4
     for (int i = threadIdx.x; i < copies; i += kThreads) {
         const int row = i / S::raw_chunks, chunk = i % S::raw_chunks;
         const int pos = first + row;
@@ -99,39 +107,42 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
         ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
     }
     if constexpr (S::is_nvfp4) {
-        for (int row = threadIdx.x; row < kTile; row += kThreads) {
+        for (int row = threadIdx.x; row < S::keys; row += kThreads) {
             const int pos = first + row;
             const bool valid = pos < w.key_end;
             const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
             const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
-            const uint32_t dst = kTile * S::raw_row + row * S::scale_row;
+            const uint32_t dst = S::keys * S::raw_row + row * S::scale_row;
             cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
             cp_async_small<S::scale_row>(stage + S::raw_tile + dst, a.v_scales + src, valid);
         }
     }
 }
 
-// fp8 / nvfp4: the raw K and V of a stage to half tiles in the swizzled 16-bit layout, 8 values
-// (one 16-byte chunk) per step. The scales stay out: k_scale in the logits, v_scale in the out.
-template <int D, typename KV>
-__device__ __forceinline__ void tile_convert(const uint8_t *stage, uint8_t *conv) {
-    using S = decode_shape<D, KV>;
+// fp8 / nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
+// at + 32 rows) in the swizzled 16-bit layout, 8 values (one 16-byte chunk) per step, by
+// `threads` threads numbered `id`. The scales stay out: k_scale in the logits, v_scale in out.
+template <class S>
+__device__ __forceinline__ void tile_convert(const uint8_t *stage, int first_row, uint8_t *conv,
+                                             int id, int threads) {
     constexpr int items = 2 * kTile * S::chunks; // K and V
 #pragma unroll 4
-    for (int i = threadIdx.x; i < items; i += kThreads) {
+    for (int i = id; i < items; i += threads) {
         const int kv = i / (kTile * S::chunks), rest = i % (kTile * S::chunks);
         const int row = rest / S::chunks, chunk = rest % S::chunks;
         const uint8_t *raw = stage + kv * S::raw_tile;
+        const int raw_row = first_row + row;
         uint4 h;
         if constexpr (S::is_nvfp4) {
             const uint32_t w =
-                *reinterpret_cast<const uint32_t *>(raw + row * S::raw_row + chunk * 4);
-            const uint8_t sc = raw[kTile * S::raw_row + row * S::scale_row + chunk / 2];
+                *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
+            const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
             __half2 out[4];
             ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), out);
             h = *reinterpret_cast<uint4 *>(out);
         } else {
-            const uint2 b = *reinterpret_cast<const uint2 *>(raw + row * S::raw_row + chunk * 8);
+            const uint2 b =
+                *reinterpret_cast<const uint2 *>(raw + raw_row * S::raw_row + chunk * 8);
             h.x = ap_fp8x2_to_half2_bits((uint16_t)b.x);
             h.y = ap_fp8x2_to_half2_bits((uint16_t)(b.x >> 16));
             h.z = ap_fp8x2_to_half2_bits((uint16_t)b.y);
@@ -153,11 +164,11 @@ template <int D> struct warp_state {
 
 template <int D, typename MT, typename QT>
 __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
-                                            const decode_args &a, int warp, int lane) {
+                                            const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-        const int r = w.block * MHA_BLOCK_ROWS + warp * 16 + g + 8 * half;
+        const int r = first_row + g + 8 * half;
         const bool live = r < w.rows;
         const int token = live ? r / a.group : 0, head = live ? r % a.group : 0;
         st.limit[half] = w.prefix + token;
@@ -229,13 +240,12 @@ __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile
     }
 }
 
-// One step over a 16-bit K/V tile pair (K at tile_k, V at tile_k + kTile * row16):
+// One step over a 16-bit K/V sub-tile pair (32 keys, K at tile_k, V at tile_v):
 //   S = Q K^T (16 rows x 32 keys), softmax as above, O += P V, all accumulated in float.
 template <int D, typename MT>
-__device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, int first_key,
-                                          int key_end, float scale_log2, int lane) {
+__device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
+                                          int first_key, int key_end, float scale_log2, int lane) {
     constexpr int C = D / 8;
-    const uint32_t tile_v = tile_k + kTile * D * 2;
     const int mat = lane >> 3, t = lane & 3;
     float s[kTile / 8][4];
 #pragma unroll
@@ -271,11 +281,12 @@ __device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, in
 }
 
 // End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
-// lse2 = -inf), to the output rows or to the CTA's partial slot.
+// lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
+// the CTA's block of block_rows.
 template <int D, typename QT>
 __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
-                                             const decode_args &a, int64_t partial, int warp,
-                                             int lane) {
+                                             const decode_args &a, int64_t partial, int local0,
+                                             int block_rows, int lane) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
@@ -283,8 +294,8 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float inv = l > 0.f ? a.v_scale / l : 0.f;
         const float lse2 = l > 0.f ? st.m[half] + __log2f(l) : -INFINITY;
-        const int local = warp * 16 + g + 8 * half;
-        const int r = w.block * MHA_BLOCK_ROWS + local;
+        const int local = local0 + g + 8 * half;
+        const int r = w.block * block_rows + local;
         if (r >= w.rows) continue;
         if (a.num_splits == 1) {
             const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
@@ -306,100 +317,146 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
     }
 }
 
-// The CTA's share: rows [block * 64, ..) of (sequence, KV head) and split s of the KV tiles the
-// block's last row can see (causal): keys 0 .. prefix + last token.
-__device__ __forceinline__ bool cta_work_find(const decode_args &a, cta_work &w) {
+// KW > 1: the warps of one row block hold states over different keys; warps 1..KW-1 leave theirs
+// in shared memory (m and the full l per row, O unnormalised) and warp 0 folds them in:
+//   M = max_k m_k, O = sum_k O_k 2^(m_k - M), l = sum_k l_k 2^(m_k - M).
+// (A row whose keys all lie past its causal limit in one warp has m_k = -inf: weight 0.)
+template <int D>
+__device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, int base, int kg,
+                                            int kw, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float *mine = scratch + (base + kg) * 16 * (D + 2);
+    if (kg > 0) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = g + 8 * half;
+            float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<float2 *>(mine + row * (D + 2) + 8 * j + 2 * t) =
+                    make_float2(st.acc[j][2 * half], st.acc[j][2 * half + 1]);
+            if (t == 0) {
+                mine[row * (D + 2) + D] = st.m[half];
+                mine[row * (D + 2) + D + 1] = l;
+            }
+        }
+    }
+    __syncthreads();
+    if (kg > 0) return;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = g + 8 * half;
+        float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = st.m[half];
+        for (int k = 1; k < kw; k++)
+            m = fmaxf(m, scratch[(base + k) * 16 * (D + 2) + row * (D + 2) + D]);
+        const float ref = m == -INFINITY ? 0.f : m;
+        const float own = ap_exp2_approx(st.m[half] - ref);
+        l *= own;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            st.acc[j][2 * half] *= own;
+            st.acc[j][2 * half + 1] *= own;
+        }
+        for (int k = 1; k < kw; k++) {
+            const float *other = scratch + (base + k) * 16 * (D + 2) + row * (D + 2);
+            const float wk = ap_exp2_approx(other[D] - ref);
+            l += other[D + 1] * wk;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const float2 o = *reinterpret_cast<const float2 *>(other + 8 * j + 2 * t);
+                st.acc[j][2 * half] += o.x * wk;
+                st.acc[j][2 * half + 1] += o.y * wk;
+            }
+        }
+        st.m[half] = m;
+        st.l[half] = t == 0 ? l : 0.f; // state_finish sums the four lanes' shares
+    }
+}
+
+// The CTA's share: rows [block * block_rows, ..) of (sequence, KV head) and split s of the
+// stages of keys the block's last row can see (causal): keys 0 .. prefix + last token.
+__device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_rows, int stage_keys,
+                                              cta_work &w) {
     w.seq = blockIdx.z;
     w.kv_head = blockIdx.y / a.row_blocks;
     w.block = blockIdx.y % a.row_blocks;
     w.q_start = __ldg(a.qo_indptr + w.seq);
     w.q_len = __ldg(a.qo_indptr + w.seq + 1) - w.q_start;
     w.rows = w.q_len * a.group;
-    if (w.block * MHA_BLOCK_ROWS >= w.rows) return false;
+    if (w.block * block_rows >= w.rows) return false;
     const int seq_len = __ldg(a.seq_lens + w.seq);
     w.prefix = seq_len - w.q_len;
-    const int last_row = min(w.rows, (w.block + 1) * MHA_BLOCK_ROWS) - 1;
+    const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
     const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
-    const int tiles = (keys + kTile - 1) / kTile;
-    const int per = (tiles + a.num_splits - 1) / a.num_splits;
-    w.key_begin = min(keys, (int)blockIdx.x * per * kTile);
-    w.key_end = min(keys, ((int)blockIdx.x + 1) * per * kTile);
+    const int stages = (keys + stage_keys - 1) / stage_keys;
+    const int per = (stages + a.num_splits - 1) / a.num_splits;
+    w.key_begin = min(keys, (int)blockIdx.x * per * stage_keys);
+    w.key_end = min(keys, ((int)blockIdx.x + 1) * per * stage_keys);
     w.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + w.seq);
     return true;
 }
 
-// The ring: tiles i + 1 .. i + stages - 1 are in flight while tile i is computed. One barrier
+// The ring: stages i + 1 .. i + stages - 1 are in flight while stage i is computed. One barrier
 // per step frees the oldest stage (every warp has finished the previous step) before it is
-// refilled; converted types take a second one between the conversion and the math.
-template <int D, typename KV, typename QT>
+// refilled; a CTA-wide conversion (KW = 1) takes a second one before the math. Warp w takes rows
+// (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
+template <int D, typename KV, typename QT, int KW>
 __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
-    using S = decode_shape<D, KV>;
+    using S = decode_shape<D, KV, KW>;
     using MT = typename std::conditional<S::converted, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
     cta_work w;
-    if (!cta_work_find(a, w)) return;
+    if (!cta_work_find(a, S::block_rows, S::keys, w)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const bool has_rows = w.block * MHA_BLOCK_ROWS + warp * 16 < w.rows;
+    const int kg = warp % KW, local0 = (warp / KW) * 16;
+    const bool has_rows = w.block * S::block_rows + local0 < w.rows;
     const uint32_t ring = ap_smem_addr(smem);
-    const int tiles = (w.key_end - w.key_begin + kTile - 1) / kTile;
+    uint8_t *conv = smem + S::stages * S::stage_bytes + (KW > 1 ? warp * S::conv_tile : 0);
+    const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
-        if (s < tiles) tile_issue<D, KV>(w, a, s, ring + s * S::stage_bytes);
+        if (s < steps) tile_issue<S>(w, a, s, ring + s * S::stage_bytes);
         ap_cp_async_commit();
     }
     warp_state<D> st;
-    state_begin<D, MT, QT>(st, w, a, warp, lane);
-    for (int i = 0; i < tiles; i++) {
+    state_begin<D, MT, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+    for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
         const int next = i + S::stages - 1;
-        if (next < tiles) tile_issue<D, KV>(w, a, next, ring + (next % S::stages) * S::stage_bytes);
+        if (next < steps) tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes);
         ap_cp_async_commit();
-        uint32_t tile_k = ring + (i % S::stages) * S::stage_bytes;
+        const int first_key = w.key_begin + i * S::keys + kg * kTile;
+        const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
+        uint32_t tile_k = stage + kg * kTile * S::row16, tile_v = tile_k + S::raw_tile;
         if constexpr (S::converted) {
-            uint8_t *conv = smem + S::stages * S::stage_bytes;
-            tile_convert<D, KV>(smem + (i % S::stages) * S::stage_bytes, conv);
-            __syncthreads();
+            const uint8_t *raw = smem + (i % S::stages) * S::stage_bytes;
+            if (KW > 1) {
+                if (has_rows && first_key < w.key_end)
+                    tile_convert<S>(raw, kg * kTile, conv, lane, 32);
+                __syncwarp();
+            } else {
+                tile_convert<S>(raw, 0, conv, threadIdx.x, kThreads);
+                __syncthreads();
+            }
             tile_k = ap_smem_addr(conv);
+            tile_v = tile_k + kTile * S::row16;
         }
-        if (has_rows)
-            tile_math<D, MT>(st, tile_k, w.key_begin + i * kTile, w.key_end, a.scale_log2, lane);
+        if (has_rows && first_key < w.key_end)
+            tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
     }
     ap_cp_async_wait<0>();
+    if constexpr (KW > 1) {
+        __syncthreads(); // the ring is free: its bytes hold the warps' states
+        state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+        if (kg > 0) return;
+    }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    state_finish<D, QT>(st, w, a, partial, warp, lane);
-}
-
-// Split-KV combine, one CTA per (sequence, KV head, row block): per row
-//   M = max_s lse2_s, w_s = 2^(lse2_s - M), o = sum_s w_s o_s / sum_s w_s, lse = ln2 (M + log2 sum w).
-// Split 0 always holds key 0, which every row sees, so the sum is never 0.
-template <typename QT>
-__global__ void __launch_bounds__(kThreads) mha_combine_kernel(const decode_args a, int head_dim) {
-    const int seq = blockIdx.z, kv_head = blockIdx.y / a.row_blocks,
-              block = blockIdx.y % a.row_blocks;
-    const int q_start = __ldg(a.qo_indptr + seq);
-    const int rows_all = (__ldg(a.qo_indptr + seq + 1) - q_start) * a.group;
-    const int rows = min(MHA_BLOCK_ROWS, rows_all - block * MHA_BLOCK_ROWS);
-    const int64_t first = ((int64_t)seq * gridDim.y + blockIdx.y) * a.num_splits;
-    for (int i = threadIdx.x; i < rows * head_dim; i += kThreads) {
-        const int local = i / head_dim, d = i % head_dim;
-        float m = -INFINITY;
-        for (int s = 0; s < a.num_splits; s++)
-            m = fmaxf(m, a.partial_lse[(first + s) * MHA_BLOCK_ROWS + local]);
-        float sum = 0.f, acc = 0.f;
-        for (int s = 0; s < a.num_splits; s++) {
-            const float wgt =
-                ap_softmax_merge_weight(a.partial_lse[(first + s) * MHA_BLOCK_ROWS + local], m);
-            sum += wgt;
-            acc += wgt * a.partial_out[((first + s) * MHA_BLOCK_ROWS + local) * head_dim + d];
-        }
-        const int r = block * MHA_BLOCK_ROWS + local;
-        const int64_t row =
-            (int64_t)(q_start + r / a.group) * a.num_qo_heads + kv_head * a.group + r % a.group;
-        static_cast<QT *>(a.out)[row * head_dim + d] = ap_from_float<QT>(acc / sum);
-        if (d == 0 && a.lse != NULL) a.lse[row] = ap_lse2_to_ln(m + log2f(sum));
-    }
+    state_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
@@ -409,53 +466,60 @@ struct decode_kernel_info {
     int smem_bytes;
 };
 
-template <int D, typename KV, typename QT> decode_kernel_info decode_variant() {
-    return {mha_decode_kernel<D, KV, QT>, decode_shape<D, KV>::smem};
+template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw) {
+    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4>, decode_shape<D, KV, 4>::smem};
+    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2>, decode_shape<D, KV, 2>::smem};
+    return {mha_decode_kernel<D, KV, QT, 1>, decode_shape<D, KV, 1>::smem};
 }
 
-template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_dtype) {
+template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw) {
     switch (kv_dtype) {
-        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>();
-        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>();
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw);
+        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw);
         case AP_DTYPE_BF16:
-            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>();
+            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>(kw);
             break;
         case AP_DTYPE_F16:
-            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>();
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw);
             break;
         default: break;
     }
     return {NULL, 0};
 }
 
-template <int D> decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype) {
-    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype);
-    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype);
+template <int D>
+decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
+    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw);
+    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw);
     return {NULL, 0};
 }
 
 // The small dispatch: the only place that instantiates kernels.
-decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype) {
+// Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
+// else 1 (mha_decode_key_warps, plan.c).
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
+    if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
     switch (head_dim) {
-        case 64: return decode_variant_for<64>(q_dtype, kv_dtype);
-        case 128: return decode_variant_for<128>(q_dtype, kv_dtype);
-        case 256: return decode_variant_for<256>(q_dtype, kv_dtype);
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw);
         default: return {NULL, 0};
     }
 }
 
 ap_status decode_setup_all(ap_msgbuf *msg) {
-    const int dims[3] = {64, 128, 256};
+    const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
     for (int d = 0; d < 3; d++)
         for (int q = 0; q < 2; q++)
-            for (int k = 0; k < 4; k++) {
-                decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k]);
-                if (v.kernel == NULL) continue;
-                ap_status st = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
-                if (st != AP_OK) return st;
-            }
+            for (int k = 0; k < 4; k++)
+                for (int w = 0; w < 3; w++) {
+                    decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w]);
+                    if (v.kernel == NULL) continue;
+                    ap_status st = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
+                    if (st != AP_OK) return st;
+                }
     return AP_OK;
 }
 
@@ -466,9 +530,9 @@ extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
 }
 
 extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                            int32_t *out, ap_msgbuf *msg) {
+                                            int32_t key_warps, int32_t *out, ap_msgbuf *msg) {
     *out = 1;
-    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype);
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps);
     if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
     int blocks = 0;
     ap_status st = ap_cuda_status(
@@ -504,8 +568,9 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
 }
 
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
-    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype);
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
+    const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
+    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw);
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 0 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
         p->num_splits > MHA_MAX_SPLITS) {
@@ -517,7 +582,7 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
         return AP_ERR_UNSUPPORTED;
     }
     if (p->num_seqs == 0) return AP_OK;
-    const int32_t row_blocks = mha_decode_row_blocks(group, p->max_q_len);
+    const int32_t row_blocks = mha_decode_row_blocks(group, p->max_q_len, kw);
     decode_args a;
     decode_args_of(p, row_blocks, &a);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -525,42 +590,21 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     v.kernel<<<grid, kThreads, v.smem_bytes, s>>>(a);
     ap_status st = ap_cuda_launch_status(MHA_WHO, "mha_decode_kernel", msg);
     if (st != AP_OK || p->num_splits == 1) return st;
-    const dim3 combine_grid(1, p->num_kv_heads * row_blocks, p->num_seqs);
-    if (p->q_dtype == AP_DTYPE_BF16)
-        mha_combine_kernel<__nv_bfloat16><<<combine_grid, kThreads, 0, s>>>(a, p->head_dim);
-    else
-        mha_combine_kernel<__half><<<combine_grid, kThreads, 0, s>>>(a, p->head_dim);
-    return ap_cuda_launch_status(MHA_WHO, "mha_combine_kernel", msg);
-}
-
-// The slots of a batch's new tokens, one thread per token: sequence by a binary search of
-// qo_indptr, position seq_len - q_len + i, slot through the page table.
-__global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size, int num_tokens) {
-    const int token = blockIdx.x * blockDim.x + threadIdx.x;
-    if (token >= num_tokens) return;
-    int lo = 0, hi = p.num_seqs - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (__ldg(p.qo_indptr + mid) <= token)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    const int q_start = __ldg(p.qo_indptr + lo), q_len = __ldg(p.qo_indptr + lo + 1) - q_start;
-    const int pos = __ldg(p.seq_lens + lo) - q_len + (token - q_start);
-    const int32_t *pages = p.kv_page_indices + __ldg(p.kv_page_indptr + lo);
-    p.slots[token] = (int32_t)ap_paged_slot(pages, pos, log2_page_size);
-}
-
-extern "C" ap_status mha_slots_run(const mha_slots_params *p, void *stream, ap_msgbuf *msg) {
-    if (p->num_tokens == 0 || p->num_seqs == 0) return AP_OK;
-    const int log2_page = ap_page_shift(p->page_size);
-    if (log2_page < 0) {
-        ap_msgbuf_add(msg, MHA_NAME ": slots: page size %d is not a power of two", p->page_size);
-        return AP_ERR_UNSUPPORTED;
-    }
-    const int blocks = (p->num_tokens + 255) / 256;
-    mha_slots_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(*p, log2_page,
-                                                                            p->num_tokens);
-    return ap_cuda_launch_status(MHA_NAME ": slots", "mha_slots_kernel", msg);
+    const mha_combine_params c = {
+        .out = p->out,
+        .lse = p->lse,
+        .q_dtype = p->q_dtype,
+        .qo_indptr = p->qo_indptr,
+        .partial_out = p->partial_out,
+        .partial_lse = p->partial_lse,
+        .head_dim = p->head_dim,
+        .group = group,
+        .num_qo_heads = p->num_qo_heads,
+        .num_kv_heads = p->num_kv_heads,
+        .num_seqs = p->num_seqs,
+        .num_splits = p->num_splits,
+        .row_blocks = row_blocks,
+        .block_rows = MHA_BLOCK_ROWS / kw,
+    };
+    return mha_combine_run(&c, stream, msg);
 }

@@ -49,22 +49,42 @@ typedef struct mha_decode_params {
     float *partial_lse;      /* [ctas][MHA_BLOCK_ROWS] base 2 */
 } mha_decode_params;
 
-/* Row blocks per (sequence, KV head) for this group and query length. */
-int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len);
+/* Warps of a CTA that split each step's keys (1, 2 or 4; plan.c): 4 when one sequence's rows
+ * of a KV head fit one warp (<= 16) and D <= 128, 2 when they fit 32 rows, else 1. A CTA then
+ * holds MHA_BLOCK_ROWS / key_warps rows. */
+int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim);
+/* Row blocks per (sequence, KV head) for this group, query length and key warps. */
+int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps);
 /* Splits per CTA from the batch's shape only (plan.c); `slots` is a wave (CTAs resident per SM
  * times SMs). ctas * splits <= MHA_SPLIT_WAVES * slots when splits > 1. */
 #define MHA_SPLIT_WAVES 3
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-                              int32_t max_q_len, int32_t slots, int32_t max_splits);
+                              int32_t max_q_len, int32_t head_dim, int32_t slots,
+                              int32_t max_splits);
 /* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device. */
 ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                 int32_t *out, ap_msgbuf *msg);
+                                 int32_t key_warps, int32_t *out, ap_msgbuf *msg);
 /* Raise the kernels' shared-memory limits on the current device (once per instance). */
 ap_status mha_decode_setup(ap_msgbuf *msg);
 ap_status mha_decode_run(const mha_decode_params *params, void *stream, ap_msgbuf *msg);
 
+/* The split-KV combine (combine.cu): the partial states of a decode launch with num_splits > 1
+ * into the output rows and LSE. */
+typedef struct mha_combine_params {
+    void *out;
+    float *lse;
+    ap_dtype q_dtype;
+    const int32_t *qo_indptr;
+    const float *partial_out;
+    const float *partial_lse;
+    int32_t head_dim, group, num_qo_heads, num_kv_heads, num_seqs, num_splits;
+    int32_t row_blocks, block_rows;
+} mha_combine_params;
+
+ap_status mha_combine_run(const mha_combine_params *params, void *stream, ap_msgbuf *msg);
+
 /* ---------------------------------------------------------------------------------------------
- * The cache slots of a batch's new tokens (slots.cu), computed on the device from the batch's
+ * The cache slots of a batch's new tokens (combine.cu), computed on the device from the batch's
  * device arrays: token i of sequence s sits at position seq_len - q_len + i.
  * ------------------------------------------------------------------------------------------- */
 typedef struct mha_slots_params {

@@ -1,9 +1,19 @@
 /* plan.c: how a decode batch is cut: row blocks and KV splits, from the batch's shape alone. */
 #include "mha.h"
 
-int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len) {
-    int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
-    return (rows + MHA_BLOCK_ROWS - 1) / MHA_BLOCK_ROWS;
+/* One warp's 16 rows per (sequence, KV head) leave three warps of a 4-warp CTA idle in a
+ * GQA decode (group <= 16): they take other keys of each step instead, and the states merge at
+ * the end. D = 256 stages of 4 x 32 keys would not fit twice in shared memory: 2 there. */
+int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim) {
+    const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
+    if (rows <= 16 && head_dim <= 128) return 4;
+    return rows <= 32 ? 2 : 1;
+}
+
+int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps) {
+    const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
+    const int32_t block = MHA_BLOCK_ROWS / key_warps;
+    return (rows + block - 1) / block;
 }
 
 /* The CTAs of one wave: `slots` = CTAs resident per SM x SMs. A batch with fewer CTAs than a wave,
@@ -13,8 +23,11 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len) {
  * shape, never its lengths, so a captured graph stays valid; each CTA finds its tiles on the
  * device. ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
-                              int32_t max_q_len, int32_t slots, int32_t max_splits) {
-    const int64_t ctas = (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len);
+                              int32_t max_q_len, int32_t head_dim, int32_t slots,
+                              int32_t max_splits) {
+    const int32_t kw = mha_decode_key_warps(group, max_q_len, head_dim);
+    const int64_t ctas =
+        (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len, kw);
     if (ctas <= 0 || slots <= 0) return 1;
     int32_t best = 1;
     double best_fill = 0.0;
