@@ -48,7 +48,7 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int stage_bytes = 2 * raw_tile;    // K then V
     static constexpr int conv_tile = 2 * kTile * row16; // one sub-tile's K and V, 16-bit
     static constexpr int conv_bytes = converted ? (KW > 1 ? kWarps : 1) * conv_tile : 0;
-    static constexpr int stages_fit = (160 * 1024 - conv_bytes) / stage_bytes;
+    static constexpr int stages_fit = (200 * 1024 - conv_bytes) / stage_bytes;
     static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
     static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
     static constexpr int ring_bytes = stages * stage_bytes + conv_bytes;
