@@ -235,6 +235,19 @@ typedef struct ap_kit_append_args {
 ap_status ap_kit_paged_append_run(const ap_kit_append_args *args, void *stream, const char *who,
                                   ap_msgbuf *msg);
 
+/* kit_append_entry.c: the ABI's cache writes on that kernel, for every MHA backend.
+ * ap_kit_cache_aligned: the layer's pages (and nvfp4 block scales) 16-byte aligned, else
+ * AP_ERR_UNSUPPORTED with the reason. ap_kit_append_kv: append_kv/1 whole (alignment, device,
+ * arguments from the model, the layer's cache and the hook's tensors, one launch).
+ * ap_kit_save_kv: forward's save_kv, args->k / v into the planned slots (num_tokens of them). */
+ap_status ap_kit_cache_aligned(const ap_layer *layer, const char *who, ap_msgbuf *msg);
+ap_status ap_kit_append_kv(const ap_model *model, int32_t device_ordinal, const ap_layer *layer,
+                           const ap_append_kv_args *args, void *stream, const char *who,
+                           ap_msgbuf *msg);
+ap_status ap_kit_save_kv(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
+                         const int32_t *slots, int32_t num_tokens, void *stream, const char *who,
+                         ap_msgbuf *msg);
+
 /* ---------------------------------------------------------------------------------------------
  * NVFP4 staging (nvfp4_stage.cu): the pages a batch reads, dequantized into a compact 16-bit
  * cache for kernels that read 16-bit K/V (flashinfer_like's extend). Staged page j is cache page

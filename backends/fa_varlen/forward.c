@@ -51,34 +51,6 @@ static ap_status fav_check_call(const ap_backend *b, const ap_layer *layer,
 }
 
 /* save_kv: the new tokens' k / v into their slots (quantized for an fp8 cache). */
-static ap_status fav_save_kv(const ap_backend *b, const ap_layer *layer, const ap_forward_args *a,
-                             void *stream, ap_msgbuf *msg) {
-    if (a->k == NULL || a->v == NULL) {
-        ap_msgbuf_add(msg, FAV_FORWARD_WHO ": save_kv needs k and v");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    const ap_kv_cache *kv = layer->kv;
-    const ap_kit_append_args append = {
-        .k = ap_kit_data(a->k),
-        .v = ap_kit_data(a->v),
-        .k_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_qk, /* dense (the core) */
-        .k_stride_head = kv->head_dim_qk,
-        .v_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_v,
-        .v_stride_head = kv->head_dim_v,
-        .in_dtype = b->model.dtype,
-        .k_pages = kv->k_pages,
-        .v_pages = kv->v_pages,
-        .kv_dtype = kv->dtype,
-        .num_kv_heads = kv->num_kv_heads,
-        .head_dim = kv->head_dim_qk,
-        .k_scale = layer->k_scale,
-        .v_scale = layer->v_scale,
-        .slots = b->plan.slots,
-        .num_tokens = b->plan.num_tokens,
-    };
-    return ap_kit_paged_append_run(&append, stream, FAV_NAME, msg);
-}
-
 /* The kernel's arguments for this layer: the plan's source, the call's tensors. */
 static ap_kit_prefill_params fav_params_of(const ap_backend *b, const ap_layer *layer,
                                            const ap_forward_args *a, ap_dtype kv_dtype) {
@@ -136,7 +108,9 @@ static ap_status fav_forward(ap_backend *b, const ap_layer *layer, const ap_forw
             st = fav_ragged_kv_dtype(b, a, &kv_dtype, msg);
     }
     if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FAV_NAME, msg);
-    if (st == AP_OK && paged && a->save_kv) st = fav_save_kv(b, layer, a, stream, msg);
+    if (st == AP_OK && paged && a->save_kv)
+        st = ap_kit_save_kv(&b->model, layer, a, b->plan.slots, b->plan.num_tokens, stream,
+                            FAV_FORWARD_WHO, msg);
     if (st != AP_OK) return st;
     const ap_kit_prefill_params params = fav_params_of(b, layer, a, kv_dtype);
     return ap_kit_prefill_run(&params, &b->plan.prefill, stream, FAV_FORWARD_WHO, msg);

@@ -20,19 +20,6 @@ static ap_status fil_args_aligned(const ap_forward_args *args, ap_msgbuf *msg) {
     return st;
 }
 
-/* The layer's pages (and nvfp4's block scales) are read 16 bytes at a time. */
-ap_status fil_cache_aligned(const ap_layer *layer, ap_msgbuf *msg) {
-    const ap_kv_cache *kv = layer->kv;
-    int nvfp4 = kv->dtype == AP_DTYPE_NVFP4;
-    if ((uintptr_t)kv->k_pages % 16 == 0 && (uintptr_t)kv->v_pages % 16 == 0 &&
-        (!nvfp4 ||
-         ((uintptr_t)kv->k_block_scales % 16 == 0 && (uintptr_t)kv->v_block_scales % 16 == 0)))
-        return AP_OK;
-    ap_msgbuf_add(msg, FIL_NAME ": layer %d's K and V pages%s must be 16-byte aligned",
-                  layer->layer_id, nvfp4 ? " and block scales" : "");
-    return AP_ERR_UNSUPPORTED;
-}
-
 /* Features the caps do not declare: refused here, since the core does not check layers for them. */
 static ap_status fil_layer_served(const ap_layer *layer, ap_msgbuf *msg) {
     if (layer->logit_softcap == 0.f && layer->window_left < 0) return AP_OK;
@@ -57,33 +44,13 @@ static ap_status fil_forward_begin(ap_backend *b, const ap_layer *layer,
         return AP_ERR_INVALID_ARGUMENT;
     }
     ap_status st = fil_layer_served(layer, msg);
-    if (st == AP_OK) st = fil_cache_aligned(layer, msg);
+    if (st == AP_OK) st = ap_kit_cache_aligned(layer, FIL_NAME, msg);
     if (st != AP_OK || b->plan.num_tokens == 0) return st; /* an empty batch: nothing to run */
     st = fil_args_aligned(args, msg);
     if (st == AP_OK) st = ap_kit_set_device(b->device_ordinal, FIL_NAME, msg);
     if (st != AP_OK || !args->save_kv) return st;
-    const ap_kv_cache *kv = layer->kv;
-    ap_kit_append_args ap = {
-        .k = ap_kit_data(args->k),
-        .v = ap_kit_data(args->v),
-        .k_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_qk, /* dense (the core) */
-        .k_stride_head = kv->head_dim_qk,
-        .v_stride_token = (int64_t)kv->num_kv_heads * kv->head_dim_v,
-        .v_stride_head = kv->head_dim_v,
-        .in_dtype = b->model.dtype,
-        .k_pages = kv->k_pages,
-        .v_pages = kv->v_pages,
-        .kv_dtype = kv->dtype,
-        .num_kv_heads = kv->num_kv_heads,
-        .head_dim = kv->head_dim_qk,
-        .k_scale = layer->k_scale,
-        .v_scale = layer->v_scale,
-        .slots = b->plan.slots,
-        .num_tokens = b->plan.num_tokens,
-        .k_block_scales = kv->k_block_scales,
-        .v_block_scales = kv->v_block_scales,
-    };
-    return ap_kit_paged_append_run(&ap, stream, FIL_NAME, msg);
+    return ap_kit_save_kv(&b->model, layer, args, b->plan.slots, b->plan.num_tokens, stream,
+                          FIL_NAME, msg);
 }
 
 ap_status fil_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,

@@ -39,9 +39,6 @@ ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
 ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg);
 
-/* The layer's pages are read 16 bytes at a time (forward.c). */
-ap_status fil_cache_aligned(const ap_layer *layer, ap_msgbuf *msg);
-
 /* extend_nvfp4.c: extend over an nvfp4 cache. _reserve (init_metadata of an extend batch) sizes
  * the staging buffer for the batch's pages; _run dequantizes them into it (K exact, V times its
  * global scale, one rounding to the query's 16-bit type) and runs the 16-bit extend over it with

@@ -22,6 +22,7 @@ typedef struct eng_args {
     const char **plugin_dirs;
     size_t num_plugin_dirs;
     ap_dtype kv_dtype; /* --kv-dtype: replaces the rules' KV cache type; AP_DTYPE_NONE: keep */
+    int cuda_graphs;   /* --cuda-graphs: decode in CUDA graphs (as a rule's cuda_graphs: true) */
 } eng_args;
 
 /* What became of one model. */
@@ -223,5 +224,27 @@ typedef struct eng_embed_input {
  * every layer of both; prints per-layer time of each and the cosine similarity of the outputs
  * (FAIL at <= 0.99). */
 eng_outcome eng_embed_compare(const eng_embed_input *in);
+
+/* ---- --cuda-graphs (engine_graph.cu; engine_graph_host.c without CUDA) --------------------
+ * After each eager decode step, the same step as a CUDA-graph replay: every layer's
+ * forward_decode captured once (after cuda_graph/1) on buffers of the step's shape, then per step
+ * the batch arrays and activations copied in, init_metadata, one graph launch. */
+typedef struct eng_graph eng_graph;
+
+typedef struct eng_graph_timing {
+    double step_ms;   /* init_metadata + launch + the GPU's work, host wall time */
+    double plan_us;   /* init_metadata on the host */
+    double launch_us; /* cudaGraphLaunch on the host */
+    int equal;        /* the replay's out equals the eager step's bit for bit */
+    int captured;     /* this step captured the graph */
+} eng_graph_timing;
+
+ap_status eng_graph_open(eng_graph **out, const eng_batch *batch, const eng_tensor *q,
+                         const eng_tensor *k, const eng_tensor *v, const eng_tensor *o);
+ap_status eng_graph_step(eng_graph *g, ap_instance *instance, const ap_layer *layers,
+                         int32_t num_layers, const eng_batch *batch, const eng_tensor *q,
+                         const eng_tensor *k, const eng_tensor *v, const eng_tensor *eager_out,
+                         int save_kv, eng_graph_timing *timing);
+void eng_graph_close(eng_graph *g);
 
 #endif /* AP_ENGINE_H */

@@ -15,10 +15,11 @@ ap_status eng_open_model(const eng_context *context, const ap_model *model, ap_o
     *walk = NULL;
     if (rule == NULL) return AP_ERR_NOT_FOUND;
     *options = rule->options;
-    if (context->args->kv_dtype == AP_DTYPE_NONE)
+    if (context->args->kv_dtype == AP_DTYPE_NONE && !context->args->cuda_graphs)
         return ap_config_open(context->config, context->registry, model, &context->device, out,
                               walk);
-    options->kv_dtype = context->args->kv_dtype;
+    if (context->args->kv_dtype != AP_DTYPE_NONE) options->kv_dtype = context->args->kv_dtype;
+    if (context->args->cuda_graphs) options->cuda_graphs = 1; /* --cuda-graphs */
     ap_status status = ap_select(context->registry, rule->backends, rule->num_backends,
                                  rule->explicit_single, model, options, &context->device, walk);
     if (status != AP_OK) return status;

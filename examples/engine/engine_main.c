@@ -18,7 +18,7 @@
 static void eng_usage(FILE *stream) {
     fputs("usage: attnplug-engine [--config FILE] [--model NAME] [--model-spec K=V,...]\n"
           "                       [--steps N] [--layers L] [--batch B] [--prompt-len P]\n"
-          "                       [--seed S] [--plugin-dir DIR] [--kv-dtype T]\n"
+          "                       [--seed S] [--plugin-dir DIR] [--kv-dtype T] [--cuda-graphs]\n"
           "\n"
           "Runs each example model that a rule of the config matches (or the one --model names)\n"
           "on the backend the config selects here: a prefill of B random prompts (1..P tokens)\n"
@@ -32,6 +32,9 @@ static void eng_usage(FILE *stream) {
           "--kv-dtype T (bf16, f16, fp8_e4m3, fp8_e5m2, nvfp4) replaces every rule's KV cache\n"
           "type and, unless T is bf16, reports the output against a bf16 cache's on the same\n"
           "inputs.\n"
+          "--cuda-graphs (or a rule's cuda_graphs: true) also runs each decode step as a CUDA\n"
+          "graph captured once (backends whose caps allow it), replayed on the step's inputs:\n"
+          "eager and graph time per step, the replay checked equal to the eager step.\n"
           "\n"
           "Exit status: 0 when every model ran and passed, or had no backend that can serve it\n"
           "here (refused by every backend of its rule: a known gap, reported); 1 on a real\n"
@@ -78,7 +81,8 @@ enum {
     ENG_OPT_PROMPT,
     ENG_OPT_SEED,
     ENG_OPT_PLUGIN_DIR,
-    ENG_OPT_KV_DTYPE
+    ENG_OPT_KV_DTYPE,
+    ENG_OPT_CUDA_GRAPHS
 };
 
 /* Returns -1 to go on, else an exit code. */
@@ -94,6 +98,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
         {"seed", required_argument, NULL, ENG_OPT_SEED},
         {"plugin-dir", required_argument, NULL, ENG_OPT_PLUGIN_DIR},
         {"kv-dtype", required_argument, NULL, ENG_OPT_KV_DTYPE},
+        {"cuda-graphs", no_argument, NULL, ENG_OPT_CUDA_GRAPHS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -124,6 +129,7 @@ static int eng_parse_args(int argc, char **argv, eng_args *args) {
                     fprintf(stderr, "attnplug-engine: --kv-dtype: unknown cache type '%s'\n",
                             optarg);
                 break;
+            case ENG_OPT_CUDA_GRAPHS: args->cuda_graphs = 1; break;
             case 'h': eng_usage(stdout); return ENG_EXIT_OK;
             default: eng_usage(stderr); return ENG_EXIT_USAGE;
         }
@@ -248,7 +254,7 @@ static int eng_open(eng_context *context, ap_config *config) {
 }
 
 int main(int argc, char **argv) {
-    eng_args args = {NULL, NULL, NULL, 8, 2, 4, 64, 0, NULL, 0, AP_DTYPE_NONE};
+    eng_args args = {NULL, NULL, NULL, 8, 2, 4, 64, 0, NULL, 0, AP_DTYPE_NONE, 0};
     args.seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     args.plugin_dirs = calloc((size_t)argc + 1, sizeof(*args.plugin_dirs));
     if (args.plugin_dirs == NULL) return ENG_EXIT_ERROR;

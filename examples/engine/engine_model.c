@@ -24,6 +24,7 @@ typedef struct eng_run {
     eng_batch batch;
     void *snapshot[4];  /* host copy of the last layer's cache before the checked forward */
     eng_shadow *shadow; /* --kv-dtype: the bf16-cache twin, else NULL */
+    eng_graph *graph;   /* --cuda-graphs: the captured decode step, else NULL */
     char error[512];    /* what an allocation of the engine's own failed on */
 } eng_run;
 
@@ -345,6 +346,42 @@ static void eng_print_rate(const char *what, int64_t tokens, int32_t layers, dou
            ms > 0.0 ? (double)tokens / (ms / 1e3) : 0.0);
 }
 
+/* Graph mode: the rule's cuda_graphs (or --cuda-graphs) on, a backend whose caps allow decode
+ * capture, device memory. */
+static int eng_run_graph_mode(const eng_run *run) {
+    if (run->options.cuda_graphs != 1) return 0;
+    const ap_caps *caps = ap_instance_caps(run->instance);
+    if (caps->cuda_graph == AP_GRAPH_NONE || !run->memory.on_device) {
+        printf("  cuda graphs: not used (%s)\n", run->memory.on_device ? "the backend allows no "
+                                                                         "capture"
+                                                                       : "host memory");
+        return 0;
+    }
+    return 1;
+}
+
+/* After eager decode step s (eager_ms): the same step replayed from the captured graph. */
+static ap_status eng_run_graph_step(eng_run *run, int32_t s, double eager_ms) {
+    ap_status status = AP_OK;
+    if (run->graph == NULL)
+        status = eng_graph_open(&run->graph, &run->batch, &run->q, &run->k, &run->v, &run->out);
+    eng_graph_timing t = {0};
+    if (status == AP_OK)
+        status =
+            eng_graph_step(run->graph, run->instance, run->layers, run->model->num_layers,
+                           &run->batch, &run->q, &run->k, &run->v, &run->out, !run->skip_kv, &t);
+    if (status != AP_OK) {
+        printf("  error: cuda graph decode step %d: %s: %s\n", s + 1, ap_status_name(status),
+               status == AP_ERR_CUDA ? eng_mem_error() : ap_last_error());
+        return status;
+    }
+    printf("  decode step %d: eager %.3f ms, graph %.3f ms (init_metadata %.1f us, launch %.1f "
+           "us%s): %s\n",
+           s + 1, eager_ms, t.step_ms, t.plan_us, t.launch_us, t.captured ? ", captured" : "",
+           t.equal ? "graph == eager" : "GRAPH DIFFERS FROM EAGER");
+    return t.equal ? AP_OK : AP_ERR_INTERNAL;
+}
+
 /* The prefill, then the decode steps; the last forward is the one checked. */
 static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
     const ap_model *m = run->model;
@@ -372,12 +409,14 @@ static eng_outcome eng_run_steps(eng_run *run, int32_t steps) {
     if (run->shadow != NULL && steps == 0) eng_shadow_report(run->shadow, m->num_layers, 0);
     if (checked != ENG_RAN || steps == 0) return checked;
     double total_ms = 0.0;
+    const int graphs = eng_run_graph_mode(run);
     for (int32_t s = 0; s < steps; s++) {
         if (eng_run_step(run, AP_MODE_DECODE, s == steps - 1, &ms) != AP_OK) return ENG_FAILED;
         char label[48];
         snprintf(label, sizeof(label), "decode step %d", s + 1);
         eng_print_rate(label, run->seqs.num_seqs, m->num_layers, ms);
         total_ms += ms;
+        if (graphs && eng_run_graph_step(run, s, ms) != AP_OK) return ENG_FAILED;
     }
     printf("  decode: %d step%s, %.3f ms/step mean, %.0f tokens/s\n", steps, eng_plural(steps),
            total_ms / steps,
@@ -398,6 +437,7 @@ static void eng_run_free(eng_run *run) {
         eng_cache_free(&run->caches[l], &run->memory);
     for (int i = 0; i < 4; i++) free(run->snapshot[i]);
     if (run->shadow != NULL) eng_shadow_close(run->shadow);
+    eng_graph_close(run->graph);
     free(run->shadow);
     free(run->caches);
     free(run->layers);

@@ -1,0 +1,89 @@
+// combine.cu: the split-KV combine of trtllm_mha's decode, and the new tokens' cache slots.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/paged_kv.cuh"
+#include "../common/softmax_state.cuh"
+#include "mha.h"
+
+namespace {
+
+constexpr int kThreads = 128;
+
+// One CTA per (sequence, KV head, row block) of the decode grid: per row of the block
+//   M = max_s lse2_s, w_s = 2^(lse2_s - M), o = sum_s w_s o_s / sum_s w_s,
+//   lse = ln2 (M + log2 sum_s w_s)                                      (softmax_state.cuh)
+// Split 0 always holds key 0, which every row sees, so the sum is never 0. Partial slot of split
+// s: ((seq * gridDim.y + blockIdx.y) * splits + s) * MHA_BLOCK_ROWS + local row.
+template <typename QT>
+__global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine_params p) {
+    const int seq = blockIdx.z, kv_head = blockIdx.y / p.row_blocks,
+              block = blockIdx.y % p.row_blocks;
+    const int q_start = __ldg(p.qo_indptr + seq);
+    const int rows_all = (__ldg(p.qo_indptr + seq + 1) - q_start) * p.group;
+    const int rows = min(p.block_rows, rows_all - block * p.block_rows);
+    const int64_t first = ((int64_t)seq * gridDim.y + blockIdx.y) * p.num_splits;
+    for (int i = threadIdx.x; i < rows * p.head_dim; i += kThreads) {
+        const int local = i / p.head_dim, d = i % p.head_dim;
+        float m = -INFINITY;
+        for (int s = 0; s < p.num_splits; s++)
+            m = fmaxf(m, p.partial_lse[(first + s) * MHA_BLOCK_ROWS + local]);
+        float sum = 0.f, acc = 0.f;
+        for (int s = 0; s < p.num_splits; s++) {
+            const int64_t slot = (first + s) * MHA_BLOCK_ROWS + local;
+            const float w = ap_softmax_merge_weight(p.partial_lse[slot], m);
+            sum += w;
+            acc += w * p.partial_out[slot * p.head_dim + d];
+        }
+        const int r = block * p.block_rows + local;
+        const int64_t row =
+            (int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group + r % p.group;
+        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc / sum);
+        if (d == 0 && p.lse != NULL) p.lse[row] = ap_lse2_to_ln(m + log2f(sum));
+    }
+}
+
+// The slots of a batch's new tokens, one thread per token: sequence by a binary search of
+// qo_indptr, position seq_len - q_len + i, slot through the page table.
+__global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size) {
+    const int token = blockIdx.x * blockDim.x + threadIdx.x;
+    if (token >= p.num_tokens) return;
+    int lo = 0, hi = p.num_seqs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (__ldg(p.qo_indptr + mid) <= token)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const int q_start = __ldg(p.qo_indptr + lo), q_len = __ldg(p.qo_indptr + lo + 1) - q_start;
+    const int pos = __ldg(p.seq_lens + lo) - q_len + (token - q_start);
+    const int32_t *pages = p.kv_page_indices + __ldg(p.kv_page_indptr + lo);
+    p.slots[token] = (int32_t)ap_paged_slot(pages, pos, log2_page_size);
+}
+
+} // namespace
+
+extern "C" ap_status mha_combine_run(const mha_combine_params *p, void *stream, ap_msgbuf *msg) {
+    const dim3 grid(1, p->num_kv_heads * p->row_blocks, p->num_seqs);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->q_dtype == AP_DTYPE_BF16)
+        mha_combine_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(*p);
+    else
+        mha_combine_kernel<__half><<<grid, kThreads, 0, s>>>(*p);
+    return ap_cuda_launch_status(MHA_NAME ": decode", "mha_combine_kernel", msg);
+}
+
+extern "C" ap_status mha_slots_run(const mha_slots_params *p, void *stream, ap_msgbuf *msg) {
+    if (p->num_tokens == 0 || p->num_seqs == 0) return AP_OK;
+    const int log2_page = ap_page_shift(p->page_size);
+    if (log2_page < 0) {
+        ap_msgbuf_add(msg, MHA_NAME ": slots: page size %d is not a power of two", p->page_size);
+        return AP_ERR_UNSUPPORTED;
+    }
+    const int blocks = (p->num_tokens + 255) / 256;
+    mha_slots_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(*p, log2_page);
+    return ap_cuda_launch_status(MHA_NAME ": slots", "mha_slots_kernel", msg);
+}

@@ -1,0 +1,610 @@
+// decode.cu: decode and multi-token decode over the paged NHD cache on tensor cores: the query
+// heads of a group (times the new tokens) are the rows of one K/V tile; split-KV found on device.
+#include <cuda_runtime.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "../common/cp_async.cuh"
+#include "../common/cuda_status.cuh"
+#include "../common/dtype.cuh"
+#include "../common/mma.cuh"
+#include "../common/nvfp4.cuh"
+#include "../common/paged_kv.cuh"
+#include "../common/softmax_state.cuh"
+#include "../common/swizzle.cuh"
+#include "mha.h"
+
+#define MHA_WHO MHA_NAME ": decode"
+
+namespace {
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTile = 32; // KV tokens of one warp's step
+static_assert(kWarps * 16 == MHA_BLOCK_ROWS, "a warp holds 16 rows");
+
+struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 values
+
+// Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
+// 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
+// 16-row blocks on the same keys), so a stage holds KW * 32 keys. The math reads 16-bit tiles
+// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 and nvfp4
+// land raw in the ring and are converted into 16-bit tiles (half: every e4m3 value and every
+// e2m1 x e4m3 product is exact in it) before the math: per warp with KW > 1 (its own sub-tile),
+// by the whole CTA with KW = 1 (one shared tile).
+template <int D, typename KV, int KW> struct decode_shape {
+    static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
+    static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
+    static constexpr bool converted = is_nvfp4 || is_fp8;
+    static constexpr int chunks = D / 8; // 16-byte chunks of a 16-bit row
+    static constexpr int row16 = D * 2;
+    static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
+    static constexpr int raw_chunks = raw_row / 16;
+    static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
+    static constexpr int keys = KW * kTile;                 // per stage
+    static constexpr int block_rows = 16 * kWarps / KW;
+    static constexpr int raw_tile = keys * (raw_row + scale_row);
+    static constexpr int stage_bytes = 2 * raw_tile;    // K then V
+    static constexpr int conv_tile = 2 * kTile * row16; // one sub-tile's K and V, 16-bit
+    static constexpr int conv_bytes = converted ? (KW > 1 ? kWarps : 1) * conv_tile : 0;
+    static constexpr int stages_fit = (200 * 1024 - conv_bytes) / stage_bytes;
+    static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
+    static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
+    static constexpr int ring_bytes = stages * stage_bytes + conv_bytes;
+    static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
+    static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
+};
+
+struct decode_args {
+    const void *q;
+    void *out;
+    float *lse;
+    const uint8_t *k_pages, *v_pages, *k_scales, *v_scales;
+    const int32_t *qo_indptr, *kv_page_indptr, *kv_page_indices, *seq_lens;
+    float *partial_out, *partial_lse;
+    int32_t num_qo_heads, num_kv_heads, group, log2_page_size, num_splits, row_blocks;
+    float scale_log2; // sm_scale * log2(e) * k_scale
+    float v_scale;
+};
+
+// A cp.async of 4, 8 or 16 bytes (the nvfp4 scale rows), zero-filled when !valid.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_small(uint32_t dst, const void *src, bool valid) {
+    if constexpr (BYTES == 16) {
+        ap_cp_async_16(dst, src, valid);
+    } else {
+        int src_bytes = valid ? BYTES : 0;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(src),
+                     "n"(BYTES), "r"(src_bytes)
+                     : "memory");
+    }
+}
+
+// Where one CTA stands: its sequence, rows and KV range [key_begin, key_end).
+struct cta_work {
+    int seq, kv_head, block, q_start, q_len, prefix, rows;
+    int key_begin, key_end;
+    const int32_t *pages;
+};
+
+// Issue the copies of stage `index` (keys key_begin + S::keys * index ..) into a stage buffer.
+template <class S>
+__device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args &a, int index,
+                                           uint32_t stage) {
+    const int first = w.key_begin + index * S::keys;
+    constexpr int copies = S::keys * S::raw_chunks;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < copies; i += kThreads) {
+        const int row = i / S::raw_chunks, chunk = i % S::raw_chunks;
+        const int pos = first + row;
+        const bool valid = pos < w.key_end;
+        const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+        const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
+        const uint32_t dst = S::converted ? row * S::raw_row + chunk * 16
+                                          : row * S::row16 + ap_swizzle<S::chunks>(row, chunk) * 16;
+        ap_cp_async_16(stage + dst, a.k_pages + src, valid);
+        ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
+    }
+    if constexpr (S::is_nvfp4) {
+        for (int row = threadIdx.x; row < S::keys; row += kThreads) {
+            const int pos = first + row;
+            const bool valid = pos < w.key_end;
+            const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+            const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
+            const uint32_t dst = S::keys * S::raw_row + row * S::scale_row;
+            cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
+            cp_async_small<S::scale_row>(stage + S::raw_tile + dst, a.v_scales + src, valid);
+        }
+    }
+}
+
+// fp8 / nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
+// at + 32 rows) in the swizzled 16-bit layout, 8 values (one 16-byte chunk) per step, by
+// `threads` threads numbered `id`. The scales stay out: k_scale in the logits, v_scale in out.
+template <class S>
+__device__ __forceinline__ void tile_convert(const uint8_t *stage, int first_row, uint8_t *conv,
+                                             int id, int threads) {
+    constexpr int items = 2 * kTile * S::chunks; // K and V
+#pragma unroll 4
+    for (int i = id; i < items; i += threads) {
+        const int kv = i / (kTile * S::chunks), rest = i % (kTile * S::chunks);
+        const int row = rest / S::chunks, chunk = rest % S::chunks;
+        const uint8_t *raw = stage + kv * S::raw_tile;
+        const int raw_row = first_row + row;
+        uint4 h;
+        if constexpr (S::is_nvfp4) {
+            const uint32_t w =
+                *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
+            const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
+            __half2 out[4];
+            ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), out);
+            h = *reinterpret_cast<uint4 *>(out);
+        } else {
+            const uint2 b =
+                *reinterpret_cast<const uint2 *>(raw + raw_row * S::raw_row + chunk * 8);
+            h.x = ap_fp8x2_to_half2_bits((uint16_t)b.x);
+            h.y = ap_fp8x2_to_half2_bits((uint16_t)(b.x >> 16));
+            h.z = ap_fp8x2_to_half2_bits((uint16_t)b.y);
+            h.w = ap_fp8x2_to_half2_bits((uint16_t)(b.y >> 16));
+        }
+        *reinterpret_cast<uint4 *>(conv + kv * kTile * S::row16 + row * S::row16 +
+                                   ap_swizzle<S::chunks>(row, chunk) * 16) = h;
+    }
+}
+
+// One warp's 16 rows: Q as A fragments, O (16 x D) as C fragments, per row the running max m
+// and this lane's share of the denominator l (rows g and g + 8).
+template <int D> struct warp_state {
+    uint32_t q[D / 16][4];
+    float acc[D / 8][4];
+    float m[2], l[2];
+    int limit[2]; // the last key each row sees (causal): prefix + its token
+};
+
+template <int D, typename MT, typename QT>
+__device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
+                                            const decode_args &a, int first_row, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int r = first_row + g + 8 * half;
+        const bool live = r < w.rows;
+        const int token = live ? r / a.group : 0, head = live ? r % a.group : 0;
+        st.limit[half] = w.prefix + token;
+        const QT *qrow =
+            static_cast<const QT *>(a.q) +
+            ((int64_t)(w.q_start + token) * a.num_qo_heads + w.kv_head * a.group + head) * D;
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                uint32_t v =
+                    live
+                        ? __ldg(reinterpret_cast<const uint32_t *>(qrow + 16 * ks + 8 * hi + 2 * t))
+                        : 0u;
+                if constexpr (!std::is_same<MT, QT>::value) {
+                    const float2 f = ap_unpack2<QT>(v);
+                    v = ap_pack2<MT>(f.x, f.y);
+                }
+                st.q[ks][half + 2 * hi] = v;
+            }
+        }
+        st.m[half] = -INFINITY;
+        st.l[half] = 0.f;
+    }
+#pragma unroll
+    for (int j = 0; j < D / 8; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0.f;
+}
+
+// Online softmax of one step (rows g, g + 8): m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
+// l = l 2^(m - m') + sum p_j, O rescaled by 2^(m - m'). A row with no key yet keeps m = -inf
+// and p = 0 (the base is then 0, so no inf - inf).
+template <int D>
+__device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
+                                             int first_key, int key_end, float scale_log2, int t) {
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int key = first_key + 8 * n + 2 * t + e;
+                float x = s[n][2 * half + e] * scale_log2;
+                x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
+                s[n][2 * half + e] = x;
+                tile_max = fmaxf(tile_max, x);
+            }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float m_new = fmaxf(st.m[half], tile_max);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        const float alpha = ap_exp2_approx(st.m[half] - base);
+        float sum = 0.f;
+#pragma unroll
+        for (int n = 0; n < kTile / 8; n++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const float p = ap_exp2_approx(s[n][2 * half + e] - base);
+                s[n][2 * half + e] = p;
+                sum += p;
+            }
+        st.l[half] = st.l[half] * alpha + sum;
+        st.m[half] = m_new;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            st.acc[j][2 * half] *= alpha;
+            st.acc[j][2 * half + 1] *= alpha;
+        }
+    }
+}
+
+// One step over a 16-bit K/V sub-tile pair (32 keys, K at tile_k, V at tile_v):
+//   S = Q K^T (16 rows x 32 keys), softmax as above, O += P V, all accumulated in float.
+template <int D, typename MT>
+__device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
+                                          int first_key, int key_end, float scale_log2, int lane) {
+    constexpr int C = D / 8;
+    const int mat = lane >> 3, t = lane & 3;
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int p = 0; p < kTile / 16; p++) {
+        const int row = 16 * p + (mat >> 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4(r, tile_k + row * D * 2 + ap_swizzle<C>(row, 2 * ks + (mat & 1)) * 16);
+            ap_mma_16816<MT>(s[2 * p], st.q[ks], r[0], r[1]);
+            ap_mma_16816<MT>(s[2 * p + 1], st.q[ks], r[2], r[3]);
+        }
+    }
+    tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; kk++) {
+        const uint32_t pa[4] = {ap_pack2<MT>(s[2 * kk][0], s[2 * kk][1]),
+                                ap_pack2<MT>(s[2 * kk][2], s[2 * kk][3]),
+                                ap_pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                ap_pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const int row = 16 * kk + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int dp = 0; dp < D / 16; dp++) {
+            uint32_t r[4];
+            ap_ldmatrix_x4_trans(r, tile_v + row * D * 2 +
+                                        ap_swizzle<C>(row, 2 * dp + (mat >> 1)) * 16);
+            ap_mma_16816<MT>(st.acc[2 * dp], pa, r[0], r[1]);
+            ap_mma_16816<MT>(st.acc[2 * dp + 1], pa, r[2], r[3]);
+        }
+    }
+}
+
+// End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
+// lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
+// the CTA's block of block_rows.
+template <int D, typename QT>
+__device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
+                                             const decode_args &a, int64_t partial, int local0,
+                                             int block_rows, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? a.v_scale / l : 0.f;
+        const float lse2 = l > 0.f ? st.m[half] + __log2f(l) : -INFINITY;
+        const int local = local0 + g + 8 * half;
+        const int r = w.block * block_rows + local;
+        if (r >= w.rows) continue;
+        if (a.num_splits == 1) {
+            const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
+                                w.kv_head * a.group + r % a.group;
+            QT *out = static_cast<QT *>(a.out) + row * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
+                    ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            if (a.lse != NULL && t == 0) a.lse[row] = ap_lse2_to_ln(lse2);
+        } else {
+            float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
+                    make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            if (t == 0) a.partial_lse[partial * MHA_BLOCK_ROWS + local] = lse2;
+        }
+    }
+}
+
+// KW > 1: the warps of one row block hold states over different keys; warps 1..KW-1 leave theirs
+// in shared memory (m and the full l per row, O unnormalised) and warp 0 folds them in:
+//   M = max_k m_k, O = sum_k O_k 2^(m_k - M), l = sum_k l_k 2^(m_k - M).
+// (A row whose keys all lie past its causal limit in one warp has m_k = -inf: weight 0.)
+template <int D>
+__device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, int base, int kg,
+                                            int kw, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float *mine = scratch + (base + kg) * 16 * (D + 2);
+    if (kg > 0) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const int row = g + 8 * half;
+            float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+            for (int j = 0; j < D / 8; j++)
+                *reinterpret_cast<float2 *>(mine + row * (D + 2) + 8 * j + 2 * t) =
+                    make_float2(st.acc[j][2 * half], st.acc[j][2 * half + 1]);
+            if (t == 0) {
+                mine[row * (D + 2) + D] = st.m[half];
+                mine[row * (D + 2) + D + 1] = l;
+            }
+        }
+    }
+    __syncthreads();
+    if (kg > 0) return;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+        const int row = g + 8 * half;
+        float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        float m = st.m[half];
+        for (int k = 1; k < kw; k++)
+            m = fmaxf(m, scratch[(base + k) * 16 * (D + 2) + row * (D + 2) + D]);
+        const float ref = m == -INFINITY ? 0.f : m;
+        const float own = ap_exp2_approx(st.m[half] - ref);
+        l *= own;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            st.acc[j][2 * half] *= own;
+            st.acc[j][2 * half + 1] *= own;
+        }
+        for (int k = 1; k < kw; k++) {
+            const float *other = scratch + (base + k) * 16 * (D + 2) + row * (D + 2);
+            const float wk = ap_exp2_approx(other[D] - ref);
+            l += other[D + 1] * wk;
+#pragma unroll
+            for (int j = 0; j < D / 8; j++) {
+                const float2 o = *reinterpret_cast<const float2 *>(other + 8 * j + 2 * t);
+                st.acc[j][2 * half] += o.x * wk;
+                st.acc[j][2 * half + 1] += o.y * wk;
+            }
+        }
+        st.m[half] = m;
+        st.l[half] = t == 0 ? l : 0.f; // state_finish sums the four lanes' shares
+    }
+}
+
+// The CTA's share: rows [block * block_rows, ..) of (sequence, KV head) and split s of the
+// stages of keys the block's last row can see (causal): keys 0 .. prefix + last token.
+__device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_rows, int stage_keys,
+                                              cta_work &w) {
+    w.seq = blockIdx.z;
+    w.kv_head = blockIdx.y / a.row_blocks;
+    w.block = blockIdx.y % a.row_blocks;
+    w.q_start = __ldg(a.qo_indptr + w.seq);
+    w.q_len = __ldg(a.qo_indptr + w.seq + 1) - w.q_start;
+    w.rows = w.q_len * a.group;
+    if (w.block * block_rows >= w.rows) return false;
+    const int seq_len = __ldg(a.seq_lens + w.seq);
+    w.prefix = seq_len - w.q_len;
+    const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
+    const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
+    const int stages = (keys + stage_keys - 1) / stage_keys;
+    const int per = (stages + a.num_splits - 1) / a.num_splits;
+    w.key_begin = min(keys, (int)blockIdx.x * per * stage_keys);
+    w.key_end = min(keys, ((int)blockIdx.x + 1) * per * stage_keys);
+    w.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + w.seq);
+    return true;
+}
+
+// The ring: stages i + 1 .. i + stages - 1 are in flight while stage i is computed. One barrier
+// per step frees the oldest stage (every warp has finished the previous step) before it is
+// refilled; a CTA-wide conversion (KW = 1) takes a second one before the math. Warp w takes rows
+// (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
+template <int D, typename KV, typename QT, int KW>
+__global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
+    using S = decode_shape<D, KV, KW>;
+    using MT = typename std::conditional<S::converted, __half, QT>::type;
+    extern __shared__ __align__(128) uint8_t smem[];
+    cta_work w;
+    if (!cta_work_find(a, S::block_rows, S::keys, w)) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int kg = warp % KW, local0 = (warp / KW) * 16;
+    const bool has_rows = w.block * S::block_rows + local0 < w.rows;
+    const uint32_t ring = ap_smem_addr(smem);
+    uint8_t *conv = smem + S::stages * S::stage_bytes + (KW > 1 ? warp * S::conv_tile : 0);
+    const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
+#pragma unroll
+    for (int s = 0; s < S::stages - 1; s++) {
+        if (s < steps) tile_issue<S>(w, a, s, ring + s * S::stage_bytes);
+        ap_cp_async_commit();
+    }
+    warp_state<D> st;
+    state_begin<D, MT, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+    for (int i = 0; i < steps; i++) {
+        ap_cp_async_wait<S::stages - 2>();
+        __syncthreads();
+        const int next = i + S::stages - 1;
+        if (next < steps) tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes);
+        ap_cp_async_commit();
+        const int first_key = w.key_begin + i * S::keys + kg * kTile;
+        const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
+        uint32_t tile_k = stage + kg * kTile * S::row16, tile_v = tile_k + S::raw_tile;
+        if constexpr (S::converted) {
+            const uint8_t *raw = smem + (i % S::stages) * S::stage_bytes;
+            if (KW > 1) {
+                if (has_rows && first_key < w.key_end)
+                    tile_convert<S>(raw, kg * kTile, conv, lane, 32);
+                __syncwarp();
+            } else {
+                tile_convert<S>(raw, 0, conv, threadIdx.x, kThreads);
+                __syncthreads();
+            }
+            tile_k = ap_smem_addr(conv);
+            tile_v = tile_k + kTile * S::row16;
+        }
+        if (has_rows && first_key < w.key_end)
+            tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
+    }
+    ap_cp_async_wait<0>();
+    if constexpr (KW > 1) {
+        __syncthreads(); // the ring is free: its bytes hold the warps' states
+        state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+        if (kg > 0) return;
+    }
+    if (!has_rows) return;
+    const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
+    state_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
+}
+
+typedef void (*decode_kernel_fn)(const decode_args);
+
+struct decode_kernel_info {
+    decode_kernel_fn kernel;
+    int smem_bytes;
+};
+
+template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw) {
+    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4>, decode_shape<D, KV, 4>::smem};
+    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2>, decode_shape<D, KV, 2>::smem};
+    return {mha_decode_kernel<D, KV, QT, 1>, decode_shape<D, KV, 1>::smem};
+}
+
+template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw) {
+    switch (kv_dtype) {
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw);
+        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw);
+        case AP_DTYPE_BF16:
+            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>(kw);
+            break;
+        case AP_DTYPE_F16:
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw);
+            break;
+        default: break;
+    }
+    return {NULL, 0};
+}
+
+template <int D>
+decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
+    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw);
+    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw);
+    return {NULL, 0};
+}
+
+// The small dispatch: the only place that instantiates kernels.
+// Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
+// else 1 (mha_decode_key_warps, plan.c).
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
+    if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
+    switch (head_dim) {
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw);
+        default: return {NULL, 0};
+    }
+}
+
+ap_status decode_setup_all(ap_msgbuf *msg) {
+    const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4};
+    const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
+    const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
+    for (int d = 0; d < 3; d++)
+        for (int q = 0; q < 2; q++)
+            for (int k = 0; k < 4; k++)
+                for (int w = 0; w < 3; w++) {
+                    decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w]);
+                    if (v.kernel == NULL) continue;
+                    ap_status st = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
+                    if (st != AP_OK) return st;
+                }
+    return AP_OK;
+}
+
+} // namespace
+
+extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
+    return decode_setup_all(msg);
+}
+
+extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                            int32_t key_warps, int32_t *out, ap_msgbuf *msg) {
+    *out = 1;
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps);
+    if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
+    int blocks = 0;
+    ap_status st = ap_cuda_status(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.kernel, kThreads, v.smem_bytes),
+        MHA_WHO, "cudaOccupancyMaxActiveBlocksPerMultiprocessor", msg);
+    if (st == AP_OK && blocks > 0) *out = blocks;
+    return st;
+}
+
+static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decode_args *a) {
+    const bool scaled = p->kv_dtype == AP_DTYPE_FP8_E4M3 || p->kv_dtype == AP_DTYPE_NVFP4;
+    a->q = p->q;
+    a->out = p->out;
+    a->lse = p->lse;
+    a->k_pages = static_cast<const uint8_t *>(p->k_pages);
+    a->v_pages = static_cast<const uint8_t *>(p->v_pages);
+    a->k_scales = static_cast<const uint8_t *>(p->k_scales);
+    a->v_scales = static_cast<const uint8_t *>(p->v_scales);
+    a->qo_indptr = p->qo_indptr;
+    a->kv_page_indptr = p->kv_page_indptr;
+    a->kv_page_indices = p->kv_page_indices;
+    a->seq_lens = p->seq_lens;
+    a->partial_out = p->partial_out;
+    a->partial_lse = p->partial_lse;
+    a->num_qo_heads = p->num_qo_heads;
+    a->num_kv_heads = p->num_kv_heads;
+    a->group = p->num_qo_heads / p->num_kv_heads;
+    a->log2_page_size = ap_page_shift(p->page_size);
+    a->num_splits = p->num_splits;
+    a->row_blocks = row_blocks;
+    a->scale_log2 = p->sm_scale * ap_log2e * (scaled ? p->k_scale : 1.f);
+    a->v_scale = scaled ? p->v_scale : 1.f;
+}
+
+extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
+    const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
+    const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
+    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw);
+    if (v.kernel == NULL || ap_page_shift(p->page_size) < 0 || group < 1 || group > MHA_MAX_GROUP ||
+        group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
+        p->num_splits > MHA_MAX_SPLITS) {
+        ap_msgbuf_add(msg,
+                      MHA_WHO ": no kernel for head_dim %d, q %s, kv %s, page size %d, %d query "
+                              "heads over %d KV heads, %d splits",
+                      p->head_dim, ap_dtype_str(p->q_dtype), ap_dtype_str(p->kv_dtype),
+                      p->page_size, p->num_qo_heads, p->num_kv_heads, p->num_splits);
+        return AP_ERR_UNSUPPORTED;
+    }
+    if (p->num_seqs == 0) return AP_OK;
+    const int32_t row_blocks = mha_decode_row_blocks(group, p->max_q_len, kw);
+    decode_args a;
+    decode_args_of(p, row_blocks, &a);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const dim3 grid(p->num_splits, p->num_kv_heads * row_blocks, p->num_seqs);
+    v.kernel<<<grid, kThreads, v.smem_bytes, s>>>(a);
+    ap_status st = ap_cuda_launch_status(MHA_WHO, "mha_decode_kernel", msg);
+    if (st != AP_OK || p->num_splits == 1) return st;
+    const mha_combine_params c = {
+        .out = p->out,
+        .lse = p->lse,
+        .q_dtype = p->q_dtype,
+        .qo_indptr = p->qo_indptr,
+        .partial_out = p->partial_out,
+        .partial_lse = p->partial_lse,
+        .head_dim = p->head_dim,
+        .group = group,
+        .num_qo_heads = p->num_qo_heads,
+        .num_kv_heads = p->num_kv_heads,
+        .num_seqs = p->num_seqs,
+        .num_splits = p->num_splits,
+        .row_blocks = row_blocks,
+        .block_rows = MHA_BLOCK_ROWS / kw,
+    };
+    return mha_combine_run(&c, stream, msg);
+}

@@ -1,0 +1,61 @@
+/* glue.h: what the C files of the trtllm_mha plugin share: the instance, the plan, the checks. */
+#ifndef AP_MHA_GLUE_H
+#define AP_MHA_GLUE_H
+
+#include "backends/common/kit.h"
+#include "backends/common/prefill.h"
+#include "mha.h"
+
+/* The batch last given to init_metadata. A decode batch (or an extend of 1..8 new tokens per
+ * sequence) keeps only the batch's scalars and device arrays, and its slots are computed by a
+ * kernel: nothing comes from a host mirror, so the calls after it are capturable. A longer
+ * extend (prefill) runs the kit's prefill kernel, planned from the host mirrors. */
+typedef struct mha_plan {
+    int ready;
+    ap_forward_mode mode;
+    int prefill; /* max_q_len > MHA_MAX_Q_LEN: the kit's prefill kernel */
+    int32_t num_seqs;
+    int32_t num_tokens;
+    int32_t max_q_len;
+    int32_t num_splits;
+    const int32_t *qo_indptr;
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const int32_t *seq_lens;
+    ap_kit_prefill_plan prefill_plan;
+} mha_plan;
+
+struct ap_backend {
+    ap_model model; /* as validated; `name` not kept */
+    int32_t device_ordinal;
+    int32_t sm_count;
+    int32_t split_kv;   /* 0: option split_kv off */
+    int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
+    float *partial_out; /* [MHA_SPLIT_WAVES * wave_slots][MHA_BLOCK_ROWS][head_dim] */
+    float *partial_lse;
+    int32_t *slots;                    /* [max_tokens]: the new tokens' cache slots */
+    ap_kit_plan_buffer prefill_buffer; /* the kit prefill's work list, bytes 0 when not served */
+    mha_plan plan;
+};
+
+/* validate.c */
+ap_status mha_validate(const ap_model *model, const ap_options *options, const ap_device *device,
+                       ap_msgbuf *reasons);
+int mha_option_split_kv(const ap_options *options);
+/* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
+int mha_prefill_served(const ap_model *model);
+
+/* forward.c */
+ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, ap_msgbuf *msg);
+ap_status mha_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
+                             void *stream, ap_msgbuf *msg);
+ap_status mha_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
+                             void *stream, ap_msgbuf *msg);
+
+/* hooks.c */
+ap_status mha_hook_append_kv(ap_backend *b, const ap_layer *layer, const ap_append_kv_args *args,
+                             void *stream, ap_msgbuf *msg);
+ap_status mha_hook_cuda_graph(ap_backend *b, int32_t max_batch, void *stream, ap_msgbuf *msg);
+
+#endif /* AP_MHA_GLUE_H */

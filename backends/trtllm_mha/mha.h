@@ -1,0 +1,107 @@
+/* mha.h: what the trtllm_mha plugin glue (C) and its CUDA kernels (.cu) say to each other. */
+#ifndef AP_MHA_H
+#define AP_MHA_H
+
+#include "plugin_api.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MHA_NAME "trtllm_mha"
+#define MHA_MAX_GROUP 32  /* query heads per KV head */
+#define MHA_MAX_Q_LEN 8   /* new tokens per sequence the decode kernel takes (MTP) */
+#define MHA_BLOCK_ROWS 64 /* (token, head) rows of one sequence and KV head per CTA */
+#define MHA_MAX_SPLITS 64 /* KV splits per (sequence, row block) at most */
+#define MHA_HEAD_DIMS_TEXT "64, 128 or 256"
+
+/* ---------------------------------------------------------------------------------------------
+ * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
+ * (new token, query head of the group) pairs, token major: row r = token * group + head. A CTA
+ * takes MHA_BLOCK_ROWS of them and split s of num_splits of the sequence's KV tiles, found on
+ * the device from seq_lens, so nothing the host computes depends on the lengths (graph capture).
+ * ------------------------------------------------------------------------------------------- */
+typedef struct mha_decode_params {
+    const void *q;       /* [T][Hq][D] of q_dtype, dense */
+    void *out;           /* [T][Hq][D] of q_dtype, dense */
+    float *lse;          /* [T][Hq] natural log, or NULL */
+    ap_dtype q_dtype;    /* BF16 or F16 */
+    ap_dtype kv_dtype;   /* q_dtype, FP8_E4M3 or NVFP4 */
+    const void *k_pages; /* NHD [page][slot][Hk][D] (nvfp4: D / 2 bytes a row) */
+    const void *v_pages;
+    const void *k_scales; /* nvfp4: [page][slot][Hk][D / 16] e4m3 block scales */
+    const void *v_scales;
+    float k_scale; /* fp8: value = stored * k_scale; nvfp4: the global scale; else 1 */
+    float v_scale;
+    float sm_scale;
+    int32_t head_dim;
+    int32_t page_size; /* 16, 32 or 64 */
+    int32_t num_qo_heads;
+    int32_t num_kv_heads;
+    int32_t num_seqs;
+    int32_t max_q_len; /* grid size: rows per (sequence, KV head) at most max_q_len * group */
+    const int32_t *qo_indptr;      /* device [num_seqs + 1] */
+    const int32_t *kv_page_indptr; /* device [num_seqs + 1] */
+    const int32_t *kv_page_indices;
+    const int32_t *seq_lens; /* device [num_seqs] */
+    int32_t num_splits;      /* CTAs per (sequence, KV head, row block); 1 writes out directly */
+    float *partial_out;      /* [ctas][MHA_BLOCK_ROWS][D] when num_splits > 1 */
+    float *partial_lse;      /* [ctas][MHA_BLOCK_ROWS] base 2 */
+} mha_decode_params;
+
+/* Warps of a CTA that split each step's keys (1, 2 or 4; plan.c): 4 when one sequence's rows
+ * of a KV head fit one warp (<= 16) and D <= 128, 2 when they fit 32 rows, else 1. A CTA then
+ * holds MHA_BLOCK_ROWS / key_warps rows. */
+int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim);
+/* Row blocks per (sequence, KV head) for this group, query length and key warps. */
+int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps);
+/* Splits per CTA from the batch's shape only (plan.c); `slots` is a wave (CTAs resident per SM
+ * times SMs). ctas * splits <= MHA_SPLIT_WAVES * slots when splits > 1. */
+#define MHA_SPLIT_WAVES 3
+int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
+                              int32_t max_q_len, int32_t head_dim, int32_t slots,
+                              int32_t max_splits);
+/* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device. */
+ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
+                                 int32_t key_warps, int32_t *out, ap_msgbuf *msg);
+/* Raise the kernels' shared-memory limits on the current device (once per instance). */
+ap_status mha_decode_setup(ap_msgbuf *msg);
+ap_status mha_decode_run(const mha_decode_params *params, void *stream, ap_msgbuf *msg);
+
+/* The split-KV combine (combine.cu): the partial states of a decode launch with num_splits > 1
+ * into the output rows and LSE. */
+typedef struct mha_combine_params {
+    void *out;
+    float *lse;
+    ap_dtype q_dtype;
+    const int32_t *qo_indptr;
+    const float *partial_out;
+    const float *partial_lse;
+    int32_t head_dim, group, num_qo_heads, num_kv_heads, num_seqs, num_splits;
+    int32_t row_blocks, block_rows;
+} mha_combine_params;
+
+ap_status mha_combine_run(const mha_combine_params *params, void *stream, ap_msgbuf *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * The cache slots of a batch's new tokens (combine.cu), computed on the device from the batch's
+ * device arrays: token i of sequence s sits at position seq_len - q_len + i.
+ * ------------------------------------------------------------------------------------------- */
+typedef struct mha_slots_params {
+    const int32_t *qo_indptr;
+    const int32_t *kv_page_indptr;
+    const int32_t *kv_page_indices;
+    const int32_t *seq_lens;
+    int32_t num_seqs;
+    int32_t num_tokens;
+    int32_t page_size;
+    int32_t *slots; /* [num_tokens] out */
+} mha_slots_params;
+
+ap_status mha_slots_run(const mha_slots_params *params, void *stream, ap_msgbuf *msg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* AP_MHA_H */

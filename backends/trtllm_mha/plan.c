@@ -1,0 +1,46 @@
+/* plan.c: how a decode batch is cut: row blocks and KV splits, from the batch's shape alone. */
+#include "mha.h"
+
+/* One warp's 16 rows per (sequence, KV head) leave three warps of a 4-warp CTA idle in a
+ * GQA decode (group <= 16): they take other keys of each step instead, and the states merge at
+ * the end. D = 256 stages of 4 x 32 keys would not fit twice in shared memory: 2 there. */
+int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim) {
+    const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
+    if (rows <= 16 && head_dim <= 128) return 4;
+    return rows <= 32 ? 2 : 1;
+}
+
+int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps) {
+    const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
+    const int32_t block = MHA_BLOCK_ROWS / key_warps;
+    return (rows + block - 1) / block;
+}
+
+/* The CTAs of one wave: `slots` = CTAs resident per SM x SMs. A batch with fewer CTAs than a wave,
+ * or whose last wave would run mostly empty, has each CTA's KV tiles cut into s splits: the
+ * smallest s that fills at least one wave with the last wave >= 85% full (B64 L4096 H8: 512 CTAs
+ * on 396 slots run 1.3 waves; 2 splits make 2.6, 3 make 3.9). The count depends on the batch's
+ * shape, never its lengths, so a captured graph stays valid; each CTA finds its tiles on the
+ * device. ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
+int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
+                              int32_t max_q_len, int32_t head_dim, int32_t slots,
+                              int32_t max_splits) {
+    const int32_t kw = mha_decode_key_warps(group, max_q_len, head_dim);
+    const int64_t ctas =
+        (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len, kw);
+    if (ctas <= 0 || slots <= 0) return 1;
+    int32_t best = 1;
+    double best_fill = 0.0;
+    for (int32_t s = 1; s <= max_splits; s++) {
+        const int64_t total = ctas * s;
+        if (s > 1 && total > (int64_t)MHA_SPLIT_WAVES * slots) break;
+        const int64_t waves = (total + slots - 1) / slots;
+        const double fill = (double)total / (double)(waves * slots);
+        if (total >= slots && fill >= 0.85) return s;
+        if (fill > best_fill + 1e-9) {
+            best_fill = fill;
+            best = s;
+        }
+    }
+    return best;
+}

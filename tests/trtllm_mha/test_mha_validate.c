@@ -1,0 +1,134 @@
+/* test_mha_validate.c: trtllm_mha's negotiation, caps, validate() reasons, hooks, kv spec and the
+ * decode plan (key warps, row blocks, splits) through the built plugin, no GPU needed. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/trtllm_mha/mha.h"
+#include "tests/common/test_expect.h"
+#include "tests/common/test_model.h"
+
+static const ap_vtable *vt;
+static const ap_caps *caps;
+
+static ap_model llama(int32_t qo, int32_t kv, int32_t dim, ap_dtype kv_dtype) {
+    ap_model m = ap_test_model("meta-llama/Llama-3-8B", qo, kv, dim, dim, AP_DTYPE_BF16, kv_dtype);
+    return m;
+}
+
+static void test_validate(void) {
+    ap_device d = ap_test_h100();
+    const ap_dtype kvs[] = {AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
+    for (int k = 0; k < 3; k++)
+        for (int g = 1; g <= 32; g *= 2)
+            for (int dim = 64; dim <= 256; dim *= 2) {
+                ap_model m = llama(2 * g, 2, dim, kvs[k]);
+                ap_test_expect_verdict(vt, "served shape", &m, NULL, &d, NULL);
+            }
+    ap_model m = llama(64, 1, 128, AP_DTYPE_BF16);
+    ap_test_expect_verdict(vt, "group 64", &m, NULL, &d, "GQA group of 64");
+    m = llama(32, 8, 96, AP_DTYPE_BF16);
+    ap_test_expect_verdict(vt, "head dim 96", &m, NULL, &d, "not equal and 64, 128 or 256");
+    m = llama(32, 8, 128, AP_DTYPE_BF16), m.head_dim_v = 64;
+    ap_test_expect_verdict(vt, "qk != v", &m, NULL, &d, "qk 128 / v 64");
+    m = llama(32, 8, 128, AP_DTYPE_BF16), m.page_size = 128;
+    ap_test_expect_verdict(vt, "page 128", &m, NULL, &d, "page size 128 is not 16, 32 or 64");
+    m = llama(32, 8, 128, AP_DTYPE_F16);
+    ap_test_expect_verdict(vt, "bf16 q, f16 cache", &m, NULL, &d, "must have the query dtype");
+    m = llama(32, 8, 128, AP_DTYPE_FP8_E5M2);
+    ap_test_expect_verdict(vt, "e5m2", &m, NULL, &d, "fp8_e5m2 is not bf16, f16, fp8_e4m3");
+    m = llama(32, 8, 128, AP_DTYPE_BF16), m.causal = 0;
+    ap_test_expect_verdict(vt, "non-causal", &m, NULL, &d, "non-causal");
+    m = ap_test_mla_model("deepseek-ai/DeepSeek-V3", 16);
+    ap_test_expect_verdict(vt, "MLA", &m, NULL, &d, "attention kind MLA");
+    m = llama(32, 8, 128, AP_DTYPE_BF16);
+    ap_device old = ap_test_h100();
+    old.cc_major = 8;
+    ap_test_expect_verdict(vt, "sm_80", &m, NULL, &old, "below 9.0");
+    ap_option_kv bad = {"split", "off"}, off = {"split_kv", "off"}, wrong = {"split_kv", "x"};
+    ap_options o = {.struct_size = sizeof o, .extra = &bad, .num_extra = 1};
+    ap_test_expect_verdict(vt, "unknown option", &m, &o, &d, "unknown option 'split'");
+    o.extra = &off;
+    ap_test_expect_verdict(vt, "split_kv off", &m, &o, &d, NULL);
+    o.extra = &wrong;
+    ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
+    o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
+    ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
+    /* every reason, not just the first */
+    m = llama(64, 1, 96, AP_DTYPE_BF16), m.page_size = 8;
+    char text[1024] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT(vt->validate(&m, NULL, &d, &msg) == AP_ERR_REFUSED && strstr(text, "group of 64") &&
+               strstr(text, "page size 8") && strstr(text, "96"),
+           "three reasons, got '%s'", text);
+}
+
+static void test_caps(void) {
+    EXPECT(caps->attn_kinds == AP_ATTN_BIT(AP_ATTN_MHA), "MHA only");
+    EXPECT(caps->needs_host_mirrors == 0, "no host mirrors (device-planned decode)");
+    EXPECT(caps->cuda_graph == AP_GRAPH_DECODE_ONLY, "decode graphs");
+    EXPECT(caps->phases == (AP_PHASE_EXTEND | AP_PHASE_DECODE), "both phases (see README)");
+    EXPECT(caps->kv_dtypes & AP_DTYPE_BIT(AP_DTYPE_NVFP4), "nvfp4");
+    EXPECT(caps->num_page_sizes == 3 && caps->num_head_dims == 3, "pages and head dims");
+    EXPECT(caps->num_archs >= 1 && caps->archs[0].sm == 90, "sm_90 built");
+}
+
+static void test_plan(void) {
+    EXPECT(mha_decode_key_warps(4, 1, 128) == 4 && mha_decode_key_warps(16, 1, 128) == 4 &&
+               mha_decode_key_warps(4, 1, 256) == 2 && mha_decode_key_warps(32, 1, 128) == 2 &&
+               mha_decode_key_warps(4, 8, 128) == 2 && mha_decode_key_warps(32, 8, 64) == 1,
+           "key warps");
+    EXPECT(mha_decode_row_blocks(4, 1, 4) == 1 && mha_decode_row_blocks(32, 8, 1) == 4 &&
+               mha_decode_row_blocks(32, 1, 2) == 1,
+           "row blocks");
+    /* one wave is 132 slots (one CTA per SM) */
+    EXPECT(mha_decode_num_splits(256, 8, 4, 1, 128, 132, 64) == 1, "B256: 15.5 waves");
+    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 132, 64) == 4, "B8: 64 CTAs x 4");
+    EXPECT(mha_decode_num_splits(1, 8, 4, 1, 128, 132, 64) == 29, "B1: 8 CTAs x 29 (232 of 264)");
+    EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64) == 1, "empty batch");
+    /* the workspace bound: ctas * splits <= MHA_SPLIT_WAVES * slots whenever splits > 1 */
+    for (int b = 1; b <= 300; b += 7)
+        for (int g = 1; g <= 32; g *= 2)
+            for (int q = 1; q <= 8; q++) {
+                int s = mha_decode_num_splits(b, 8, g, q, 128, 132, MHA_MAX_SPLITS);
+                int kw = mha_decode_key_warps(g, q, 128);
+                long ctas = (long)b * 8 * mha_decode_row_blocks(g, q, kw);
+                EXPECT(s >= 1 && s <= MHA_MAX_SPLITS, "b %d g %d q %d: %d splits", b, g, q, s);
+                EXPECT(s == 1 || ctas * s <= MHA_SPLIT_WAVES * 132, "b %d g %d q %d: %ld x %d", b,
+                       g, q, ctas, s);
+            }
+}
+
+static void test_hooks(void) {
+    EXPECT(vt->get_hook(NULL, AP_HOOK_APPEND_KV_V1) != NULL, "append_kv/1");
+    EXPECT(vt->get_hook(NULL, AP_HOOK_CUDA_GRAPH_V1) != NULL, "cuda_graph/1");
+    EXPECT(vt->get_hook(NULL, AP_HOOK_MERGE_STATE_V1) == NULL, "no merge_state/1");
+    EXPECT(vt->get_hook(NULL, "vendor.none/1") == NULL, "unknown hook");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    void *so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (so == NULL) {
+        printf("dlopen %s: %s\n", argv[1], dlerror());
+        return 1;
+    }
+    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(so, AP_PLUGIN_ENTRY);
+    EXPECT(negotiate != NULL, "entry symbol");
+    if (negotiate == NULL) return 1;
+    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
+    ap_negotiate_reply reply = {.struct_size = sizeof reply};
+    char text[256] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT(negotiate(&offer, &reply, &msg) == AP_OK, "negotiate: %s", text);
+    vt = reply.descriptor->vtable;
+    caps = reply.descriptor->caps;
+    EXPECT(strcmp(reply.descriptor->name, "trtllm_mha") == 0, "name");
+    test_validate();
+    test_caps();
+    test_plan();
+    test_hooks();
+    printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
+    dlclose(so);
+    return failures ? 1 : 0;
+}
