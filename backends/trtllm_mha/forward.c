@@ -67,6 +67,12 @@ ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, 
     }
     mha_plan *p = &b->plan;
     memset(p, 0, sizeof *p);
+    if (AP_HAS_FIELD(batch, ap_batch, kv_indptr_host) &&
+        (batch->kv_indptr != NULL || batch->kv_indptr_host != NULL)) {
+        ap_msgbuf_add(msg, MHA_NAME ": a ragged K/V source (kv_indptr) is not served: trtllm_mha "
+                                    "attends over the paged cache");
+        return AP_ERR_UNSUPPORTED;
+    }
     if (batch->num_seqs > 0 && (batch->qo_indptr == NULL || batch->kv_page_indptr == NULL ||
                                 batch->kv_page_indices == NULL || batch->seq_lens == NULL)) {
         ap_msgbuf_add(msg, MHA_NAME ": the batch needs qo_indptr, the page arrays and seq_lens "
