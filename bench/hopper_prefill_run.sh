@@ -1,7 +1,7 @@
 #!/bin/bash
 # hopper_prefill_run.sh: one device call for the kit's Hopper prefill kernel, from the repo root:
 # build (meson: the check with the kit entry, the GPU suites' programs), the check against the
-# double reference and its timing, a 3-stage ring build checked and timed too (the peers, torch
+# double reference and its timing, a 2-stage ring build checked and timed too (the peers, torch
 # SDPA and FlashInfer, run beside the kernel through `.ci/gpu-run --backend fa_varlen`),
 # compute-sanitizer on the small cases, and the GPU suites (--quick) of the kit's callers.
 # Logs under $OUT. Device: carry the worktree and .deps (see .ci/gpu-run).
