@@ -273,6 +273,32 @@ typedef struct ap_kit_nvfp4_stage_args {
 ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *args, void *stream, const char *who,
                                  ap_msgbuf *msg);
 
+/* kit_nvfp4_extend.c: extend over an nvfp4 cache on the 16-bit prefill kernel, for any backend.
+ * At init_metadata of an extend batch, _reserve sizes (grow-only) the device buffer for the
+ * batch's `pages` (kv_page_indptr's total); per layer, _run dequantizes them, in the batch's
+ * page-list order, into a compact cache of the query's type and fills `out`: a copy of the layer
+ * whose cache is that copy (K exact with k_scale folded into sm_scale, V times v_scale) and the
+ * page indices 0 .. pages - 1 to plan-read it with the batch's own kv_page_indptr. */
+typedef struct ap_kit_nvfp4_stager {
+    void *buffer;
+    size_t bytes;
+    int32_t pages; /* of the reserved batch */
+} ap_kit_nvfp4_stager;
+
+typedef struct ap_kit_nvfp4_staged {
+    ap_layer layer; /* layer.kv points at kv below: keep the struct where it is while used */
+    ap_kv_cache kv;
+    const int32_t *page_indices; /* device [pages] */
+} ap_kit_nvfp4_staged;
+
+size_t ap_kit_nvfp4_stage_bytes(const ap_model *model, int32_t pages);
+ap_status ap_kit_nvfp4_stager_reserve(ap_kit_nvfp4_stager *stager, const ap_model *model,
+                                      int32_t pages, const char *who, ap_msgbuf *msg);
+void ap_kit_nvfp4_stager_free(ap_kit_nvfp4_stager *stager);
+ap_status ap_kit_nvfp4_stager_run(const ap_kit_nvfp4_stager *stager, const ap_model *model,
+                                  const ap_layer *layer, const int32_t *page_indices, void *stream,
+                                  ap_kit_nvfp4_staged *out, const char *who, ap_msgbuf *msg);
+
 #ifdef __cplusplus
 }
 #endif

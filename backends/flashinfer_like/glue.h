@@ -21,9 +21,7 @@ struct ap_backend {
     float *partial_lse;
     fil_batch_plan plan;
     /* nvfp4 extend (extend_nvfp4.c): the batch's pages staged as 16-bit K and V, then indices */
-    void *stage;
-    size_t stage_bytes;
-    int32_t stage_pages; /* pages of the planned batch (kv_page_indptr's total) */
+    ap_kit_nvfp4_stager stage;
 };
 
 /* plan.c */

@@ -50,6 +50,9 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
     };
     mha_plan *p = &b->plan;
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
+    if (st == AP_OK && m->kv_dtype == AP_DTYPE_NVFP4)
+        st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
+                                         MHA_NAME ": nvfp4 prefill", msg);
     if (st == AP_OK && p->prefill_plan.num_items > 0)
         st = ap_kit_plan_buffer_upload(
             buffer, (size_t)p->prefill_plan.num_items * sizeof(ap_kit_prefill_item), stream,
@@ -147,8 +150,17 @@ static ap_status mha_layer_args_check(const ap_layer *layer, const ap_forward_ar
 
 static ap_status mha_run_prefill(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
                                  void *stream, ap_msgbuf *msg) {
-    const ap_kv_cache *kv = layer->kv;
     const mha_plan *p = &b->plan;
+    const int32_t *page_indices = p->kv_page_indices;
+    ap_kit_nvfp4_staged staged;
+    if (layer->kv->dtype == AP_DTYPE_NVFP4) { /* staged to the query's type first */
+        ap_status st = ap_kit_nvfp4_stager_run(&b->stage, &b->model, layer, page_indices, stream,
+                                               &staged, MHA_NAME ": nvfp4 prefill", msg);
+        if (st != AP_OK) return st;
+        layer = &staged.layer;
+        page_indices = staged.page_indices;
+    }
+    const ap_kv_cache *kv = layer->kv;
     const ap_kit_prefill_params kit = {
         .q = ap_kit_data(args->q),
         .out = ap_kit_data(args->out),
@@ -168,7 +180,7 @@ static ap_status mha_run_prefill(ap_backend *b, const ap_layer *layer, const ap_
         .v_pages = kv->v_pages,
         .page_size = kv->page_size,
         .kv_page_indptr = p->kv_page_indptr,
-        .kv_page_indices = p->kv_page_indices,
+        .kv_page_indices = page_indices,
         .kv_last_page_len = p->kv_last_page_len,
     };
     return ap_kit_prefill_run(&kit, &p->prefill_plan, stream, MHA_NAME ": prefill", msg);

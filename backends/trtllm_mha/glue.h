@@ -36,6 +36,7 @@ struct ap_backend {
     float *partial_lse;
     int32_t *slots;                    /* [max_tokens]: the new tokens' cache slots */
     ap_kit_plan_buffer prefill_buffer; /* the kit prefill's work list, bytes 0 when not served */
+    ap_kit_nvfp4_stager stage;         /* nvfp4 prefill: the batch's pages staged as 16-bit */
     mha_plan plan;
 };
 

@@ -46,6 +46,7 @@ static void mha_destroy(ap_backend *b) {
         ap_kit_device_free(b->partial_lse);
         ap_kit_device_free(b->slots);
         ap_kit_plan_buffer_free(&b->prefill_buffer);
+        ap_kit_nvfp4_stager_free(&b->stage);
     }
     free(b);
 }

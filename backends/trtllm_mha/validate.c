@@ -97,10 +97,12 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
 }
 
 /* Prefill (more than MHA_MAX_Q_LEN new tokens in a sequence) runs on the kit's prefill kernel:
- * bf16/f16 queries over a cache of their type or fp8, groups of 1..8. */
+ * bf16/f16 queries over a cache of their type or fp8, groups of 1..8; an nvfp4 cache is staged
+ * to the query's type first (the kit's stager). */
 int mha_prefill_served(const ap_model *m) {
     ap_msgbuf quiet = {0};
-    return ap_kit_prefill_check_config(0, m->head_dim_qk, m->head_dim_v, m->dtype, m->kv_dtype,
+    const ap_dtype read = m->kv_dtype == AP_DTYPE_NVFP4 ? m->dtype : m->kv_dtype;
+    return ap_kit_prefill_check_config(0, m->head_dim_qk, m->head_dim_v, m->dtype, read,
                                        m->num_qo_heads, m->num_kv_heads, m->page_size, MHA_NAME,
                                        &quiet) == AP_OK;
 }

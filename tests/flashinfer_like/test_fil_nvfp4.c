@@ -1,4 +1,5 @@
-/* test_fil_nvfp4.c: nvfp4 extend's staging plan and launch arguments, on the host (no GPU). */
+/* test_fil_nvfp4.c: nvfp4 extend's staging plan and launch arguments (flashinfer_like's glue over
+ * the kit's stager, kit_nvfp4_extend.c), on the host (no GPU). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,21 +54,21 @@ static void check_reserve(ap_backend *b) {
     const int32_t five[3] = {0, 2, 5}, three[2] = {0, 3}, nine[2] = {0, 9};
     ap_batch batch = test_batch(AP_MODE_EXTEND, five, 2);
     EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 1, "5 pages: %s", text);
-    EXPECT(b->stage_pages == 5 && b->stage_bytes == 2 * 5 * 32768 + 5 * 4,
-           "5 pages: %d pages, %zu bytes", b->stage_pages, b->stage_bytes);
+    EXPECT(b->stage.pages == 5 && b->stage.bytes == 2 * 5 * 32768 + 5 * 4,
+           "5 pages: %d pages, %zu bytes", b->stage.pages, b->stage.bytes);
     batch = test_batch(AP_MODE_EXTEND, three, 1);
     EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 1 && frees == 0,
            "3 pages reuse the buffer: %d allocations", allocs);
-    EXPECT(b->stage_pages == 3, "3 pages: %d", b->stage_pages);
+    EXPECT(b->stage.pages == 3, "3 pages: %d", b->stage.pages);
     batch = test_batch(AP_MODE_EXTEND, nine, 1);
     EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 2 && frees == 1,
            "9 pages grow it: %d allocations, %d frees", allocs, frees);
     batch = test_batch(AP_MODE_DECODE, nine, 1);
     b->model.kv_dtype = AP_DTYPE_BF16;
     batch.mode = AP_MODE_EXTEND;
-    int32_t before = b->stage_pages;
+    int32_t before = b->stage.pages;
     EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 2 &&
-               b->stage_pages == before,
+               b->stage.pages == before,
            "a bf16 model stages nothing");
     b->model.kv_dtype = AP_DTYPE_NVFP4;
 }
@@ -99,7 +100,7 @@ static void check_run(ap_backend *b) {
     ap_forward_args args = {.struct_size = sizeof args};
     b->plan.kv_page_indices = indices;
     EXPECT(fil_extend_nvfp4_run(b, &layer, &args, NULL, &msg) == AP_OK, "run: %s", text);
-    const char *stage = b->stage;
+    const char *stage = b->stage.buffer;
     size_t half = 9 * 32768;
     EXPECT(staged_args.pages[0] == k_pages && staged_args.pages[1] == v_pages &&
                staged_args.block_scales[0] == k_scales && staged_args.block_scales[1] == v_scales,
@@ -136,7 +137,7 @@ int main(void) {
     check_reserve(&b);
     check_run(&b);
     fil_extend_nvfp4_free(&b);
-    EXPECT(b.stage == NULL && frees == 2, "free releases the buffer");
+    EXPECT(b.stage.buffer == NULL && frees == 2, "free releases the buffer");
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
