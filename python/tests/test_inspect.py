@@ -91,7 +91,7 @@ def test_config_from_the_shipped_file():
 
 def test_open_config_on_the_cpu(registry):
     config = attnplug.Config.parse(
-        "version: 1\nrules:\n  - match: \"tiny*\"\n    backends: [trtllm_mha, cpu_ref]\n"
+        "version: 1\nrules:\n  - match: \"tiny*\"\n    backends: [not_installed, cpu_ref]\n"
         "    options: {page_size: 8}\n")
     model = attnplug.Model("tiny-1", num_qo_heads=2, num_kv_heads=1, head_dim=8, dtype="f32",
                            kv_dtype="f16", max_batch=1, max_tokens=4, max_kv_len=16)

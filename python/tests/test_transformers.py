@@ -146,7 +146,7 @@ def test_config_picks_the_backend():
 
     model = build("llama", "cpu")
     config = attnplug.Config.parse(
-        'version: 1\nrules:\n  - match: "test/*"\n    backends: [trtllm_mha, cpu_ref]\n'
+        'version: 1\nrules:\n  - match: "test/*"\n    backends: [not_installed, cpu_ref]\n'
         '    options: {page_size: 8}\n')
     ap_hf.enable(model, config=config, model_name="test/llama-random")
     cache = ap_hf.AttnplugCache(model, max_batch=1, max_len=64)
