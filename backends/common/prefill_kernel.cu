@@ -147,8 +147,9 @@ __device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile
         const bool live = pos < c.kv_end;
         int64_t offset = 0;
         if (live) {
-            const int page = a.kv_page_indices[c.kv_first + pos / a.page_size];
-            const int64_t slot = (int64_t)page * a.page_size + pos % a.page_size;
+            const int page = a.kv_page_indices[c.kv_first + ap_page_entry<false>(pos, a.page_size,
+                                                                                 a.page_shift)];
+            const int64_t slot = ap_page_slot<false>(page, pos, a.page_size, a.page_shift);
             offset = (slot * a.num_kv_heads + c.kvh) * ROW_BYTES + chunk * 16;
         }
         const uint32_t dst = FP8 ? (uint32_t)(row * ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
@@ -165,11 +166,6 @@ template <int D, int BC, typename KVT> struct kv_rows {
     static constexpr int PASSES = BC / ROWS_PER_PASS;
 };
 
-// Page of position pos: a shift when the page size is a power of two (POW2), else a division.
-template <bool POW2> __device__ __forceinline__ int page_of(const extend_args &a, int pos) {
-    return POW2 ? pos >> a.page_shift : pos / a.page_size;
-}
-
 // First half of a tile load: the page numbers of this thread's rows, issued together so their
 // latencies overlap (and the caller's barrier hides them). Positions past kv_end read the last
 // live row's page: always a valid index, never used.
@@ -181,7 +177,8 @@ __device__ __forceinline__ void kv_tile_pages(const extend_args &a, const extend
     for (int pass = 0; pass < R::PASSES; ++pass) {
         const int pos =
             min(tile * BC + (int)threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS, c.kv_end - 1);
-        pages[pass] = __ldg(a.kv_page_indices + c.kv_first + page_of<POW2>(a, pos));
+        pages[pass] = __ldg(a.kv_page_indices + c.kv_first +
+                            ap_page_entry<POW2>(pos, a.page_size, a.page_shift));
     }
 }
 
@@ -200,8 +197,7 @@ __device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_
         const int row = threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS;
         const int pos = tile * BC + row;
         const bool live = pos < c.kv_end;
-        const int in_page = pos - page_of<POW2>(a, pos) * a.page_size;
-        const int64_t slot = (int64_t)pages[pass] * a.page_size + in_page;
+        const int64_t slot = ap_page_slot<POW2>(pages[pass], pos, a.page_size, a.page_shift);
         const int64_t offset =
             live ? (slot * a.num_kv_heads + c.kvh) * R::ROW_BYTES + chunk * 16 : 0;
         const uint32_t dst = FP8 ? (uint32_t)(row * R::ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
