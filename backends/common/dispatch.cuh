@@ -58,4 +58,19 @@ R ap_dispatch_kv(ap_dtype kv_dtype, R fallback, F &&f) {
     return fallback;
 }
 
+// Any cache a kit kernel writes, whatever the input dtype: bf16, f16, fp8 e4m3, and nvfp4 where
+// the caller says it has a kernel for it (the paged append converts between 16-bit types).
+template <bool NVFP4 = false, typename R, typename F>
+R ap_dispatch_cache(ap_dtype kv_dtype, R fallback, F &&f) {
+    switch (kv_dtype) {
+        case AP_DTYPE_BF16: return f(ap_type_tag<__nv_bfloat16>{});
+        case AP_DTYPE_F16: return f(ap_type_tag<__half>{});
+        case AP_DTYPE_FP8_E4M3: return f(ap_type_tag<ap_fp8_e4m3>{});
+        case AP_DTYPE_NVFP4:
+            if constexpr (NVFP4) return f(ap_type_tag<ap_nvfp4>{});
+            return fallback;
+        default: return fallback;
+    }
+}
+
 #endif // AP_COMMON_DISPATCH_CUH

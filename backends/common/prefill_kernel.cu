@@ -11,6 +11,7 @@
 
 #include "cp_async.cuh"
 #include "cuda_status.cuh"
+#include "dispatch.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
 #include "paged_kv.cuh"
@@ -624,23 +625,18 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     return ap_cuda_launch_status(who, "ap_prefill_kernel", msg);
 }
 
-// The built kernels: equal head dims 64 / 128 / 256 over either source (the same tiles), and
-// MLA's MHA form over the ragged source (qk 192 / v 128: 32-position tiles keep two CTAs of
-// 88 KB on an SM).
+// The built kernels: equal head dims 64 / 128 / 256 over either source (the same tiles; 256 takes
+// one m-tile a warp and 32-position KV tiles), and MLA's MHA form over the ragged source (qk 192 /
+// v 128: 32-position tiles keep two CTAs of 88 KB on an SM).
 template <typename QT, typename KVT, int OPTS>
 ap_status extend_dispatch_equal(const extend_args &a, int head_dim, int num_blocks,
                                 cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    switch (head_dim) {
-        case 64:
-            return extend_launch<64, 64, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who, msg);
-        case 128:
-            return extend_launch<128, 128, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
-                                                                    msg);
-        case 256:
-            return extend_launch<256, 256, 1, 32, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
-                                                                    msg);
-        default: return AP_ERR_UNSUPPORTED;
-    }
+    return ap_dispatch_head_dim(head_dim, AP_ERR_UNSUPPORTED, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        constexpr int MT = D == 256 ? 1 : 2;
+        constexpr int BC = D == 256 ? 32 : 64;
+        return extend_launch<D, D, MT, BC, 2, QT, KVT, OPTS>(a, num_blocks, stream, who, msg);
+    });
 }
 
 template <typename QT, typename KVT>
@@ -766,15 +762,14 @@ extern "C" ap_status ap_kit_prefill_run(const ap_kit_prefill_params *p,
     int num_blocks = 0;
     ap_status st = extend_prepare(p, plan, &a, &num_blocks, who, msg);
     if (st != AP_OK || num_blocks == 0) return st;
-    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     const int ragged = p->kv_indptr != NULL;
     const int dqk = p->head_dim_qk, dv = p->head_dim_v;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->q_dtype == AP_DTYPE_BF16)
-        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s,
-                                                                 who, msg)
-                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, ragged, dqk, dv, num_blocks,
-                                                                   s, who, msg);
-    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s, who, msg)
-               : extend_dispatch<__half, __half>(a, ragged, dqk, dv, num_blocks, s, who, msg);
+    return ap_dispatch_q(p->q_dtype, AP_ERR_UNSUPPORTED, [&](auto q) {
+        using QT = typename decltype(q)::type;
+        return ap_dispatch_kv<QT>(p->kv_dtype, AP_ERR_UNSUPPORTED, [&](auto kv) {
+            return extend_dispatch<QT, typename decltype(kv)::type>(a, ragged, dqk, dv, num_blocks,
+                                                                    s, who, msg);
+        });
+    });
 }
