@@ -7,8 +7,9 @@
 // A sequence's token `pos` lives in entry pos / page_size of its page list (kv_page_indices +
 // kv_page_indptr[seq]), at cache slot page * page_size + pos % page_size. Any page size works;
 // POW2 (a compile-time flag, or a run-time branch on page_shift >= 0 around a straight run of
-// code for each) turns the division into a shift by page_shift = log2(page_size). The lookup is
-// two steps so a kernel can load its page numbers early and compute the slots later.
+// code for each) turns the division into a shift by page_shift = log2(page_size), the remainder
+// into a mask and the multiply into a shift. The lookup is two steps so a kernel can load its page
+// numbers early and compute the slots later.
 
 // The entry of the page list that holds position pos.
 template <bool POW2>
@@ -21,8 +22,9 @@ __device__ __forceinline__ int32_t ap_page_entry(int32_t pos, int32_t page_size,
 template <bool POW2>
 __device__ __forceinline__ int64_t ap_page_slot(int32_t page, int32_t pos, int32_t page_size,
                                                 int32_t page_shift) {
+    if constexpr (POW2) return ((int64_t)page << page_shift) + (pos & (page_size - 1));
     return (int64_t)page * page_size +
-           (pos - ap_page_entry<POW2>(pos, page_size, page_shift) * page_size);
+           (pos - ap_page_entry<false>(pos, page_size, page_shift) * page_size);
 }
 
 // Both steps for a power-of-two page size known only by its shift.
