@@ -12,9 +12,9 @@
 //   });
 //
 // Each returns `fallback` for a value with no kernel, so a shape the caller did not build is a
-// refusal with a message, never a launch. Page sizes are not template arguments: powers of two
-// take the shift path (paged_kv.cuh's ap_page_shift) and the host refuses others where a kernel
-// needs the shift.
+// refusal with a message, never a launch. Page sizes are not template arguments: paged_kv.cuh's
+// lookup takes a POW2 flag (a shift by ap_page_shift) or divides, and a host whose kernel has
+// only the shift path refuses other sizes.
 #ifndef AP_COMMON_DISPATCH_CUH
 #define AP_COMMON_DISPATCH_CUH
 
