@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_status.cuh"
+#include "dispatch.cuh"
 #include "dtype.cuh"
 #include "kit.h"
 #include "nvfp4.cuh"
@@ -12,9 +13,6 @@ namespace {
 
 constexpr int kVec = 8; // elements per lane: one 16-byte load of a 16-bit row
 constexpr int kThreads = 256;
-
-// The nvfp4 cache element: packed E2M1 pairs with a block-scale byte per 16 (nvfp4_host.h).
-struct ap_nvfp4_kv {};
 
 struct rope_args {
     const uint8_t *q; // may alias q_out
@@ -86,7 +84,7 @@ template <typename KV> struct kv_write8 {
 // each lane codes its own 8 values into 4 bytes; the even lane also writes the scale byte. The
 // bytes are those of ap_nvfp4_quantize_block on the 16 (max and or are exact in any order).
 // Warps holding no K/V row skip it.
-template <> struct kv_write8<ap_nvfp4_kv> {
+template <> struct kv_write8<ap_nvfp4> {
     __device__ __forceinline__ static void run(uint8_t *pages, uint8_t *scales, int64_t elem,
                                                const float (&x)[kVec], float scale, bool write) {
         if (!__any_sync(0xffffffffu, write)) return;
@@ -290,15 +288,14 @@ void append_rope_pick(const rope_args &a, bool rows, dim3 grid, size_t smem, cud
         ap_append_rope_rows_kernel<IN, KV, false><<<grid, kThreads, 0, s>>>(a);
 }
 
+// The cache dtype was checked by append_rope_check: every value reaching here has a kernel.
 template <typename IN>
 void append_rope_launch(const rope_args &a, ap_dtype kv_dtype, bool rows, dim3 grid, size_t smem,
                         cudaStream_t s) {
-    switch (kv_dtype) {
-        case AP_DTYPE_BF16: append_rope_pick<IN, __nv_bfloat16>(a, rows, grid, smem, s); break;
-        case AP_DTYPE_F16: append_rope_pick<IN, __half>(a, rows, grid, smem, s); break;
-        case AP_DTYPE_NVFP4: append_rope_pick<IN, ap_nvfp4_kv>(a, rows, grid, smem, s); break;
-        default: append_rope_pick<IN, ap_fp8_e4m3>(a, rows, grid, smem, s); break;
-    }
+    ap_dispatch_cache<true>(kv_dtype, false, [&](auto kv) {
+        append_rope_pick<IN, typename decltype(kv)::type>(a, rows, grid, smem, s);
+        return true;
+    });
 }
 
 // What the kernels take; one message line for the first thing they do not.
@@ -396,10 +393,10 @@ extern "C" ap_status ap_kit_append_rope_run(const ap_kit_append_rope_args *p, vo
     const dim3 grid((unsigned)blocks, rows ? (unsigned)chunks : 1u);
     const size_t smem = rows ? 0 : (size_t)kThreads * kVec * sizeof(float);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->in_dtype == AP_DTYPE_BF16)
-        append_rope_launch<__nv_bfloat16>(a, p->kv_dtype, rows, grid, smem, s);
-    else
-        append_rope_launch<__half>(a, p->kv_dtype, rows, grid, smem, s);
+    ap_dispatch_q(p->in_dtype, false, [&](auto in) {
+        append_rope_launch<typename decltype(in)::type>(a, p->kv_dtype, rows, grid, smem, s);
+        return true;
+    });
     return ap_cuda_launch_status(who, rows ? "ap_append_rope_rows_kernel" : "ap_append_rope_kernel",
                                  msg);
 }

@@ -12,9 +12,9 @@
 //   });
 //
 // Each returns `fallback` for a value with no kernel, so a shape the caller did not build is a
-// refusal with a message, never a launch. Page sizes are not template arguments: powers of two
-// take the shift path (paged_kv.cuh's ap_page_shift) and the host refuses others where a kernel
-// needs the shift.
+// refusal with a message, never a launch. Page sizes are not template arguments: paged_kv.cuh's
+// lookup takes a POW2 flag (a shift by ap_page_shift) or divides, and a host whose kernel has
+// only the shift path refuses other sizes.
 #ifndef AP_COMMON_DISPATCH_CUH
 #define AP_COMMON_DISPATCH_CUH
 
@@ -56,6 +56,21 @@ R ap_dispatch_kv(ap_dtype kv_dtype, R fallback, F &&f) {
         if (kv_dtype == AP_DTYPE_NVFP4) return f(ap_type_tag<ap_nvfp4>{});
     if (kv_dtype == q_dtype) return f(ap_type_tag<QT>{});
     return fallback;
+}
+
+// Any cache a kit kernel writes, whatever the input dtype: bf16, f16, fp8 e4m3, and nvfp4 where
+// the caller says it has a kernel for it (the paged append converts between 16-bit types).
+template <bool NVFP4 = false, typename R, typename F>
+R ap_dispatch_cache(ap_dtype kv_dtype, R fallback, F &&f) {
+    switch (kv_dtype) {
+        case AP_DTYPE_BF16: return f(ap_type_tag<__nv_bfloat16>{});
+        case AP_DTYPE_F16: return f(ap_type_tag<__half>{});
+        case AP_DTYPE_FP8_E4M3: return f(ap_type_tag<ap_fp8_e4m3>{});
+        case AP_DTYPE_NVFP4:
+            if constexpr (NVFP4) return f(ap_type_tag<ap_nvfp4>{});
+            return fallback;
+        default: return fallback;
+    }
 }
 
 #endif // AP_COMMON_DISPATCH_CUH

@@ -389,6 +389,94 @@ __device__ __forceinline__ void named_arrive(int id) {
     asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
 }
 
+/* Whether key tile n needs the mask: it runs past kv_len, or (causal) past the diagonal of the
+ * CTA's first row. */
+__device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh, int n) {
+    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
+    return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
+}
+
+/* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
+ * running state and P_0 (pf). */
+template <typename T, bool kPingPong>
+__device__ __forceinline__ void
+pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
+                  int wg, int r0, int lane, float (&o)[64], float (&m)[2], float (&l)[2],
+                  uint32_t (&pf)[8][4]) {
+    const int nb = sh.n_blocks;
+    float sc[64];
+    bar_wait(&b->k_full[0], 0);
+    if constexpr (kPingPong) {
+        named_sync(1 + wg);
+    }
+    wg_fence();
+    qk_gemm<T>(sc, q, sk);
+    wg_commit();
+    if constexpr (kPingPong) {
+        named_arrive(2 - wg);
+    }
+    wg_wait0();
+    if (pipe_needs_mask(p, sh, nb - 1)) {
+        mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
+    }
+    softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+}
+
+/* Step i of the pipeline: S_i = Q K_i and O += P_(i-1) V_(i-1) issued back to back in this
+ * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
+ * becomes P_i. */
+template <typename T, bool kSplitN, bool kPingPong>
+__device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const uint8_t *q,
+                                          const uint8_t *sk, const uint8_t *sv, Bars *b, int i,
+                                          int wg, int r0, int lane, float (&o)[64], float (&m)[2],
+                                          float (&l)[2], uint32_t (&pf)[8][4]) {
+    const int s = i % kStages;
+    const int sp = (i - 1) % kStages;
+    const int n = sh.n_blocks - 1 - i;
+    float sc[64];
+    bar_wait(&b->k_full[s], (i / kStages) & 1);
+    bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
+    if constexpr (kPingPong) {
+        named_sync(1 + wg);
+    }
+    wg_fence();
+    qk_gemm<T>(sc, q, sk + s * kTileBytes);
+    wg_commit();
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    wg_commit();
+    if constexpr (kPingPong) {
+        named_arrive(2 - wg);
+    }
+    wg_wait1();
+    if (pipe_needs_mask(p, sh, n)) {
+        mask_tile(sc, sh, p.causal, n, r0, lane);
+    }
+    float corr[2];
+    softmax_stats(sc, m, l, corr, p.scale_log2);
+    wg_wait0();
+    release_stage(&b->empty[sp]);
+    rescale_pack<T>(sc, o, corr, pf);
+}
+
+/* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
+template <typename T, bool kSplitN, bool kPingPong>
+__device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb, int wg,
+                                             float (&o)[64], const uint32_t (&pf)[8][4]) {
+    const int sp = (nb - 1) % kStages;
+    bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
+    if constexpr (kPingPong) {
+        named_sync(1 + wg);
+    }
+    wg_fence();
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    wg_commit();
+    if (kPingPong && wg == 0) {
+        named_arrive(2);
+    }
+    wg_wait0();
+    release_stage(&b->empty[sp]);
+}
+
 /* The pipelined consumer: in its turn (named barriers 1 + wg, ping-pong between the two
  * warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to back, hands the
  * tensor cores to the other warpgroup, then runs softmax i while the other one's GEMMs run. */
@@ -414,71 +502,15 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
         }
     }
     const uint8_t *q = sq + wg * 64 * 128;
-    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
-    const auto needs_mask = [&](int n) {
-        return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
-    };
     uint32_t pf[8][4];
     if (nb > 0) {
-        float sc[64];
-        bar_wait(&b->k_full[0], 0);
-        if constexpr (kPingPong) {
-            named_sync(1 + wg);
-        }
-        wg_fence();
-        qk_gemm<T>(sc, q, sk);
-        wg_commit();
-        if constexpr (kPingPong) {
-            named_arrive(2 - wg);
-        }
-        wg_wait0();
-        if (needs_mask(nb - 1)) {
-            mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
-        }
-        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+        pipe_first_scores<T, kPingPong>(p, sh, q, sk, b, wg, r0, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        const int s = i % kStages;
-        const int sp = (i - 1) % kStages;
-        const int n = nb - 1 - i;
-        float sc[64];
-        bar_wait(&b->k_full[s], (i / kStages) & 1);
-        bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
-        if constexpr (kPingPong) {
-            named_sync(1 + wg);
-        }
-        wg_fence();
-        qk_gemm<T>(sc, q, sk + s * kTileBytes);
-        wg_commit();
-        pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
-        wg_commit();
-        if constexpr (kPingPong) {
-            named_arrive(2 - wg);
-        }
-        wg_wait1();
-        if (needs_mask(n)) {
-            mask_tile(sc, sh, p.causal, n, r0, lane);
-        }
-        float corr[2];
-        softmax_stats(sc, m, l, corr, p.scale_log2);
-        wg_wait0();
-        release_stage(&b->empty[sp]);
-        rescale_pack<T>(sc, o, corr, pf);
+        pipe_step<T, kSplitN, kPingPong>(p, sh, q, sk, sv, b, i, wg, r0, lane, o, m, l, pf);
     }
     if (nb > 0) {
-        const int sp = (nb - 1) % kStages;
-        bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
-        if constexpr (kPingPong) {
-            named_sync(1 + wg);
-        }
-        wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
-        wg_commit();
-        if (kPingPong && wg == 0) {
-            named_arrive(2);
-        }
-        wg_wait0();
-        release_stage(&b->empty[sp]);
+        pipe_last_pv<T, kSplitN, kPingPong>(sv, b, nb, wg, o, pf);
     }
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }

@@ -11,6 +11,7 @@
 
 #include "cp_async.cuh"
 #include "cuda_status.cuh"
+#include "dispatch.cuh"
 #include "dtype.cuh"
 #include "mma.cuh"
 #include "paged_kv.cuh"
@@ -147,8 +148,9 @@ __device__ void load_kv_tile(const extend_args &a, const extend_cta &c, int tile
         const bool live = pos < c.kv_end;
         int64_t offset = 0;
         if (live) {
-            const int page = a.kv_page_indices[c.kv_first + pos / a.page_size];
-            const int64_t slot = (int64_t)page * a.page_size + pos % a.page_size;
+            const int page = a.kv_page_indices[c.kv_first + ap_page_entry<false>(pos, a.page_size,
+                                                                                 a.page_shift)];
+            const int64_t slot = ap_page_slot<false>(page, pos, a.page_size, a.page_shift);
             offset = (slot * a.num_kv_heads + c.kvh) * ROW_BYTES + chunk * 16;
         }
         const uint32_t dst = FP8 ? (uint32_t)(row * ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
@@ -165,11 +167,6 @@ template <int D, int BC, typename KVT> struct kv_rows {
     static constexpr int PASSES = BC / ROWS_PER_PASS;
 };
 
-// Page of position pos: a shift when the page size is a power of two (POW2), else a division.
-template <bool POW2> __device__ __forceinline__ int page_of(const extend_args &a, int pos) {
-    return POW2 ? pos >> a.page_shift : pos / a.page_size;
-}
-
 // First half of a tile load: the page numbers of this thread's rows, issued together so their
 // latencies overlap (and the caller's barrier hides them). Positions past kv_end read the last
 // live row's page: always a valid index, never used.
@@ -181,7 +178,8 @@ __device__ __forceinline__ void kv_tile_pages(const extend_args &a, const extend
     for (int pass = 0; pass < R::PASSES; ++pass) {
         const int pos =
             min(tile * BC + (int)threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS, c.kv_end - 1);
-        pages[pass] = __ldg(a.kv_page_indices + c.kv_first + page_of<POW2>(a, pos));
+        pages[pass] = __ldg(a.kv_page_indices + c.kv_first +
+                            ap_page_entry<POW2>(pos, a.page_size, a.page_shift));
     }
 }
 
@@ -200,8 +198,7 @@ __device__ __forceinline__ void kv_tile_copy(const extend_args &a, const extend_
         const int row = threadIdx.x / R::CHUNKS + pass * R::ROWS_PER_PASS;
         const int pos = tile * BC + row;
         const bool live = pos < c.kv_end;
-        const int in_page = pos - page_of<POW2>(a, pos) * a.page_size;
-        const int64_t slot = (int64_t)pages[pass] * a.page_size + in_page;
+        const int64_t slot = ap_page_slot<POW2>(pages[pass], pos, a.page_size, a.page_shift);
         const int64_t offset =
             live ? (slot * a.num_kv_heads + c.kvh) * R::ROW_BYTES + chunk * 16 : 0;
         const uint32_t dst = FP8 ? (uint32_t)(row * R::ROW_BYTES + chunk * 16) : swz<D>(row, chunk);
@@ -628,23 +625,18 @@ ap_status extend_launch(const extend_args &a, int num_blocks, cudaStream_t strea
     return ap_cuda_launch_status(who, "ap_prefill_kernel", msg);
 }
 
-// The built kernels: equal head dims 64 / 128 / 256 over either source (the same tiles), and
-// MLA's MHA form over the ragged source (qk 192 / v 128: 32-position tiles keep two CTAs of
-// 88 KB on an SM).
+// The built kernels: equal head dims 64 / 128 / 256 over either source (the same tiles; 256 takes
+// one m-tile a warp and 32-position KV tiles), and MLA's MHA form over the ragged source (qk 192 /
+// v 128: 32-position tiles keep two CTAs of 88 KB on an SM).
 template <typename QT, typename KVT, int OPTS>
 ap_status extend_dispatch_equal(const extend_args &a, int head_dim, int num_blocks,
                                 cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    switch (head_dim) {
-        case 64:
-            return extend_launch<64, 64, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who, msg);
-        case 128:
-            return extend_launch<128, 128, 2, 64, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
-                                                                    msg);
-        case 256:
-            return extend_launch<256, 256, 1, 32, 2, QT, KVT, OPTS>(a, num_blocks, stream, who,
-                                                                    msg);
-        default: return AP_ERR_UNSUPPORTED;
-    }
+    return ap_dispatch_head_dim(head_dim, AP_ERR_UNSUPPORTED, [&](auto dim) {
+        constexpr int D = decltype(dim)::value;
+        constexpr int MT = D == 256 ? 1 : 2;
+        constexpr int BC = D == 256 ? 32 : 64;
+        return extend_launch<D, D, MT, BC, 2, QT, KVT, OPTS>(a, num_blocks, stream, who, msg);
+    });
 }
 
 template <typename QT, typename KVT>
@@ -770,15 +762,14 @@ extern "C" ap_status ap_kit_prefill_run(const ap_kit_prefill_params *p,
     int num_blocks = 0;
     ap_status st = extend_prepare(p, plan, &a, &num_blocks, who, msg);
     if (st != AP_OK || num_blocks == 0) return st;
-    const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     const int ragged = p->kv_indptr != NULL;
     const int dqk = p->head_dim_qk, dv = p->head_dim_v;
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->q_dtype == AP_DTYPE_BF16)
-        return fp8 ? extend_dispatch<__nv_bfloat16, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s,
-                                                                 who, msg)
-                   : extend_dispatch<__nv_bfloat16, __nv_bfloat16>(a, ragged, dqk, dv, num_blocks,
-                                                                   s, who, msg);
-    return fp8 ? extend_dispatch<__half, ap_fp8_e4m3>(a, ragged, dqk, dv, num_blocks, s, who, msg)
-               : extend_dispatch<__half, __half>(a, ragged, dqk, dv, num_blocks, s, who, msg);
+    return ap_dispatch_q(p->q_dtype, AP_ERR_UNSUPPORTED, [&](auto q) {
+        using QT = typename decltype(q)::type;
+        return ap_dispatch_kv<QT>(p->kv_dtype, AP_ERR_UNSUPPORTED, [&](auto kv) {
+            return extend_dispatch<QT, typename decltype(kv)::type>(a, ragged, dqk, dv, num_blocks,
+                                                                    s, who, msg);
+        });
+    });
 }
