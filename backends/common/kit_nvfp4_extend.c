@@ -1,6 +1,7 @@
 /* kit_nvfp4_extend.c: extend over an nvfp4 cache for any backend: the batch's pages staged as a
  * compact 16-bit cache, then the 16-bit prefill runs over that copy. */
 #include <stdint.h>
+#include <string.h>
 
 #include "kit.h"
 
@@ -71,13 +72,16 @@ ap_status ap_kit_nvfp4_stager_run(const ap_kit_nvfp4_stager *s, const ap_model *
     };
     ap_status st = ap_kit_nvfp4_stage_run(&args, stream, who, msg);
     if (st != AP_OK) return st;
-    out->kv = *kv;
+    /* copies of the caller's structs, no more bytes than their struct_size says they hold */
+    memset(out, 0, sizeof *out);
+    memcpy(&out->kv, kv, kv->struct_size < sizeof out->kv ? kv->struct_size : sizeof out->kv);
     out->kv.dtype = model->dtype;
     out->kv.k_pages = stage;
     out->kv.v_pages = stage + half;
     out->kv.k_block_scales = NULL;
     out->kv.v_block_scales = NULL;
-    out->layer = *layer;
+    memcpy(&out->layer, layer,
+           layer->struct_size < sizeof out->layer ? layer->struct_size : sizeof out->layer);
     out->layer.kv = &out->kv;
     out->layer.sm_scale = layer->sm_scale * layer->k_scale;
     out->page_indices = indices;
