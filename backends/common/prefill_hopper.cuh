@@ -17,10 +17,13 @@
 
 #include <type_traits>
 
-#include "prefill_hopper_wgmma.cuh"
 #include "prefill_internal.h"
+#include "sm90.cuh"
+#include "wgmma.cuh"
 
 namespace ap_hopper {
+
+using namespace ap_sm90;
 
 constexpr int kRows = 128; /* query rows per CTA, 64 per consumer warpgroup */
 constexpr int kKeys = 128; /* keys per K/V tile */
@@ -52,80 +55,6 @@ struct Params {
     float scale_log2; /* sm_scale * log2(e) */
     float sm_scale;
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void bar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* A consumer warp is done with a stage (its wgmma reads completed: wait_group passed). */
-__device__ __forceinline__ void release_stage(uint64_t *bar) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) {
-        bar_arrive(bar);
-    }
-}
-
-__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
-    asm volatile("{\n.reg .pred done;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* One 3-D box (64 columns, 1 head, 128 rows) of a [rows][heads][128] tensor into shared memory. */
-__device__ __forceinline__ void tma_load(const CUtensorMap *map, void *dst, uint64_t *bar, int col,
-                                         int head, int row) {
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smem_u32(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(head),
-                 "r"(row)
-                 : "memory");
-}
-
-/* wgmma shared-memory descriptor, 128-byte swizzle: lbo / sbo in bytes. */
-__device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo) {
-    uint64_t d = (smem_u32(p) & 0x3FFFF) >> 4;
-    d |= static_cast<uint64_t>(lbo >> 4) << 16;
-    d |= static_cast<uint64_t>(sbo >> 4) << 32;
-    d |= static_cast<uint64_t>(1) << 62;
-    return d;
-}
-
-__device__ __forceinline__ void wg_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait0() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void wg_wait1() {
-    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-}
-
-/* 2^x on the special-function unit (flushes denormals; softmax weights that small are 0 anyway). */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
@@ -382,13 +311,6 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
-__device__ __forceinline__ void named_sync(int id) {
-    asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id) {
-    asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory");
-}
-
 /* Whether key tile n needs the mask: it runs past kv_len, or (causal) past the diagonal of the
  * CTA's first row. */
 __device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh, int n) {
@@ -407,13 +329,13 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
     float sc[64];
     bar_wait(&b->k_full[0], 0);
     if constexpr (kPingPong) {
-        named_sync(1 + wg);
+        named_sync<256>(1 + wg);
     }
     wg_fence();
     qk_gemm<T>(sc, q, sk);
     wg_commit();
     if constexpr (kPingPong) {
-        named_arrive(2 - wg);
+        named_arrive<256>(2 - wg);
     }
     wg_wait0();
     if (pipe_needs_mask(p, sh, nb - 1)) {
@@ -437,7 +359,7 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
     bar_wait(&b->k_full[s], (i / kStages) & 1);
     bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
     if constexpr (kPingPong) {
-        named_sync(1 + wg);
+        named_sync<256>(1 + wg);
     }
     wg_fence();
     qk_gemm<T>(sc, q, sk + s * kTileBytes);
@@ -445,7 +367,7 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
     pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
     wg_commit();
     if constexpr (kPingPong) {
-        named_arrive(2 - wg);
+        named_arrive<256>(2 - wg);
     }
     wg_wait1();
     if (pipe_needs_mask(p, sh, n)) {
@@ -465,13 +387,13 @@ __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb,
     const int sp = (nb - 1) % kStages;
     bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
     if constexpr (kPingPong) {
-        named_sync(1 + wg);
+        named_sync<256>(1 + wg);
     }
     wg_fence();
     pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
     wg_commit();
     if (kPingPong && wg == 0) {
-        named_arrive(2);
+        named_arrive<256>(2);
     }
     wg_wait0();
     release_stage(&b->empty[sp]);
@@ -498,7 +420,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     if (nb > 0) {
         bar_wait(&b->q_full, 0);
         if (kPingPong && wg == 1) {
-            named_arrive(1);
+            named_arrive<256>(1);
         }
     }
     const uint8_t *q = sq + wg * 64 * 128;
@@ -561,26 +483,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
     }
 #endif
-}
-
-/* Host: the driver's cuTensorMapEncodeTiled through the runtime (nothing links libcuda). */
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
-                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
-                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-inline EncodeTiledFn encode_tiled_fn() {
-    static EncodeTiledFn fn = nullptr;
-    if (fn == nullptr) {
-        void *ptr = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
-                                             cudaEnableDefault, &q) == cudaSuccess &&
-            q == cudaDriverEntryPointSuccess) {
-            fn = reinterpret_cast<EncodeTiledFn>(ptr);
-        }
-    }
-    return fn;
 }
 
 /* The map of a dense 16-bit [rows][heads][128] tensor: boxes of 64 columns x 1 head x 128 rows,

@@ -1,14 +1,14 @@
-/* prefill_hopper_wgmma.cuh: the warpgroup MMA wrappers of the Hopper prefill kernel (sm_90a).
+/* wgmma.cuh: the kit's warpgroup MMA wrappers (sm_90a), one function per shape and type.
  * ss: A and B from shared memory (descriptors), K-major both; rs: A from registers (the
  * m16n8k16-style fragment of each warp's 16 rows), B from shared memory, MN-major (imm-trans-b
  * 1). Accumulators fp32. Written out per shape because inline PTX names every register; one
  * macro per shape makes its bf16 and f16 forms. */
-#ifndef AP_COMMON_PREFILL_HOPPER_WGMMA_CUH
-#define AP_COMMON_PREFILL_HOPPER_WGMMA_CUH
+#ifndef AP_COMMON_WGMMA_CUH
+#define AP_COMMON_WGMMA_CUH
 
 #include <stdint.h>
 
-namespace ap_hopper {
+namespace ap_sm90 {
 
 #define AP_WGMMA_SS_N128(TY_NAME, TY) \
     __device__ __forceinline__ void wgmma_ss_n128_##TY_NAME(float(&d)[64], uint64_t da, \
@@ -92,6 +92,6 @@ AP_WGMMA_RS_N64(f16, "f16")
 #undef AP_WGMMA_RS_N128
 #undef AP_WGMMA_RS_N64
 
-} // namespace ap_hopper
+} // namespace ap_sm90
 
-#endif /* AP_COMMON_PREFILL_HOPPER_WGMMA_CUH */
+#endif /* AP_COMMON_WGMMA_CUH */

@@ -1,0 +1,121 @@
+/* sm90.cuh: the kit's Hopper (sm_90a) primitives, shared by every warp-specialised kernel:
+ * shared-memory addresses, mbarriers (init, expect_tx, arrive, wait on a phase), TMA tensor loads
+ * completing on an mbarrier, the wgmma shared-memory descriptor (128-byte swizzle) and the
+ * wgmma fence / commit / wait ordering, named barriers, ex2, and on the host the driver's
+ * cuTensorMapEncodeTiled reached through the runtime. The wgmma instructions themselves are in
+ * wgmma.cuh. */
+#ifndef AP_COMMON_SM90_CUH
+#define AP_COMMON_SM90_CUH
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace ap_sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void bar_init(uint64_t *bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+/* A consumer warp is done with a stage (its wgmma reads completed: wait_group passed). */
+__device__ __forceinline__ void release_stage(uint64_t *bar) {
+    __syncwarp();
+    if (threadIdx.x % 32 == 0) {
+        bar_arrive(bar);
+    }
+}
+
+__device__ __forceinline__ void bar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n.reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* One 3-D box of a tensor map, at coordinates (col, head, row) innermost first, into shared memory;
+ * completes on `bar` with the box's bytes (expect_tx). */
+__device__ __forceinline__ void tma_load(const CUtensorMap *map, void *dst, uint64_t *bar, int col,
+                                         int head, int row) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smem_u32(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(head),
+                 "r"(row)
+                 : "memory");
+}
+
+/* wgmma shared-memory descriptor, 128-byte swizzle: lbo / sbo in bytes. */
+__device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo) {
+    uint64_t d = (smem_u32(p) & 0x3FFFF) >> 4;
+    d |= static_cast<uint64_t>(lbo >> 4) << 16;
+    d |= static_cast<uint64_t>(sbo >> 4) << 32;
+    d |= static_cast<uint64_t>(1) << 62;
+    return d;
+}
+
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait0() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+__device__ __forceinline__ void wg_wait1() {
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+}
+
+/* 2^x on the special-function unit (flushes denormals; softmax weights that small are 0 anyway). */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* Named barrier `id` (1..15; 0 is __syncthreads) over kCount threads, whole warps. */
+template <int kCount> __device__ __forceinline__ void named_sync(int id) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+template <int kCount> __device__ __forceinline__ void named_arrive(int id) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
+/* Host: the driver's cuTensorMapEncodeTiled through the runtime (nothing links libcuda). */
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
+                                  const cuuint64_t *, const cuuint64_t *, const cuuint32_t *,
+                                  const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                  CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+inline EncodeTiledFn encode_tiled_fn() {
+    static EncodeTiledFn fn = nullptr;
+    if (fn == nullptr) {
+        void *ptr = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess) {
+            fn = reinterpret_cast<EncodeTiledFn>(ptr);
+        }
+    }
+    return fn;
+}
+
+} // namespace ap_sm90
+
+#endif /* AP_COMMON_SM90_CUH */
