@@ -55,6 +55,11 @@ int32_t mla_decode_num_splits(int32_t num_seqs, int32_t num_heads, int32_t max_q
 /* Raise the kernels' shared-memory limits on the current device (once per instance). */
 ap_status mla_decode_setup(ap_msgbuf *msg);
 ap_status mla_decode_run(const mla_decode_params *params, void *stream, ap_msgbuf *msg);
+/* The split-KV combine (combine.cu): merges the num_splits partial states of every row that a
+ * decode kernel of `block_rows` rows per CTA (16 or 64) left in partial_out / partial_lse into out
+ * and lse; PDL when params->use_pdl. */
+ap_status mla_combine_run(const mla_decode_params *params, int32_t block_rows, void *stream,
+                          ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
  * pack_prefix_chunk_kv/1 (pack.cu): k_out = fp8([k_nope | k_pe]), v_out = fp8(v).
