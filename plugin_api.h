@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -576,6 +577,40 @@ static inline ap_status ap_plugin_negotiate_answer(const ap_descriptor *descript
     reply->plugin_abi_minor = AP_ABI_VERSION_MINOR;
     reply->descriptor = descriptor;
     return AP_OK;
+}
+
+/* The start every create() shares, written once: `out` checked and cleared; the request
+ * validated again (a third-party core may skip validate(): never build an instance it would
+ * refuse); `size` zeroed bytes allocated for the instance, the model copied into it at
+ * `model_offset` (struct_size set to this header's, the name dropped: the caller's string may not
+ * outlive the call). Returns the instance, or NULL with *status and a message. The caller sets
+ * *out only once the rest of its create() succeeded:
+ *     ap_backend *b = ap_plugin_create_begin(my_validate, model, options, device, out,
+ *                                            sizeof *b, offsetof(ap_backend, model), "my", msg, &st);
+ */
+static inline void *ap_plugin_create_begin(
+    ap_status (*validate)(const ap_model *, const ap_options *, const ap_device *, ap_msgbuf *),
+    const ap_model *model, const ap_options *options, const ap_device *device, ap_backend **out,
+    size_t size, size_t model_offset, const char *name, ap_msgbuf *msg, ap_status *status) {
+    if (out == NULL) {
+        ap_msgbuf_add(msg, "%s: create needs somewhere to put the instance", name);
+        *status = AP_ERR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    *out = NULL;
+    *status = validate(model, options, device, msg);
+    if (*status != AP_OK) return NULL;
+    void *instance = calloc(1, size);
+    if (instance == NULL) {
+        ap_msgbuf_add(msg, "%s: out of host memory", name);
+        *status = AP_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    ap_model *copy = (ap_model *)((char *)instance + model_offset);
+    memcpy(copy, model, sizeof *copy);
+    copy->struct_size = sizeof *copy;
+    copy->name = NULL;
+    return instance;
 }
 
 #ifdef __cplusplus

@@ -7,22 +7,11 @@
 
 static ap_status cpu_create(const ap_model *model, const ap_options *options,
                             const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
-    if (out == NULL) {
-        ap_msgbuf_add(msg, "cpu_ref: create needs somewhere to put the instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    *out = NULL;
-    /* a third-party core may skip validate(): never build an instance it would refuse */
-    ap_status status = cpu_validate(model, options, device, msg);
-    if (status != AP_OK) return status;
-    ap_backend *backend = calloc(1, sizeof *backend);
-    if (backend == NULL) {
-        ap_msgbuf_add(msg, "cpu_ref: out of host memory");
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    memcpy(&backend->model, model, sizeof backend->model);
-    backend->model.struct_size = sizeof backend->model;
-    backend->model.name = NULL; /* the caller's string may not outlive this call */
+    ap_status status = AP_OK;
+    ap_backend *backend =
+        ap_plugin_create_begin(cpu_validate, model, options, device, out, sizeof *backend,
+                               offsetof(ap_backend, model), "cpu_ref", msg, &status);
+    if (backend == NULL) return status;
     *out = backend;
     return AP_OK;
 }

@@ -39,22 +39,10 @@ static void fav_destroy(ap_backend *b) {
 
 static ap_status fav_create(const ap_model *model, const ap_options *options,
                             const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
-    if (out == NULL) {
-        ap_msgbuf_add(msg, FAV_NAME ": create needs somewhere to put the instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    *out = NULL;
-    /* a third-party core may skip validate(): never build an instance it would refuse */
-    ap_status st = fav_validate(model, options, device, msg);
-    if (st != AP_OK) return st;
-    ap_backend *b = calloc(1, sizeof *b);
-    if (b == NULL) {
-        ap_msgbuf_add(msg, FAV_NAME ": out of host memory");
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    memcpy(&b->model, model, sizeof b->model);
-    b->model.struct_size = sizeof b->model;
-    b->model.name = NULL;
+    ap_status st = AP_OK;
+    ap_backend *b = ap_plugin_create_begin(fav_validate, model, options, device, out, sizeof *b,
+                                           offsetof(ap_backend, model), FAV_NAME, msg, &st);
+    if (b == NULL) return st;
     b->device_ordinal = device->ordinal;
     b->kv_mode = fav_kv_mode_of(model, options);
     b->item_bytes = fav_plan_item_bytes(&b->model);

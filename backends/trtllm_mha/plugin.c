@@ -79,21 +79,10 @@ static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
 
 static ap_status mha_create(const ap_model *model, const ap_options *options,
                             const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
-    if (out == NULL) {
-        ap_msgbuf_add(msg, MHA_NAME ": create needs somewhere to put the instance");
-        return AP_ERR_INVALID_ARGUMENT;
-    }
-    *out = NULL;
-    ap_status st = mha_validate(model, options, device, msg);
-    if (st != AP_OK) return st;
-    ap_backend *b = calloc(1, sizeof *b);
-    if (b == NULL) {
-        ap_msgbuf_add(msg, MHA_NAME ": out of host memory");
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    memcpy(&b->model, model, sizeof b->model);
-    b->model.struct_size = sizeof b->model;
-    b->model.name = NULL;
+    ap_status st = AP_OK;
+    ap_backend *b = ap_plugin_create_begin(mha_validate, model, options, device, out, sizeof *b,
+                                           offsetof(ap_backend, model), MHA_NAME, msg, &st);
+    if (b == NULL) return st;
     b->device_ordinal = device->ordinal;
     b->sm_count = device->sm_count;
     b->split_kv = mha_option_split_kv(options);

@@ -73,17 +73,11 @@ static ap_status naive_validate(const ap_model *model, const ap_options *options
 
 static ap_status naive_create(const ap_model *model, const ap_options *options,
                               const ap_device *device, ap_backend **out, ap_msgbuf *msg) {
-    if (out == NULL) return AP_ERR_INVALID_ARGUMENT;
-    *out = NULL;
-    ap_status status = naive_validate(model, options, device, msg);
-    if (status != AP_OK) return status;
-    ap_backend *backend = calloc(1, sizeof *backend);
-    if (backend == NULL) {
-        ap_msgbuf_add(msg, "example_naive: out of memory");
-        return AP_ERR_OUT_OF_MEMORY;
-    }
-    backend->model = *model;
-    backend->model.name = NULL; /* the caller's string may not outlive this call */
+    ap_status status = AP_OK;
+    ap_backend *backend =
+        ap_plugin_create_begin(naive_validate, model, options, device, out, sizeof *backend,
+                               offsetof(ap_backend, model), "example_naive", msg, &status);
+    if (backend == NULL) return status;
     *out = backend;
     return AP_OK;
 }
