@@ -29,15 +29,16 @@ struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 v
 // Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
 // 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
 // 16-row blocks on the same keys), so a stage holds KW * 32 keys. The math reads 16-bit tiles
-// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 and nvfp4
-// land raw in the ring and are converted into 16-bit tiles (half: every e4m3 value and every
-// e2m1 x e4m3 product is exact in it) before the math: per warp with KW > 1 (its own sub-tile),
-// by the whole CTA with KW = 1 (one shared tile).
+// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 lands
+// as bytes in the same swizzled layout (rows of D bytes) and its fragments are converted to half
+// in registers (tile_math_fp8); nvfp4 lands raw and is converted into half tiles (every e2m1 x
+// e4m3 product is exact in half) before the math: per warp with KW > 1 (its own sub-tile), by
+// the whole CTA with KW = 1 (one shared tile).
 template <int D, typename KV, int KW> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
-    static constexpr bool converted = is_nvfp4 || is_fp8;
-    static constexpr int chunks = D / 8; // 16-byte chunks of a 16-bit row
+    static constexpr bool converted = is_nvfp4; // through a half tile in shared memory
+    static constexpr bool half_math = is_nvfp4 || is_fp8;
     static constexpr int row16 = D * 2;
     static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
     static constexpr int raw_chunks = raw_row / 16;
@@ -101,8 +102,9 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
         const bool valid = pos < w.key_end;
         const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
         const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
-        const uint32_t dst = S::converted ? row * S::raw_row + chunk * 16
-                                          : row * S::row16 + ap_swizzle<S::chunks>(row, chunk) * 16;
+        uint32_t dst = row * S::raw_row + chunk * 16; // nvfp4: plain rows
+        if constexpr (!S::converted)
+            dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
         ap_cp_async_16(stage + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
     }
@@ -119,37 +121,28 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
     }
 }
 
-// fp8 / nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
+// nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
 // at + 32 rows) in the swizzled 16-bit layout, 8 values (one 16-byte chunk) per step, by
 // `threads` threads numbered `id`. The scales stay out: k_scale in the logits, v_scale in out.
 template <class S>
 __device__ __forceinline__ void tile_convert(const uint8_t *stage, int first_row, uint8_t *conv,
                                              int id, int threads) {
-    constexpr int items = 2 * kTile * S::chunks; // K and V
+    constexpr int C = S::row16 / 16;     // 16-byte chunks of a half row
+    constexpr int items = 2 * kTile * C; // K and V
 #pragma unroll 4
     for (int i = id; i < items; i += threads) {
-        const int kv = i / (kTile * S::chunks), rest = i % (kTile * S::chunks);
-        const int row = rest / S::chunks, chunk = rest % S::chunks;
+        const int kv = i / (kTile * C), rest = i % (kTile * C);
+        const int row = rest / C, chunk = rest % C;
         const uint8_t *raw = stage + kv * S::raw_tile;
         const int raw_row = first_row + row;
-        uint4 h;
-        if constexpr (S::is_nvfp4) {
-            const uint32_t w =
-                *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
-            const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
-            __half2 out[4];
-            ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), out);
-            h = *reinterpret_cast<uint4 *>(out);
-        } else {
-            const uint2 b =
-                *reinterpret_cast<const uint2 *>(raw + raw_row * S::raw_row + chunk * 8);
-            h.x = ap_fp8x2_to_half2_bits((uint16_t)b.x);
-            h.y = ap_fp8x2_to_half2_bits((uint16_t)(b.x >> 16));
-            h.z = ap_fp8x2_to_half2_bits((uint16_t)b.y);
-            h.w = ap_fp8x2_to_half2_bits((uint16_t)(b.y >> 16));
-        }
+        const uint32_t w =
+            *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
+        const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
+        __half2 h[4];
+        ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), h);
         *reinterpret_cast<uint4 *>(conv + kv * kTile * S::row16 + row * S::row16 +
-                                   ap_swizzle<S::chunks>(row, chunk) * 16) = h;
+                                   ap_swizzle<C>(row, chunk) * 16) =
+            *reinterpret_cast<const uint4 *>(h);
     }
 }
 
@@ -162,7 +155,8 @@ template <int D> struct warp_state {
     int limit[2]; // the last key each row sees (causal): prefix + its token
 };
 
-template <int D, typename MT, typename QT>
+// FP8: the K fragments hold dims 4t..4t+3 of each 16 (tile_math_fp8), so Q is loaded to match.
+template <int D, typename MT, typename QT, bool FP8>
 __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
                                             const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -179,10 +173,8 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
         for (int ks = 0; ks < D / 16; ks++) {
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
-                uint32_t v =
-                    live
-                        ? __ldg(reinterpret_cast<const uint32_t *>(qrow + 16 * ks + 8 * hi + 2 * t))
-                        : 0u;
+                const int dim = 16 * ks + (FP8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
+                uint32_t v = live ? __ldg(reinterpret_cast<const uint32_t *>(qrow + dim)) : 0u;
                 if constexpr (!std::is_same<MT, QT>::value) {
                     const float2 f = ap_unpack2<QT>(v);
                     v = ap_pack2<MT>(f.x, f.y);
@@ -280,10 +272,59 @@ __device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, ui
     }
 }
 
+// fp8 step over a sub-tile of bytes (32 rows of D bytes, swizzled; K at tile_k, V at tile_v),
+// converted to half in registers. One ldmatrix.x4 per 16-dim chunk c reads keys 0..31 (lane =
+// key): for K, lane (g, t) gets key 8n + g, dims 16c + 4t .. 4t + 3 of block n, the B fragment
+// of a permuted k (Q is loaded to match, state_begin); for V (.trans), keys 2t, 2t + 1 (and
+// + 8) of dims 16c + 2g, 2g + 1, which ap_fp8x4_trans_split cuts into the B fragments of the
+// even dims (acc[2c]) and the odd dims (acc[2c + 1]): lane (g, t) ends up holding dims
+// 16c + 4t .. 4t + 3 of rows g and g + 8 (state_finish).
+template <int D>
+__device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
+                                              int first_key, int key_end, float scale_log2,
+                                              int lane) {
+    constexpr int C = D / 16; // 16-byte chunks of a row
+    const uint32_t lane_row = lane * D;
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        uint32_t r[4];
+        ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+            ap_mma_16816<__half>(s[n], st.q[c], ap_fp8x2_to_half2_bits((uint16_t)r[n]),
+                                 ap_fp8x2_to_half2_bits((uint16_t)(r[n] >> 16)));
+    }
+    tile_softmax<D>(st, s, first_key, key_end, scale_log2, lane & 3);
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pa[kk][0] = ap_pack2<__half>(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = ap_pack2<__half>(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = ap_pack2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = ap_pack2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        uint32_t r[4];
+        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t even[2], odd[2];
+            ap_fp8x4_trans_split(r[2 * kk], even[0], odd[0]);
+            ap_fp8x4_trans_split(r[2 * kk + 1], even[1], odd[1]);
+            ap_mma_16816<__half>(st.acc[2 * c], pa[kk], even[0], even[1]);
+            ap_mma_16816<__half>(st.acc[2 * c + 1], pa[kk], odd[0], odd[1]);
+        }
+    }
+}
+
 // End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
 // lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
-// the CTA's block of block_rows.
-template <int D, typename QT>
+// the CTA's block of block_rows. FP8: lane t holds dims 16c + 4t .. 4t + 3 (tile_math_fp8).
+template <int D, typename QT, bool FP8>
 __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
                                              const decode_args &a, int64_t partial, int local0,
                                              int block_rows, int lane) {
@@ -301,17 +342,37 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
             const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
                                 w.kv_head * a.group + r % a.group;
             QT *out = static_cast<QT *>(a.out) + row * D;
+            if constexpr (FP8) {
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
-                    ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+                for (int c = 0; c < D / 16; c++) {
+                    const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
+                    *reinterpret_cast<uint2 *>(out + 16 * c + 4 * t) =
+                        make_uint2(ap_pack2<QT>(e[2 * half] * inv, o[2 * half] * inv),
+                                   ap_pack2<QT>(e[2 * half + 1] * inv, o[2 * half + 1] * inv));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
+                        ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            }
             if (a.lse != NULL && t == 0) a.lse[row] = ap_lse2_to_ln(lse2);
         } else {
             float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
+            if constexpr (FP8) {
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
-                    make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+                for (int c = 0; c < D / 16; c++) {
+                    const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
+                    *reinterpret_cast<float4 *>(out + 16 * c + 4 * t) =
+                        make_float4(e[2 * half] * inv, o[2 * half] * inv, e[2 * half + 1] * inv,
+                                    o[2 * half + 1] * inv);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
+                        make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            }
             if (t == 0) a.partial_lse[partial * MHA_BLOCK_ROWS + local] = lse2;
         }
     }
@@ -406,7 +467,7 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 template <int D, typename KV, typename QT, int KW>
 __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
     using S = decode_shape<D, KV, KW>;
-    using MT = typename std::conditional<S::converted, __half, QT>::type;
+    using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
     cta_work w;
     if (!cta_work_find(a, S::block_rows, S::keys, w)) return;
@@ -422,7 +483,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
     }
     warp_state<D> st;
-    state_begin<D, MT, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+    state_begin<D, MT, QT, S::is_fp8>(st, w, a, w.block * S::block_rows + local0, lane);
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
@@ -431,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
         const int first_key = w.key_begin + i * S::keys + kg * kTile;
         const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
-        uint32_t tile_k = stage + kg * kTile * S::row16, tile_v = tile_k + S::raw_tile;
+        uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
         if constexpr (S::converted) {
             const uint8_t *raw = smem + (i % S::stages) * S::stage_bytes;
             if (KW > 1) {
@@ -445,8 +506,12 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
             tile_k = ap_smem_addr(conv);
             tile_v = tile_k + kTile * S::row16;
         }
-        if (has_rows && first_key < w.key_end)
-            tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
+        if (has_rows && first_key < w.key_end) {
+            if constexpr (S::is_fp8)
+                tile_math_fp8<D>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
+            else
+                tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
+        }
     }
     ap_cp_async_wait<0>();
     if constexpr (KW > 1) {
@@ -456,7 +521,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    state_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
+    state_finish<D, QT, S::is_fp8>(st, w, a, partial, local0, S::block_rows, lane);
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
