@@ -26,33 +26,35 @@ static_assert(kWarps * 16 == MHA_BLOCK_ROWS, "a warp holds 16 rows");
 
 struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 values
 
+// Which head dims a lane's fragments hold (state_begin, state_finish).
+enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
+
 // Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
 // 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
-// 16-row blocks on the same keys), so a stage holds KW * 32 keys. The math reads 16-bit tiles
-// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 lands
-// as bytes in the same swizzled layout (rows of D bytes) and its fragments are converted to half
-// in registers (tile_math_fp8); nvfp4 lands raw and is converted into half tiles (every e2m1 x
-// e4m3 product is exact in half) before the math: per warp with KW > 1 (its own sub-tile), by
-// the whole CTA with KW = 1 (one shared tile).
+// 16-row blocks on the same keys), so a stage holds KW * 32 keys. Every cache type lands in the
+// ring as it is stored, rows of swizzled 16-byte chunks (nvfp4's scale rows after its value rows),
+// and the math reads its fragments with ldmatrix: 16-bit tiles straight (tile_math), fp8 and
+// nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
+// every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
 template <int D, typename KV, int KW> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
-    static constexpr bool converted = is_nvfp4; // through a half tile in shared memory
     static constexpr bool half_math = is_nvfp4 || is_fp8;
-    static constexpr int row16 = D * 2;
+    static constexpr int layout = is_nvfp4 ? kLayoutNvfp4 : (is_fp8 ? kLayoutFp8 : kLayout16);
     static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
     static constexpr int raw_chunks = raw_row / 16;
     static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
     static constexpr int keys = KW * kTile;                 // per stage
     static constexpr int block_rows = 16 * kWarps / KW;
     static constexpr int raw_tile = keys * (raw_row + scale_row);
-    static constexpr int stage_bytes = 2 * raw_tile;    // K then V
-    static constexpr int conv_tile = 2 * kTile * row16; // one sub-tile's K and V, 16-bit
-    static constexpr int conv_bytes = converted ? (KW > 1 ? kWarps : 1) * conv_tile : 0;
-    static constexpr int stages_fit = (200 * 1024 - conv_bytes) / stage_bytes;
+    static constexpr int stage_bytes = 2 * raw_tile; // K then V
+    // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
+    // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
+    static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
+    static constexpr int stages_fit = ring_budget / stage_bytes;
     static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
     static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
-    static constexpr int ring_bytes = stages * stage_bytes + conv_bytes;
+    static constexpr int ring_bytes = stages * stage_bytes;
     static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
 };
@@ -102,9 +104,7 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
         const bool valid = pos < w.key_end;
         const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
         const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
-        uint32_t dst = row * S::raw_row + chunk * 16; // nvfp4: plain rows
-        if constexpr (!S::converted)
-            dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
+        const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
         ap_cp_async_16(stage + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
     }
@@ -121,31 +121,6 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
     }
 }
 
-// nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
-// at + 32 rows) in the swizzled 16-bit layout, 8 values (one 16-byte chunk) per step, by
-// `threads` threads numbered `id`. The scales stay out: k_scale in the logits, v_scale in out.
-template <class S>
-__device__ __forceinline__ void tile_convert(const uint8_t *stage, int first_row, uint8_t *conv,
-                                             int id, int threads) {
-    constexpr int C = S::row16 / 16;     // 16-byte chunks of a half row
-    constexpr int items = 2 * kTile * C; // K and V
-#pragma unroll 4
-    for (int i = id; i < items; i += threads) {
-        const int kv = i / (kTile * C), rest = i % (kTile * C);
-        const int row = rest / C, chunk = rest % C;
-        const uint8_t *raw = stage + kv * S::raw_tile;
-        const int raw_row = first_row + row;
-        const uint32_t w =
-            *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
-        const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
-        __half2 h[4];
-        ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), h);
-        *reinterpret_cast<uint4 *>(conv + kv * kTile * S::row16 + row * S::row16 +
-                                   ap_swizzle<C>(row, chunk) * 16) =
-            *reinterpret_cast<const uint4 *>(h);
-    }
-}
-
 // One warp's 16 rows: Q as A fragments, O (16 x D) as C fragments, per row the running max m
 // and this lane's share of the denominator l (rows g and g + 8).
 template <int D> struct warp_state {
@@ -155,8 +130,9 @@ template <int D> struct warp_state {
     int limit[2]; // the last key each row sees (causal): prefix + its token
 };
 
-// FP8: the K fragments hold dims 4t..4t+3 of each 16 (tile_math_fp8), so Q is loaded to match.
-template <int D, typename MT, typename QT, bool FP8>
+// The K fragments of fp8 hold dims 4t..4t+3 of each 16 (tile_math_fp8), those of nvfp4 dims
+// 8t..8t+7 of each 32 (tile_math_nvfp4), so Q is loaded to match (LAYOUT: kLayout16/Fp8/Nvfp4).
+template <int D, typename MT, typename QT, int LAYOUT>
 __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
                                             const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -173,7 +149,10 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
         for (int ks = 0; ks < D / 16; ks++) {
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
-                const int dim = 16 * ks + (FP8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
+                const int dim =
+                    LAYOUT == kLayoutNvfp4
+                        ? 32 * (ks >> 1) + 8 * t + 4 * (ks & 1) + 2 * hi
+                        : 16 * ks + (LAYOUT == kLayoutFp8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
                 uint32_t v = live ? __ldg(reinterpret_cast<const uint32_t *>(qrow + dim)) : 0u;
                 if constexpr (!std::is_same<MT, QT>::value) {
                     const float2 f = ap_unpack2<QT>(v);
@@ -321,10 +300,83 @@ __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k
     }
 }
 
+// nvfp4 step over a sub-tile (32 rows of D / 2 bytes, swizzled; K at tile_k, V at tile_v; the
+// scale rows of D / 16 bytes at scale_k, scale_v), converted to half in registers (the kit's prmt
+// decode). One ldmatrix.x4 per 32-value chunk c reads keys 0..31 (lane = key). K: lane (g, t)
+// gets key 8n + g, dims 32c + 8t .. 8t + 7 (one block scale): the B fragments of k-steps 2c and
+// 2c + 1 with k permuted (Q loaded to match). V (.trans): keys 2t, 2t + 1 (and + 8) of dims
+// 32c + 4g .. 4g + 3, regrouped by prmt into (key 2t, key 2t + 1) pairs of one dim e, times
+// the two keys' block scales: the B fragment of n-block 4c + e (column g = dim 32c + 4g + e), so
+// lane (g, t) ends up holding dims 32c + 8t .. 8t + 7 of rows g and g + 8 (state_finish).
+template <int D>
+__device__ __forceinline__ void
+tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *scale_k,
+                const uint8_t *scale_v, int first_key, int key_end, float scale_log2, int lane) {
+    constexpr int C = D / 32, SR = D / 16; // chunks per row, scale bytes per row
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t lane_row = lane * (D / 2);
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        uint32_t r[4];
+        ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            __half2 v[4];
+            ap_nvfp4_dequant8_half2(
+                r[n], ap_nvfp4_scale_half2(scale_k[(8 * n + g) * SR + 2 * c + (t >> 1)]), v);
+            const uint32_t *b = reinterpret_cast<const uint32_t *>(v);
+            ap_mma_16816<__half>(s[n], st.q[2 * c], b[0], b[1]);
+            ap_mma_16816<__half>(s[n], st.q[2 * c + 1], b[2], b[3]);
+        }
+    }
+    tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pa[kk][0] = ap_pack2<__half>(s[2 * kk][0], s[2 * kk][1]);
+        pa[kk][1] = ap_pack2<__half>(s[2 * kk][2], s[2 * kk][3]);
+        pa[kk][2] = ap_pack2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[kk][3] = ap_pack2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        uint32_t r[4];
+        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t b[2][4];
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const int key = 16 * kk + 8 * m + 2 * t;
+                const uint8_t *sc = scale_v + key * SR + 2 * c + (g >> 2);
+                const uint32_t scales = ap_fp8x2_to_half2_bits((uint16_t)(sc[0] | sc[SR] << 8));
+                ap_nvfp4_e2m1x8_to_f16x2(r[2 * kk + m], b[m]);
+                const uint32_t lo = b[m][0], hi = b[m][1], lo1 = b[m][2], hi1 = b[m][3];
+                const uint32_t pairs[4] = {
+                    __byte_perm(lo, lo1, 0x5410), __byte_perm(lo, lo1, 0x7632),
+                    __byte_perm(hi, hi1, 0x5410), __byte_perm(hi, hi1, 0x7632)};
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const __half2 x = __hmul2(*reinterpret_cast<const __half2 *>(&pairs[e]),
+                                              *reinterpret_cast<const __half2 *>(&scales));
+                    b[m][e] = *reinterpret_cast<const uint32_t *>(&x);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                ap_mma_16816<__half>(st.acc[4 * c + e], pa[kk], b[0][e], b[1][e]);
+        }
+    }
+}
+
 // End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
 // lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
-// the CTA's block of block_rows. FP8: lane t holds dims 16c + 4t .. 4t + 3 (tile_math_fp8).
-template <int D, typename QT, bool FP8>
+// the CTA's block of block_rows. Lane t holds dims 8j + 2t, + 1 (16-bit), 16c + 4t .. 4t + 3
+// (fp8, tile_math_fp8) or 32c + 8t .. 8t + 7 (nvfp4, tile_math_nvfp4).
+template <int D, typename QT, int LAYOUT>
 __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
                                              const decode_args &a, int64_t partial, int local0,
                                              int block_rows, int lane) {
@@ -342,7 +394,18 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
             const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
                                 w.kv_head * a.group + r % a.group;
             QT *out = static_cast<QT *>(a.out) + row * D;
-            if constexpr (FP8) {
+            if constexpr (LAYOUT == kLayoutNvfp4) {
+#pragma unroll
+                for (int c = 0; c < D / 32; c++) {
+                    const float(*x)[4] = st.acc + 4 * c;
+                    uint4 v;
+                    v.x = ap_pack2<QT>(x[0][2 * half] * inv, x[1][2 * half] * inv);
+                    v.y = ap_pack2<QT>(x[2][2 * half] * inv, x[3][2 * half] * inv);
+                    v.z = ap_pack2<QT>(x[0][2 * half + 1] * inv, x[1][2 * half + 1] * inv);
+                    v.w = ap_pack2<QT>(x[2][2 * half + 1] * inv, x[3][2 * half + 1] * inv);
+                    *reinterpret_cast<uint4 *>(out + 32 * c + 8 * t) = v;
+                }
+            } else if constexpr (LAYOUT == kLayoutFp8) {
 #pragma unroll
                 for (int c = 0; c < D / 16; c++) {
                     const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
@@ -359,7 +422,17 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
             if (a.lse != NULL && t == 0) a.lse[row] = ap_lse2_to_ln(lse2);
         } else {
             float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
-            if constexpr (FP8) {
+            if constexpr (LAYOUT == kLayoutNvfp4) {
+#pragma unroll
+                for (int c = 0; c < D / 32; c++) {
+                    const float(*x)[4] = st.acc + 4 * c;
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        *reinterpret_cast<float4 *>(out + 32 * c + 8 * t + 4 * h) =
+                            make_float4(x[0][2 * half + h] * inv, x[1][2 * half + h] * inv,
+                                        x[2][2 * half + h] * inv, x[3][2 * half + h] * inv);
+                }
+            } else if constexpr (LAYOUT == kLayoutFp8) {
 #pragma unroll
                 for (int c = 0; c < D / 16; c++) {
                     const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
@@ -462,7 +535,7 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 
 // The ring: stages i + 1 .. i + stages - 1 are in flight while stage i is computed. One barrier
 // per step frees the oldest stage (every warp has finished the previous step) before it is
-// refilled; a CTA-wide conversion (KW = 1) takes a second one before the math. Warp w takes rows
+// refilled. Warp w takes rows
 // (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
 template <int D, typename KV, typename QT, int KW>
 __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
@@ -475,7 +548,6 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     const int kg = warp % KW, local0 = (warp / KW) * 16;
     const bool has_rows = w.block * S::block_rows + local0 < w.rows;
     const uint32_t ring = ap_smem_addr(smem);
-    uint8_t *conv = smem + S::stages * S::stage_bytes + (KW > 1 ? warp * S::conv_tile : 0);
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
@@ -483,7 +555,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
     }
     warp_state<D> st;
-    state_begin<D, MT, QT, S::is_fp8>(st, w, a, w.block * S::block_rows + local0, lane);
+    state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
@@ -492,25 +564,18 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
         const int first_key = w.key_begin + i * S::keys + kg * kTile;
         const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
-        uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
-        if constexpr (S::converted) {
-            const uint8_t *raw = smem + (i % S::stages) * S::stage_bytes;
-            if (KW > 1) {
-                if (has_rows && first_key < w.key_end)
-                    tile_convert<S>(raw, kg * kTile, conv, lane, 32);
-                __syncwarp();
-            } else {
-                tile_convert<S>(raw, 0, conv, threadIdx.x, kThreads);
-                __syncthreads();
-            }
-            tile_k = ap_smem_addr(conv);
-            tile_v = tile_k + kTile * S::row16;
-        }
+        const uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
         if (has_rows && first_key < w.key_end) {
-            if constexpr (S::is_fp8)
+            if constexpr (S::is_nvfp4) {
+                const uint8_t *scales = smem + (i % S::stages) * S::stage_bytes +
+                                        S::keys * S::raw_row + kg * kTile * S::scale_row;
+                tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                   w.key_end, a.scale_log2, lane);
+            } else if constexpr (S::is_fp8) {
                 tile_math_fp8<D>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
-            else
+            } else {
                 tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
+            }
         }
     }
     ap_cp_async_wait<0>();
@@ -521,7 +586,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    state_finish<D, QT, S::is_fp8>(st, w, a, partial, local0, S::block_rows, lane);
+    state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
