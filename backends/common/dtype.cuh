@@ -47,6 +47,14 @@ __device__ __forceinline__ uint32_t ap_fp8x2_to_half2_bits(uint16_t two_bytes) {
     return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+// An ldmatrix .trans register of e4m3 bytes (b16 pairs: bytes x0 x1 of row k, then x0 x1 of row
+// k + 1) as two half2 B fragments: even = (x0 of k, x0 of k + 1), odd = (x1 of k, x1 of k + 1).
+__device__ __forceinline__ void ap_fp8x4_trans_split(uint32_t r, uint32_t &even, uint32_t &odd) {
+    const uint32_t e = __byte_perm(r, 0u, 0x3120);
+    even = ap_fp8x2_to_half2_bits((uint16_t)e);
+    odd = ap_fp8x2_to_half2_bits((uint16_t)(e >> 16));
+}
+
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
 // ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {

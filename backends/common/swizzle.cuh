@@ -4,10 +4,12 @@
 
 // 16-byte chunk `chunk` of tile row `row` (rows of CHUNKS chunks) sits at chunk ^ f(row), so the
 // 8 rows an ldmatrix reads at one logical chunk fall into 8 different bank groups: for rows of
-// >= 128 bytes f is the row's low 3 bits; 64-byte rows pack two to a 128-byte line: bits 1..2.
+// >= 128 bytes f is the row's low 3 bits; 64-byte rows pack two to a 128-byte line: bits 1..2;
+// 32-byte rows four: bit 2.
 template <int CHUNKS> __device__ __forceinline__ int ap_swizzle(int row, int chunk) {
-    static_assert(CHUNKS >= 4, "rows of at least 64 bytes");
-    return CHUNKS >= 8 ? (chunk ^ (row & 7)) : (chunk ^ ((row >> 1) & 3));
+    static_assert(CHUNKS >= 2, "rows of at least 32 bytes");
+    return CHUNKS >= 8 ? (chunk ^ (row & 7))
+                       : (CHUNKS == 4 ? (chunk ^ ((row >> 1) & 3)) : (chunk ^ ((row >> 2) & 1)));
 }
 
 #endif // AP_COMMON_SWIZZLE_CUH

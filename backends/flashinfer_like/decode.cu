@@ -386,12 +386,9 @@ decode_tile_accumulate(warp_state<HEAD_DIM> &st, uint32_t stage_v,
                     // bytes of r: V[2t][2g], V[2t][2g+1], V[2t+1][2g], V[2t+1][2g+1] (tokens
                     // 0-7, then 8-15 in the next register); regroup into (even dim) and (odd
                     // dim) pairs
-                    const uint32_t e0 = __byte_perm(r[2 * h], 0u, 0x3120);
-                    const uint32_t e1 = __byte_perm(r[2 * h + 1], 0u, 0x3120);
-                    const uint32_t a[4] = {ap_fp8x2_to_half2_bits((uint16_t)e0),
-                                           ap_fp8x2_to_half2_bits((uint16_t)(e0 >> 16)),
-                                           ap_fp8x2_to_half2_bits((uint16_t)e1),
-                                           ap_fp8x2_to_half2_bits((uint16_t)(e1 >> 16))};
+                    uint32_t a[4];
+                    ap_fp8x4_trans_split(r[2 * h], a[0], a[1]);
+                    ap_fp8x4_trans_split(r[2 * h + 1], a[2], a[3]);
                     ap_mma_16816<__half>(st.acc[2 * j + h], a, pb0, pb1);
                 }
             }

@@ -12,36 +12,67 @@ namespace {
 
 constexpr int kThreads = 128;
 
-// One CTA per (sequence, KV head, row block) of the decode grid: per row of the block
-//   M = max_s lse2_s, w_s = 2^(lse2_s - M), o = sum_s w_s o_s / sum_s w_s,
-//   lse = ln2 (M + log2 sum_s w_s)                                      (softmax_state.cuh)
+constexpr int kDims = 32; // head dims per combine CTA
+static_assert(MHA_MAX_SPLITS <= 64, "a warp reads a row's split LSEs in two loads per lane");
+
+// One CTA per (32 head dims, sequence, KV head, row block) of the decode grid. Per row, one warp
+// reads the splits' LSEs once (lanes over splits) and leaves the normalised weights in shared
+// memory:  M = max_s lse2_s, w_s = 2^(lse2_s - M) / sum_s 2^(lse2_s - M),
+// lse = ln2 (M + log2 sum_s 2^(lse2_s - M))                              (softmax_state.cuh);
+// then every thread sums o = sum_s w_s o_s for its (row, dim), coalesced over the dims.
 // Split 0 always holds key 0, which every row sees, so the sum is never 0. Partial slot of split
 // s: ((seq * gridDim.y + blockIdx.y) * splits + s) * MHA_BLOCK_ROWS + local row.
 template <typename QT>
 __global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine_params p) {
+    __shared__ float weight[MHA_BLOCK_ROWS][MHA_MAX_SPLITS];
     const int seq = blockIdx.z, kv_head = blockIdx.y / p.row_blocks,
               block = blockIdx.y % p.row_blocks;
     const int q_start = __ldg(p.qo_indptr + seq);
     const int rows_all = (__ldg(p.qo_indptr + seq + 1) - q_start) * p.group;
     const int rows = min(p.block_rows, rows_all - block * p.block_rows);
+    if (rows <= 0) return; // uniform over the CTA
     const int64_t first = ((int64_t)seq * gridDim.y + blockIdx.y) * p.num_splits;
-    for (int i = threadIdx.x; i < rows * p.head_dim; i += kThreads) {
-        const int local = i / p.head_dim, d = i % p.head_dim;
-        float m = -INFINITY;
-        for (int s = 0; s < p.num_splits; s++)
-            m = fmaxf(m, p.partial_lse[(first + s) * MHA_BLOCK_ROWS + local]);
-        float sum = 0.f, acc = 0.f;
-        for (int s = 0; s < p.num_splits; s++) {
-            const int64_t slot = (first + s) * MHA_BLOCK_ROWS + local;
-            const float w = ap_softmax_merge_weight(p.partial_lse[slot], m);
-            sum += w;
-            acc += w * p.partial_out[slot * p.head_dim + d];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int local = warp; local < rows; local += kThreads / 32) {
+        float x[2], m = -INFINITY;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int s = lane + 32 * h;
+            x[h] =
+                s < p.num_splits ? p.partial_lse[(first + s) * MHA_BLOCK_ROWS + local] : -INFINITY;
+            m = fmaxf(m, x[h]);
         }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float w[2], sum = 0.f;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            w[h] = lane + 32 * h < p.num_splits ? ap_softmax_merge_weight(x[h], m) : 0.f;
+            sum += w[h];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            if (lane + 32 * h < p.num_splits) weight[local][lane + 32 * h] = w[h] / sum;
+        if (lane == 0 && blockIdx.x == 0 && p.lse != NULL) {
+            const int r = block * p.block_rows + local;
+            p.lse[(int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group +
+                  r % p.group] = ap_lse2_to_ln(m + log2f(sum));
+        }
+    }
+    __syncthreads();
+    const int64_t split_stride = (int64_t)MHA_BLOCK_ROWS * p.head_dim;
+    for (int i = threadIdx.x; i < rows * kDims; i += kThreads) {
+        const int local = i / kDims, d = blockIdx.x * kDims + i % kDims;
+        const float *po = p.partial_out + (first * MHA_BLOCK_ROWS + local) * p.head_dim + d;
+        float acc = 0.f;
+#pragma unroll 8
+        for (int s = 0; s < p.num_splits; s++) acc += weight[local][s] * po[s * split_stride];
         const int r = block * p.block_rows + local;
         const int64_t row =
             (int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group + r % p.group;
-        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc / sum);
-        if (d == 0 && p.lse != NULL) p.lse[row] = ap_lse2_to_ln(m + log2f(sum));
+        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc);
     }
 }
 
@@ -67,7 +98,7 @@ __global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size) {
 } // namespace
 
 extern "C" ap_status mha_combine_run(const mha_combine_params *p, void *stream, ap_msgbuf *msg) {
-    const dim3 grid(1, p->num_kv_heads * p->row_blocks, p->num_seqs);
+    const dim3 grid(p->head_dim / kDims, p->num_kv_heads * p->row_blocks, p->num_seqs);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->q_dtype == AP_DTYPE_BF16)
         mha_combine_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(*p);

@@ -13,6 +13,7 @@
 #include "../common/paged_kv.cuh"
 #include "../common/softmax_state.cuh"
 #include "../common/swizzle.cuh"
+#include "decode_math.cuh"
 #include "mha.h"
 
 #define MHA_WHO MHA_NAME ": decode"
@@ -21,37 +22,39 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTile = 32; // KV tokens of one warp's step
 static_assert(kWarps * 16 == MHA_BLOCK_ROWS, "a warp holds 16 rows");
 
 struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 values
 
+// Which head dims a lane's fragments hold (state_begin, state_finish).
+enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
+
 // Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
 // 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
-// 16-row blocks on the same keys), so a stage holds KW * 32 keys. The math reads 16-bit tiles
-// (swizzled 16-byte chunks): a 16-bit cache is copied straight into that layout; fp8 and nvfp4
-// land raw in the ring and are converted into 16-bit tiles (half: every e4m3 value and every
-// e2m1 x e4m3 product is exact in it) before the math: per warp with KW > 1 (its own sub-tile),
-// by the whole CTA with KW = 1 (one shared tile).
+// 16-row blocks on the same keys), so a stage holds KW * 32 keys. Every cache type lands in the
+// ring as it is stored, rows of swizzled 16-byte chunks (nvfp4's scale rows after its value rows),
+// and the math reads its fragments with ldmatrix: 16-bit tiles straight (tile_math), fp8 and
+// nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
+// every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
 template <int D, typename KV, int KW> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
-    static constexpr bool converted = is_nvfp4 || is_fp8;
-    static constexpr int chunks = D / 8; // 16-byte chunks of a 16-bit row
-    static constexpr int row16 = D * 2;
+    static constexpr bool half_math = is_nvfp4 || is_fp8;
+    static constexpr int layout = is_nvfp4 ? kLayoutNvfp4 : (is_fp8 ? kLayoutFp8 : kLayout16);
     static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
     static constexpr int raw_chunks = raw_row / 16;
     static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
     static constexpr int keys = KW * kTile;                 // per stage
     static constexpr int block_rows = 16 * kWarps / KW;
     static constexpr int raw_tile = keys * (raw_row + scale_row);
-    static constexpr int stage_bytes = 2 * raw_tile;    // K then V
-    static constexpr int conv_tile = 2 * kTile * row16; // one sub-tile's K and V, 16-bit
-    static constexpr int conv_bytes = converted ? (KW > 1 ? kWarps : 1) * conv_tile : 0;
-    static constexpr int stages_fit = (200 * 1024 - conv_bytes) / stage_bytes;
+    static constexpr int stage_bytes = 2 * raw_tile; // K then V
+    // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
+    // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
+    static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
+    static constexpr int stages_fit = ring_budget / stage_bytes;
     static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
     static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
-    static constexpr int ring_bytes = stages * stage_bytes + conv_bytes;
+    static constexpr int ring_bytes = stages * stage_bytes;
     static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
 };
@@ -101,8 +104,7 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
         const bool valid = pos < w.key_end;
         const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
         const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
-        const uint32_t dst = S::converted ? row * S::raw_row + chunk * 16
-                                          : row * S::row16 + ap_swizzle<S::chunks>(row, chunk) * 16;
+        const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
         ap_cp_async_16(stage + dst, a.k_pages + src, valid);
         ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
     }
@@ -119,50 +121,9 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
     }
 }
 
-// fp8 / nvfp4: raw K and V rows [first_row, first_row + 32) of a stage to half tiles (K, then V
-// at + 32 rows) in the swizzled 16-bit layout, 8 values (one 16-byte chunk) per step, by
-// `threads` threads numbered `id`. The scales stay out: k_scale in the logits, v_scale in out.
-template <class S>
-__device__ __forceinline__ void tile_convert(const uint8_t *stage, int first_row, uint8_t *conv,
-                                             int id, int threads) {
-    constexpr int items = 2 * kTile * S::chunks; // K and V
-#pragma unroll 4
-    for (int i = id; i < items; i += threads) {
-        const int kv = i / (kTile * S::chunks), rest = i % (kTile * S::chunks);
-        const int row = rest / S::chunks, chunk = rest % S::chunks;
-        const uint8_t *raw = stage + kv * S::raw_tile;
-        const int raw_row = first_row + row;
-        uint4 h;
-        if constexpr (S::is_nvfp4) {
-            const uint32_t w =
-                *reinterpret_cast<const uint32_t *>(raw + raw_row * S::raw_row + chunk * 4);
-            const uint8_t sc = raw[S::keys * S::raw_row + raw_row * S::scale_row + chunk / 2];
-            __half2 out[4];
-            ap_nvfp4_dequant8_half2(w, ap_nvfp4_scale_half2(sc), out);
-            h = *reinterpret_cast<uint4 *>(out);
-        } else {
-            const uint2 b =
-                *reinterpret_cast<const uint2 *>(raw + raw_row * S::raw_row + chunk * 8);
-            h.x = ap_fp8x2_to_half2_bits((uint16_t)b.x);
-            h.y = ap_fp8x2_to_half2_bits((uint16_t)(b.x >> 16));
-            h.z = ap_fp8x2_to_half2_bits((uint16_t)b.y);
-            h.w = ap_fp8x2_to_half2_bits((uint16_t)(b.y >> 16));
-        }
-        *reinterpret_cast<uint4 *>(conv + kv * kTile * S::row16 + row * S::row16 +
-                                   ap_swizzle<S::chunks>(row, chunk) * 16) = h;
-    }
-}
-
-// One warp's 16 rows: Q as A fragments, O (16 x D) as C fragments, per row the running max m
-// and this lane's share of the denominator l (rows g and g + 8).
-template <int D> struct warp_state {
-    uint32_t q[D / 16][4];
-    float acc[D / 8][4];
-    float m[2], l[2];
-    int limit[2]; // the last key each row sees (causal): prefix + its token
-};
-
-template <int D, typename MT, typename QT>
+// The K fragments of fp8 hold dims 4t..4t+3 of each 16 (tile_math_fp8), those of nvfp4 dims
+// 8t..8t+7 of each 32 (tile_math_nvfp4), so Q is loaded to match (LAYOUT: kLayout16/Fp8/Nvfp4).
+template <int D, typename MT, typename QT, int LAYOUT>
 __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
                                             const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
@@ -179,10 +140,11 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
         for (int ks = 0; ks < D / 16; ks++) {
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
-                uint32_t v =
-                    live
-                        ? __ldg(reinterpret_cast<const uint32_t *>(qrow + 16 * ks + 8 * hi + 2 * t))
-                        : 0u;
+                const int dim =
+                    LAYOUT == kLayoutNvfp4
+                        ? 32 * (ks >> 1) + 8 * t + 4 * (ks & 1) + 2 * hi
+                        : 16 * ks + (LAYOUT == kLayoutFp8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
+                uint32_t v = live ? __ldg(reinterpret_cast<const uint32_t *>(qrow + dim)) : 0u;
                 if constexpr (!std::is_same<MT, QT>::value) {
                     const float2 f = ap_unpack2<QT>(v);
                     v = ap_pack2<MT>(f.x, f.y);
@@ -197,93 +159,11 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
     for (int j = 0; j < D / 8; j++) st.acc[j][0] = st.acc[j][1] = st.acc[j][2] = st.acc[j][3] = 0.f;
 }
 
-// Online softmax of one step (rows g, g + 8): m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
-// l = l 2^(m - m') + sum p_j, O rescaled by 2^(m - m'). A row with no key yet keeps m = -inf
-// and p = 0 (the base is then 0, so no inf - inf).
-template <int D>
-__device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
-                                             int first_key, int key_end, float scale_log2, int t) {
-#pragma unroll
-    for (int half = 0; half < 2; half++) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int key = first_key + 8 * n + 2 * t + e;
-                float x = s[n][2 * half + e] * scale_log2;
-                x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
-                s[n][2 * half + e] = x;
-                tile_max = fmaxf(tile_max, x);
-            }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float m_new = fmaxf(st.m[half], tile_max);
-        const float base = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = ap_exp2_approx(st.m[half] - base);
-        float sum = 0.f;
-#pragma unroll
-        for (int n = 0; n < kTile / 8; n++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const float p = ap_exp2_approx(s[n][2 * half + e] - base);
-                s[n][2 * half + e] = p;
-                sum += p;
-            }
-        st.l[half] = st.l[half] * alpha + sum;
-        st.m[half] = m_new;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            st.acc[j][2 * half] *= alpha;
-            st.acc[j][2 * half + 1] *= alpha;
-        }
-    }
-}
-
-// One step over a 16-bit K/V sub-tile pair (32 keys, K at tile_k, V at tile_v):
-//   S = Q K^T (16 rows x 32 keys), softmax as above, O += P V, all accumulated in float.
-template <int D, typename MT>
-__device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
-                                          int first_key, int key_end, float scale_log2, int lane) {
-    constexpr int C = D / 8;
-    const int mat = lane >> 3, t = lane & 3;
-    float s[kTile / 8][4];
-#pragma unroll
-    for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-#pragma unroll
-    for (int p = 0; p < kTile / 16; p++) {
-        const int row = 16 * p + (mat >> 1) * 8 + (lane & 7);
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4(r, tile_k + row * D * 2 + ap_swizzle<C>(row, 2 * ks + (mat & 1)) * 16);
-            ap_mma_16816<MT>(s[2 * p], st.q[ks], r[0], r[1]);
-            ap_mma_16816<MT>(s[2 * p + 1], st.q[ks], r[2], r[3]);
-        }
-    }
-    tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; kk++) {
-        const uint32_t pa[4] = {ap_pack2<MT>(s[2 * kk][0], s[2 * kk][1]),
-                                ap_pack2<MT>(s[2 * kk][2], s[2 * kk][3]),
-                                ap_pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                ap_pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-        const int row = 16 * kk + (mat & 1) * 8 + (lane & 7);
-#pragma unroll
-        for (int dp = 0; dp < D / 16; dp++) {
-            uint32_t r[4];
-            ap_ldmatrix_x4_trans(r, tile_v + row * D * 2 +
-                                        ap_swizzle<C>(row, 2 * dp + (mat >> 1)) * 16);
-            ap_mma_16816<MT>(st.acc[2 * dp], pa, r[0], r[1]);
-            ap_mma_16816<MT>(st.acc[2 * dp + 1], pa, r[2], r[3]);
-        }
-    }
-}
-
 // End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
 // lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
-// the CTA's block of block_rows.
-template <int D, typename QT>
+// the CTA's block of block_rows. Lane t holds dims 8j + 2t, + 1 (16-bit), 16c + 4t .. 4t + 3
+// (fp8, tile_math_fp8) or 32c + 8t .. 8t + 7 (nvfp4, tile_math_nvfp4).
+template <int D, typename QT, int LAYOUT>
 __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &w,
                                              const decode_args &a, int64_t partial, int local0,
                                              int block_rows, int lane) {
@@ -301,17 +181,58 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
             const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
                                 w.kv_head * a.group + r % a.group;
             QT *out = static_cast<QT *>(a.out) + row * D;
+            if constexpr (LAYOUT == kLayoutNvfp4) {
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
-                    ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+                for (int c = 0; c < D / 32; c++) {
+                    const float(*x)[4] = st.acc + 4 * c;
+                    uint4 v;
+                    v.x = ap_pack2<QT>(x[0][2 * half] * inv, x[1][2 * half] * inv);
+                    v.y = ap_pack2<QT>(x[2][2 * half] * inv, x[3][2 * half] * inv);
+                    v.z = ap_pack2<QT>(x[0][2 * half + 1] * inv, x[1][2 * half + 1] * inv);
+                    v.w = ap_pack2<QT>(x[2][2 * half + 1] * inv, x[3][2 * half + 1] * inv);
+                    *reinterpret_cast<uint4 *>(out + 32 * c + 8 * t) = v;
+                }
+            } else if constexpr (LAYOUT == kLayoutFp8) {
+#pragma unroll
+                for (int c = 0; c < D / 16; c++) {
+                    const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
+                    *reinterpret_cast<uint2 *>(out + 16 * c + 4 * t) =
+                        make_uint2(ap_pack2<QT>(e[2 * half] * inv, o[2 * half] * inv),
+                                   ap_pack2<QT>(e[2 * half + 1] * inv, o[2 * half + 1] * inv));
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * t) =
+                        ap_pack2<QT>(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            }
             if (a.lse != NULL && t == 0) a.lse[row] = ap_lse2_to_ln(lse2);
         } else {
             float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
+            if constexpr (LAYOUT == kLayoutNvfp4) {
 #pragma unroll
-            for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
-                    make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+                for (int c = 0; c < D / 32; c++) {
+                    const float(*x)[4] = st.acc + 4 * c;
+#pragma unroll
+                    for (int h = 0; h < 2; h++)
+                        *reinterpret_cast<float4 *>(out + 32 * c + 8 * t + 4 * h) =
+                            make_float4(x[0][2 * half + h] * inv, x[1][2 * half + h] * inv,
+                                        x[2][2 * half + h] * inv, x[3][2 * half + h] * inv);
+                }
+            } else if constexpr (LAYOUT == kLayoutFp8) {
+#pragma unroll
+                for (int c = 0; c < D / 16; c++) {
+                    const float(&e)[4] = st.acc[2 * c], (&o)[4] = st.acc[2 * c + 1];
+                    *reinterpret_cast<float4 *>(out + 16 * c + 4 * t) =
+                        make_float4(e[2 * half] * inv, o[2 * half] * inv, e[2 * half + 1] * inv,
+                                    o[2 * half + 1] * inv);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < D / 8; j++)
+                    *reinterpret_cast<float2 *>(out + 8 * j + 2 * t) =
+                        make_float2(st.acc[j][2 * half] * inv, st.acc[j][2 * half + 1] * inv);
+            }
             if (t == 0) a.partial_lse[partial * MHA_BLOCK_ROWS + local] = lse2;
         }
     }
@@ -401,12 +322,12 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 
 // The ring: stages i + 1 .. i + stages - 1 are in flight while stage i is computed. One barrier
 // per step frees the oldest stage (every warp has finished the previous step) before it is
-// refilled; a CTA-wide conversion (KW = 1) takes a second one before the math. Warp w takes rows
+// refilled. Warp w takes rows
 // (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
 template <int D, typename KV, typename QT, int KW>
 __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
     using S = decode_shape<D, KV, KW>;
-    using MT = typename std::conditional<S::converted, __half, QT>::type;
+    using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
     cta_work w;
     if (!cta_work_find(a, S::block_rows, S::keys, w)) return;
@@ -414,7 +335,6 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     const int kg = warp % KW, local0 = (warp / KW) * 16;
     const bool has_rows = w.block * S::block_rows + local0 < w.rows;
     const uint32_t ring = ap_smem_addr(smem);
-    uint8_t *conv = smem + S::stages * S::stage_bytes + (KW > 1 ? warp * S::conv_tile : 0);
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
@@ -422,7 +342,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
     }
     warp_state<D> st;
-    state_begin<D, MT, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+    state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
@@ -431,22 +351,19 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         ap_cp_async_commit();
         const int first_key = w.key_begin + i * S::keys + kg * kTile;
         const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
-        uint32_t tile_k = stage + kg * kTile * S::row16, tile_v = tile_k + S::raw_tile;
-        if constexpr (S::converted) {
-            const uint8_t *raw = smem + (i % S::stages) * S::stage_bytes;
-            if (KW > 1) {
-                if (has_rows && first_key < w.key_end)
-                    tile_convert<S>(raw, kg * kTile, conv, lane, 32);
-                __syncwarp();
+        const uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
+        if (has_rows && first_key < w.key_end) {
+            if constexpr (S::is_nvfp4) {
+                const uint8_t *scales = smem + (i % S::stages) * S::stage_bytes +
+                                        S::keys * S::raw_row + kg * kTile * S::scale_row;
+                tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                   w.key_end, a.scale_log2, lane);
+            } else if constexpr (S::is_fp8) {
+                tile_math_fp8<D>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
             } else {
-                tile_convert<S>(raw, 0, conv, threadIdx.x, kThreads);
-                __syncthreads();
+                tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
             }
-            tile_k = ap_smem_addr(conv);
-            tile_v = tile_k + kTile * S::row16;
         }
-        if (has_rows && first_key < w.key_end)
-            tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
     }
     ap_cp_async_wait<0>();
     if constexpr (KW > 1) {
@@ -456,7 +373,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    state_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
+    state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
