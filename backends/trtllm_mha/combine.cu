@@ -5,6 +5,7 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/paged_kv.cuh"
+#include "../common/pdl.cuh"
 #include "../common/softmax_state.cuh"
 #include "mha.h"
 
@@ -25,6 +26,7 @@ static_assert(MHA_MAX_SPLITS <= 64, "a warp reads a row's split LSEs in two load
 template <typename QT>
 __global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine_params p) {
     __shared__ float weight[MHA_BLOCK_ROWS][MHA_MAX_SPLITS];
+    ap_pdl_wait(); // launched while the decode grid drains: its partial states first
     const int seq = blockIdx.z, kv_head = blockIdx.y / p.row_blocks,
               block = blockIdx.y % p.row_blocks;
     const int q_start = __ldg(p.qo_indptr + seq);
@@ -100,10 +102,13 @@ __global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size) {
 extern "C" ap_status mha_combine_run(const mha_combine_params *p, void *stream, ap_msgbuf *msg) {
     const dim3 grid(p->head_dim / kDims, p->num_kv_heads * p->row_blocks, p->num_seqs);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->q_dtype == AP_DTYPE_BF16)
-        mha_combine_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(*p);
-    else
-        mha_combine_kernel<__half><<<grid, kThreads, 0, s>>>(*p);
+    // programmatic dependent launch: the combine's launch overlaps the decode grid's tail
+    const cudaError_t err =
+        p->q_dtype == AP_DTYPE_BF16
+            ? ap_launch(mha_combine_kernel<__nv_bfloat16>, grid, dim3(kThreads), 0, s, true, *p)
+            : ap_launch(mha_combine_kernel<__half>, grid, dim3(kThreads), 0, s, true, *p);
+    ap_status st = ap_cuda_status(err, MHA_NAME ": decode", "mha_combine_kernel", msg);
+    if (st != AP_OK) return st;
     return ap_cuda_launch_status(MHA_NAME ": decode", "mha_combine_kernel", msg);
 }
 

@@ -11,6 +11,7 @@
 #include "../common/mma.cuh"
 #include "../common/nvfp4.cuh"
 #include "../common/paged_kv.cuh"
+#include "../common/pdl.cuh"
 #include "../common/softmax_state.cuh"
 #include "../common/swizzle.cuh"
 #include "decode_math.cuh"
@@ -366,6 +367,7 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
         }
     }
     ap_cp_async_wait<0>();
+    ap_pdl_launch_dependents(); // the combine's CTAs may take their slots; it waits for our writes
     if constexpr (KW > 1) {
         __syncthreads(); // the ring is free: its bytes hold the warps' states
         state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
