@@ -18,25 +18,25 @@ meson setup "$B" -Dbuildtype=debugoptimized -Dcuda=enabled >"$L/build.log" 2>&1 
         ap_flashinfer_like ap_trtllm_mla ap_fa_varlen >>"$L/build.log" 2>&1
 stamp "build rc=$?"
 grep -E "error|FAILED" "$L/build.log" | head -20
-timeout 150 "$B/bench/hopper_prefill_check" >"$L/check.log" 2>&1
+timeout 120 "$B/bench/hopper_prefill_check" >"$L/check.log" 2>&1
 stamp "check rc=$?"
-timeout 90 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/bench/hopper_prefill_check" \
+timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 "$B/bench/hopper_prefill_check" \
     --quick >"$L/san.log" 2>&1
 stamp "memcheck rc=$?"
 P=(--plugin-dir "$B/backends/cpu_ref")
-timeout 120 "$B/tests/gpu/gpu-mla" "${P[@]}" --plugin-dir "$B/backends/trtllm_mla" \
+timeout 90 "$B/tests/gpu/gpu-mla" "${P[@]}" --plugin-dir "$B/backends/trtllm_mla" \
     --filter prefill >"$L/gpu-mla.log" 2>&1
 stamp "gpu-mla prefill rc=$?"
-timeout 100 "$B/tests/gpu/gpu-harness" flashinfer_like --quick "${P[@]}" \
+timeout 60 "$B/tests/gpu/gpu-harness" flashinfer_like --quick "${P[@]}" \
     --plugin-dir "$B/backends/flashinfer_like" >"$L/gpu-harness-fil.log" 2>&1
 stamp "gpu-harness flashinfer_like rc=$?"
-timeout 100 "$B/tests/gpu/gpu-harness" fa_varlen --quick "${P[@]}" \
+timeout 60 "$B/tests/gpu/gpu-harness" fa_varlen --quick "${P[@]}" \
     --plugin-dir "$B/backends/fa_varlen" >"$L/gpu-harness-fav.log" 2>&1
 stamp "gpu-harness fa_varlen rc=$?"
-timeout 60 "$B/bench/mla-bench" --runs 50 --only "MLA prefill" "${P[@]}" \
+timeout 45 "$B/bench/mla-bench" --runs 50 --only "MLA prefill" "${P[@]}" \
     --plugin-dir "$B/backends/trtllm_mla" >"$L/mla-bench.log" 2>&1
 stamp "mla-bench rc=$?"
-PYTHONUNBUFFERED=1 timeout 90 python3 bench/mla_peer_torch.py --only prefill --runs 50 \
+PYTHONUNBUFFERED=1 timeout 60 python3 bench/mla_peer_torch.py --only prefill --runs 50 \
     >"$L/mla-torch.log" 2>&1
 stamp "torch cudnn rc=$?"
 tar czf "$OUT/logs.tgz" -C "$L" .
