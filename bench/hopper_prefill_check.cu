@@ -1,6 +1,7 @@
 /* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
  * against a double-precision host reference on ragged batches (every output element and LSE
- * checked, outputs poisoned first), then its timing on B4 S4096 H32/8 and H32/32 D128.
+ * checked, outputs poisoned first), head dims 128/128 and 192/128 (MLA's MHA form), then its
+ * timing on B4 S4096 H32/8 and H32/32 D128 and on MLA prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
 #include <algorithm>
 #include <cmath>
@@ -33,6 +34,7 @@ struct Case {
     bool causal;
     int hq, hkv;
     std::vector<int> q_lens, kv_lens;
+    int dqk = 128; /* Q/K head dim; V is kDim wide */
 };
 
 struct Batch {
@@ -101,50 +103,61 @@ static float from16(uint16_t v, bool fp16) {
 }
 
 /* Launches one variant; returns 0 or a map error. */
-template <typename T, int kMode>
+template <typename T, int kMode, int kD>
 static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                   const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
-    if (make_map(&mq, q, tq, hq) || make_map(&mk, k, tkv, hkv) || make_map(&mv, v, tkv, hkv)) {
+    if (make_map(&mq, q, tq, hq, kD) || make_map(&mk, k, tkv, hkv, kD) ||
+        make_map(&mv, v, tkv, hkv)) {
         return -1;
     }
     static bool attr = false; /* one per instantiation */
     if (!attr) {
-        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode, kD>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<kD>::kSmem));
         attr = true;
     }
-    prefill_hopper_kernel<T, kMode>
-        <<<dim3(num_items, hq), kThreads, kSmemBytes, st>>>(mq, mk, mv, p);
+    prefill_hopper_kernel<T, kMode, kD>
+        <<<dim3(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, p);
     return 0;
 }
 
-template <int kMode>
-static int launch_t(bool fp16, const void *q, const void *k, const void *v, int tq, int tkv, int hq,
+template <int kMode, int kD>
+static int launch_d(bool fp16, const void *q, const void *k, const void *v, int tq, int tkv, int hq,
                     int hkv, const Params &p, int num_items, cudaStream_t st) {
     if (fp16) {
-        return launch<__half, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        return launch<__half, kMode, kD>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
-    return launch<__nv_bfloat16, kMode>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    return launch<__nv_bfloat16, kMode, kD>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+}
+
+template <int kMode>
+static int launch_t(int dqk, bool fp16, const void *q, const void *k, const void *v, int tq,
+                    int tkv, int hq, int hkv, const Params &p, int num_items, cudaStream_t st) {
+    if (dqk == 192) {
+        return launch_d<kMode, 192>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+    return launch_d<kMode, 128>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
 static const int kVariants = 3;
 static const char *const kVariant[kVariants] = {"plain", "overlap", "overlap+pingpong"};
 
 /* The kernel's consumer modes (prefill_hopper_kernel's kMode). */
-static int launch_any(int variant, bool fp16, const void *q, const void *k, const void *v, int tq,
-                      int tkv, int hq, int hkv, const Params &p, int num_items, cudaStream_t st) {
+static int launch_any(int variant, int dqk, bool fp16, const void *q, const void *k, const void *v,
+                      int tq, int tkv, int hq, int hkv, const Params &p, int num_items,
+                      cudaStream_t st) {
     switch (variant) {
-        case 0: return launch_t<0>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
-        case 1: return launch_t<1>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
-        default: return launch_t<2>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        case 0: return launch_t<0>(dqk, fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        case 1: return launch_t<1>(dqk, fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        default: return launch_t<2>(dqk, fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
 }
 
 static void reference(const Case &c, const Batch &b, const std::vector<float> &q,
                       const std::vector<float> &k, const std::vector<float> &v, float scale,
                       std::vector<double> &out, std::vector<double> &lse) {
-    const int hq = c.hq, hkv = c.hkv, D = kDim, group = hq / hkv;
+    const int hq = c.hq, hkv = c.hkv, D = kDim, DK = c.dqk, group = hq / hkv;
     out.assign(static_cast<size_t>(b.tq) * hq * D, 0.0);
     lse.assign(static_cast<size_t>(b.tq) * hq, -INFINITY);
     std::vector<std::pair<int, int>> jobs;
@@ -167,14 +180,14 @@ static void reference(const Case &c, const Batch &b, const std::vector<float> &q
                     lim = std::min(kvlen, kvlen - qlen + i + 1);
                 }
                 for (int h = 0; h < hq; ++h) {
-                    const float *qr = &q[(static_cast<size_t>(r) * hq + h) * D];
+                    const float *qr = &q[(static_cast<size_t>(r) * hq + h) * DK];
                     const int hk = h / group;
                     sc.assign(std::max(lim, 0), 0.0);
                     double mx = -INFINITY;
                     for (int n = 0; n < lim; ++n) {
-                        const float *kr = &k[(static_cast<size_t>(b.kv[s] + n) * hkv + hk) * D];
+                        const float *kr = &k[(static_cast<size_t>(b.kv[s] + n) * hkv + hk) * DK];
                         double acc = 0;
-                        for (int d = 0; d < D; ++d) {
+                        for (int d = 0; d < DK; ++d) {
                             acc += static_cast<double>(qr[d]) * kr[d];
                         }
                         sc[n] = acc * scale;
@@ -256,7 +269,7 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
     char text[512] = "";
     ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
     const int num_seqs = static_cast<int>(b.qo.size()) - 1;
-    const size_t bytes = ap_kit_prefill_plan_bytes(b.tq, num_seqs, kDim, kDim, c.hq, c.hkv);
+    const size_t bytes = ap_kit_prefill_plan_bytes(b.tq, num_seqs, c.dqk, kDim, c.hq, c.hkv);
     std::vector<uint8_t> scratch(bytes + 16);
     void *dbuf = nullptr;
     CK(cudaMalloc(&dbuf, bytes + 16));
@@ -264,7 +277,7 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
     a.num_seqs = num_seqs;
     a.qo_indptr_host = b.qo.data();
     a.kv_indptr_host = b.kv.data();
-    a.head_dim_qk = kDim;
+    a.head_dim_qk = c.dqk;
     a.head_dim_v = kDim;
     a.num_qo_heads = c.hq;
     a.num_kv_heads = c.hkv;
@@ -283,7 +296,7 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
         p.lse = dlse;
         p.q_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
         p.kv_dtype = p.q_dtype;
-        p.head_dim_qk = kDim;
+        p.head_dim_qk = c.dqk;
         p.head_dim_v = kDim;
         p.num_qo_heads = c.hq;
         p.num_kv_heads = c.hkv;
@@ -310,11 +323,12 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
 
 static bool run_case(const Case &c, unsigned seed) {
     const Batch b = make_batch(c);
-    const int D = kDim;
+    const int D = kDim, DK = c.dqk;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
-    std::vector<float> q(static_cast<size_t>(b.tq) * c.hq * D),
-        k(static_cast<size_t>(b.tkv) * c.hkv * D), v(k.size());
+    std::vector<float> q(static_cast<size_t>(b.tq) * c.hq * DK),
+        k(static_cast<size_t>(b.tkv) * c.hkv * DK), v(static_cast<size_t>(b.tkv) * c.hkv * D);
+    const size_t n_out = static_cast<size_t>(b.tq) * c.hq * D;
     for (auto *t : {&q, &k, &v}) {
         for (auto &x : *t) {
             x = round16(2.f * u(rng), c.fp16);
@@ -324,7 +338,7 @@ static bool run_case(const Case &c, unsigned seed) {
     to16(q, hq16, c.fp16);
     to16(k, hk16, c.fp16);
     to16(v, hv16, c.fp16);
-    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    const float scale = 1.f / std::sqrt(static_cast<float>(DK));
     std::vector<double> ref, ref_lse;
     reference(c, b, q, k, v, scale, ref, ref_lse);
 
@@ -335,7 +349,7 @@ static bool run_case(const Case &c, unsigned seed) {
     CK(cudaMalloc(&dq, hq16.size() * 2 + 16));
     CK(cudaMalloc(&dk, std::max<size_t>(hk16.size(), 1) * 2 + 16));
     CK(cudaMalloc(&dv, std::max<size_t>(hv16.size(), 1) * 2 + 16));
-    CK(cudaMalloc(&dout, hq16.size() * 2 + 16));
+    CK(cudaMalloc(&dout, n_out * 2 + 16));
     CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * c.hq * 4 + 16));
     CK(cudaMalloc(&dqo, b.qo.size() * 4));
     CK(cudaMalloc(&dkv, b.kv.size() * 4));
@@ -358,9 +372,9 @@ static bool run_case(const Case &c, unsigned seed) {
              scale};
     bool ok = true;
     for (int variant = 0; variant < kVariants; ++variant) {
-        CK(cudaMemset(dout, 0xff, hq16.size() * 2));
+        CK(cudaMemset(dout, 0xff, n_out * 2));
         CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
-        const int rc = launch_any(variant, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,
+        const int rc = launch_any(variant, c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,
                                   static_cast<int>(b.items.size()), 0);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
@@ -369,10 +383,10 @@ static bool run_case(const Case &c, unsigned seed) {
             ok = false;
             continue;
         }
-        ok = compare(c, kVariant[variant], dout, dlse, hq16.size(), ref, ref_lse) && ok;
+        ok = compare(c, kVariant[variant], dout, dlse, n_out, ref, ref_lse) && ok;
     }
 #ifdef HOPPER_CHECK_KIT
-    ok = run_kit(c, b, dq, dk, dv, dqo, dkv, dout, dlse, hq16.size(), scale, ref, ref_lse) && ok;
+    ok = run_kit(c, b, dq, dk, dv, dqo, dkv, dout, dlse, n_out, scale, ref, ref_lse) && ok;
 #endif
     cudaFree(dq);
     cudaFree(dk);
@@ -385,13 +399,16 @@ static bool run_case(const Case &c, unsigned seed) {
     return ok;
 }
 
-static void bench(bool causal, int hkv, int variant) {
-    const int B = 4, S = 4096, H = 32, D = kDim;
-    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S)};
+/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V 128). */
+static void bench(bool causal, int B, int H, int hkv, int dqk, int variant) {
+    const int S = 4096, D = kDim;
+    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
     const Batch b = make_batch(c);
     const int sets = 2;
     std::vector<void *> bufs;
-    const size_t qn = static_cast<size_t>(b.tq) * H * D, kn = static_cast<size_t>(b.tkv) * hkv * D;
+    const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
+                 kn = static_cast<size_t>(b.tkv) * hkv * dqk,
+                 vn = static_cast<size_t>(b.tkv) * hkv * D;
     void *dout;
     float *dlse;
     int32_t *dqo, *dkv;
@@ -411,14 +428,14 @@ static void bench(bool causal, int hkv, int variant) {
     }
     int slice = 0;
     for (int s = 0; s < sets; ++s) {
-        for (size_t n : {qn, kn, kn}) {
+        for (size_t n : {qn, kn, vn}) {
             void *p;
             CK(cudaMalloc(&p, n * 2));
             CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
             bufs.push_back(p);
         }
     }
-    CK(cudaMalloc(&dout, qn * 2));
+    CK(cudaMalloc(&dout, static_cast<size_t>(b.tq) * H * D * 2));
     CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * H * 4));
     CK(cudaMalloc(&dqo, b.qo.size() * 4));
     CK(cudaMalloc(&dkv, b.kv.size() * 4));
@@ -426,7 +443,7 @@ static void bench(bool causal, int hkv, int variant) {
     CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
-    const float scale = 1.f / std::sqrt(static_cast<float>(D));
+    const float scale = 1.f / std::sqrt(static_cast<float>(dqk));
     Params p{
         ditems, dqo, dkv, dout, nullptr, H, H / hkv, causal ? 1 : 0, scale * 1.4426950408889634f,
         scale};
@@ -438,8 +455,9 @@ static void bench(bool causal, int hkv, int variant) {
     for (int i = 0; i < warm + iters; ++i) {
         const int s = i % sets;
         CK(cudaEventRecord(e0));
-        const int rc = launch_any(variant, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2],
-                                  b.tq, b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
+        const int rc =
+            launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
+                       b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         if (rc != 0) {
@@ -454,9 +472,9 @@ static void bench(bool causal, int hkv, int variant) {
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    const double flops = (causal ? 2.0 : 4.0) * B * H * static_cast<double>(S) * S * D;
-    std::printf("hopper %s B%d S%d H%d/%d D%d bf16 %s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", B, S, H, hkv, D, kVariant[variant], med,
+    const double flops = (causal ? 1.0 : 2.0) * B * H * static_cast<double>(S) * S * (dqk + D);
+    std::printf("hopper %s B%d S%d H%d/%d D%d/%d bf16 %s: %.3f ms %.1f TFLOP/s\n",
+                causal ? "causal    " : "non-causal", B, S, H, hkv, dqk, D, kVariant[variant], med,
                 flops / med / 1e9);
     for (void *x : bufs) {
         cudaFree(x);
@@ -475,7 +493,7 @@ int main(int argc, char **argv) {
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
-        bench(true, 8, std::atoi(argv[2]));
+        bench(true, 4, 32, 8, 128, std::atoi(argv[2]));
         return 0;
     }
     std::vector<Case> cases = {
@@ -487,11 +505,23 @@ int main(int argc, char **argv) {
         {"bf16 causal prefix g4 H8/2", false, true, 8, 2, {1, 17, 300, 1000}, {5, 17, 1300, 2000}},
         {"bf16 noncausal prefix g1", false, false, 2, 2, {1, 129, 300}, {200, 77, 1000}},
         {"fp16 causal prefix g8 H8/1", true, true, 8, 1, {64, 200}, {1000, 333}},
+        {"mla bf16 causal qk192 H4",
+         false,
+         true,
+         4,
+         4,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         192},
+        {"mla bf16 noncausal qk192", false, false, 2, 2, {17, 1000, 3}, {17, 1000, 300}, 192},
+        {"mla bf16 causal prefix qk192", false, true, 4, 4, {1, 300, 129}, {5, 1300, 2000}, 192},
+        {"mla fp16 causal qk192 g2", true, true, 4, 2, {1000, 0, 1}, {1000, 0, 1}, 192},
     };
     if (quick) {
         cases = {
             {"bf16 causal g4 small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}},
             {"fp16 noncausal g2 small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}},
+            {"mla bf16 causal small", false, true, 2, 2, {1, 17, 300}, {1, 40, 300}, 192},
         };
     }
     int dev = 0;
@@ -511,9 +541,10 @@ int main(int argc, char **argv) {
         for (int variant = 0; variant < kVariants; ++variant) {
             for (bool causal : {true, false}) {
                 for (int hkv : {8, 32}) {
-                    bench(causal, hkv, variant);
+                    bench(causal, 4, 32, hkv, 128, variant);
                 }
             }
+            bench(true, 1, 128, 128, 192, variant); /* MLA prefill (issue 9) */
         }
     }
     return ok ? 0 : 1;

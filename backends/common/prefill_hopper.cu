@@ -45,15 +45,15 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
                       who, (int)p->q_dtype, (int)p->kv_dtype);
         return AP_ERR_UNSUPPORTED;
     }
-    if (p->kv_indptr == NULL || p->head_dim_qk != 128 || p->head_dim_v != 128 ||
-        plan->head_dim_qk != 128 || plan->head_dim_v != 128 ||
+    if (p->kv_indptr == NULL || (p->head_dim_qk != 128 && p->head_dim_qk != 192) ||
+        p->head_dim_v != 128 || plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != 128 ||
         plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
         p->num_kv_heads <= 0 || p->num_qo_heads % p->num_kv_heads != 0 ||
         plan->causal != (p->causal != 0)) {
         ap_msgbuf_add(msg,
-                      "%s: the Hopper plan (ragged, head dims 128/128, heads %d/%d, causal %d) "
+                      "%s: the Hopper plan (ragged, head dims %d/128, heads %d/%d, causal %d) "
                       "does not match the call (%s, head dims %d/%d, heads %d/%d, causal %d)",
-                      who, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
+                      who, plan->head_dim_qk, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
                       p->kv_indptr == NULL ? "paged" : "ragged", p->head_dim_qk, p->head_dim_v,
                       p->num_qo_heads, p->num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
@@ -68,17 +68,18 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
     return AP_OK;
 }
 
-template <typename T, int kMode>
+template <typename T, int kMode, int kD>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
-    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode>,
-                                           ap_hopper::kSmemBytes, ready, who, msg);
+    constexpr int kSmem = ap_hopper::Geo<kD>::kSmem;
+    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD>, kSmem,
+                                           ready, who, msg);
     if (st != AP_OK) return st;
     CUtensorMap mq, mk, mv;
     const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
-    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads) != 0 ||
-        ap_hopper::make_map(&mk, p->k, nkv, p->num_kv_heads) != 0 ||
+    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
+        ap_hopper::make_map(&mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
         ap_hopper::make_map(&mv, p->v, nkv, p->num_kv_heads) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
@@ -95,28 +96,30 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.scale_log2 = p->sm_scale * ap_log2e;
     kp.sm_scale = p->sm_scale;
     const dim3 grid((unsigned)plan->num_items, (unsigned)p->num_qo_heads);
-    ap_hopper::prefill_hopper_kernel<T, kMode>
-        <<<grid, ap_hopper::kThreads, ap_hopper::kSmemBytes, stream>>>(mq, mk, mv, kp);
+    ap_hopper::prefill_hopper_kernel<T, kMode, kD>
+        <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
 
 // The consumer mode by the ring's depth, the faster on the H100
 // (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
-// overlapped ones wait on loads), with 3 the overlapped ping-pong ones.
+// overlapped ones wait on loads), with 3 the overlapped ping-pong ones. Q/K 192 wide (MLA's
+// MHA form) has a 2-stage ring whose K tiles are released after S = Q K, so ping-pong there too.
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
 
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    return hopper_launch<T, kHopperMode>(p, plan, stream, who, msg);
+    if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperMode, 128>(p, plan, stream, who, msg);
 }
 
 } // namespace
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
-        args->kv_indptr_host == NULL || args->head_dim_qk != 128 || args->head_dim_v != 128 ||
-        args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
+        args->kv_indptr_host == NULL || (args->head_dim_qk != 128 && args->head_dim_qk != 192) ||
+        args->head_dim_v != 128 || args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
         args->num_qo_heads % args->num_kv_heads != 0 ||
         args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||
         ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())
@@ -127,6 +130,14 @@ extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_arg
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
                                                const ap_kit_prefill_plan *plan, void *stream,
                                                const char *who, ap_msgbuf *msg) {
+    // K/V of another type than Q (fp8) in a plan whose tiles the mma.sync kernel also runs (its
+    // built rows per CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there.
+    if (p != NULL && plan != NULL && p->kv_dtype != p->q_dtype &&
+        ap_kit_prefill_tile_rows_built(plan->head_dim_qk, plan->head_dim_v, plan->tile_rows)) {
+        ap_kit_prefill_plan mma = *plan;
+        mma.hopper = 0;
+        return ap_kit_prefill_run(p, &mma, stream, who, msg);
+    }
     ap_status st = hopper_check(p, plan, who, msg);
     if (st != AP_OK || plan->num_items == 0 || plan->num_q_tokens == 0) return st;
     cudaStream_t s = static_cast<cudaStream_t>(stream);

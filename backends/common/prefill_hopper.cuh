@@ -1,6 +1,7 @@
 /* prefill_hopper.cuh: the kit's Hopper (sm_90a) prefill kernel: TMA + mbarriers + wgmma, one
  * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 x 128),
- * head dim 128, ragged Q and K/V by cu_seqlens, causal aligned to the end or no mask, GQA, LSE.
+ * head dims 128 / 128 or (Q/K 192, V 128: MLA's MHA form, Geo), ragged Q and K/V by cu_seqlens,
+ * causal aligned to the end or no mask, GQA, LSE.
  *
  * Shared memory: Q [128 rows] and a 2-stage ring of K and V tiles [128 keys], each stored as two
  * 64-column halves of 128-byte rows in the 128-byte swizzle TMA writes and wgmma reads. The
@@ -36,6 +37,17 @@ constexpr int kThreads = 384;
 constexpr int kHalfBytes = kKeys * 64 * 2; /* one 64-column half of a tile: 16 KB */
 constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
 constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
+constexpr int kMaxStages = kStages > 2 ? kStages : 2;
+
+/* The shapes by the Q/K head dim kD (128, or 192 for MLA's MHA form; V is 128 wide): Q and each
+ * K tile are kD / 64 column chunks of kHalfBytes; with kD 192 a stage is 80 KB, so the ring has 2
+ * stages (48 + 2 x 80 KB). */
+template <int kD> struct Geo {
+    static constexpr int kChunks = kD / 64;
+    static constexpr int kQkBytes = kChunks * kHalfBytes; /* Q, or one K tile */
+    static constexpr int kStg = kD == 128 ? kStages : 2;
+    static constexpr int kSmem = kQkBytes + kStg * (kQkBytes + kTileBytes) + 1024 + 128;
+};
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
  * KV tiles; the longest first) on grid.x, the query head on grid.y (so the CTAs of one wave share
@@ -66,10 +78,10 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-template <typename T>
+template <typename T, int kD>
 __device__ __forceinline__ void qk_gemm(float (&s)[64], const uint8_t *q, const uint8_t *k) {
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int kk = 0; kk < kD / 16; ++kk) {
         const int off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
         const uint64_t da = make_desc(q + off, 16, 1024);
         const uint64_t db = make_desc(k + off, 16, 1024);
@@ -131,28 +143,39 @@ __device__ __forceinline__ Shape item_shape(const Params &p) {
     return sh;
 }
 
+/* k_empty / v_empty: a stage's K tile is released once S = Q K is done, its V tile after P V,
+ * so the next K load need not wait for the P V that reads the same stage's V. */
 struct Bars {
     uint64_t q_full;
-    uint64_t k_full[kStages];
-    uint64_t v_full[kStages];
-    uint64_t empty[kStages];
+    uint64_t k_full[kMaxStages];
+    uint64_t v_full[kMaxStages];
+    uint64_t k_empty[kMaxStages];
+    uint64_t v_empty[kMaxStages];
 };
 
+template <int kD>
 __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap *tk,
                                         const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                         uint8_t *sv, Bars *b, const Shape &sh, int h, int hk) {
-    bar_expect_tx(&b->q_full, kTileBytes);
-    tma_load(tq, sq, &b->q_full, 0, h, sh.q_start + sh.m0);
-    tma_load(tq, sq + kHalfBytes, &b->q_full, 64, h, sh.q_start + sh.m0);
+    using G = Geo<kD>;
+    bar_expect_tx(&b->q_full, G::kQkBytes);
+#pragma unroll
+    for (int c = 0; c < G::kChunks; ++c) {
+        tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+    }
     for (int i = 0; i < sh.n_blocks; ++i) {
-        const int s = i % kStages;
+        const int s = i % G::kStg;
+        const uint32_t ph = ((i / G::kStg) & 1) ^ 1;
         const int row = sh.kv_start + (sh.n_blocks - 1 - i) * kKeys;
-        bar_wait(&b->empty[s], ((i / kStages) & 1) ^ 1);
-        uint8_t *k = sk + s * kTileBytes;
+        uint8_t *k = sk + s * G::kQkBytes;
         uint8_t *v = sv + s * kTileBytes;
-        bar_expect_tx(&b->k_full[s], kTileBytes);
-        tma_load(tk, k, &b->k_full[s], 0, hk, row);
-        tma_load(tk, k + kHalfBytes, &b->k_full[s], 64, hk, row);
+        bar_wait(&b->k_empty[s], ph);
+        bar_expect_tx(&b->k_full[s], G::kQkBytes);
+#pragma unroll
+        for (int c = 0; c < G::kChunks; ++c) {
+            tma_load(tk, k + c * kHalfBytes, &b->k_full[s], 64 * c, hk, row);
+        }
+        bar_wait(&b->v_empty[s], ph);
         bar_expect_tx(&b->v_full[s], kTileBytes);
         tma_load(tv, v, &b->v_full[s], 0, hk, row);
         tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
@@ -267,7 +290,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
     }
 }
 
-template <typename T, bool kSplitN>
+template <typename T, bool kSplitN, int kD>
 __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
                                         const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
     const int wg = threadIdx.x / 128 - 1;
@@ -287,15 +310,16 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
     const uint8_t *q = sq + wg * 64 * 128;
     const int diag_from = sh.kv_len - sh.q_len + sh.m0; /* tiles past this need the mask */
     for (int i = 0; i < sh.n_blocks; ++i) {
-        const int s = i % kStages;
-        const uint32_t ph = (i / kStages) & 1;
+        const int s = i % Geo<kD>::kStg;
+        const uint32_t ph = (i / Geo<kD>::kStg) & 1;
         const int n = sh.n_blocks - 1 - i;
         float sc[64];
         bar_wait(&b->k_full[s], ph);
         wg_fence();
-        qk_gemm<T>(sc, q, sk + s * kTileBytes);
+        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kQkBytes);
         wg_commit();
         wg_wait0();
+        release_stage(&b->k_empty[s]);
         if ((n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from)) {
             mask_tile(sc, sh, p.causal, n, r0, lane);
         }
@@ -306,7 +330,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         pv_gemm<T, kSplitN>(o, pf, sv + s * kTileBytes);
         wg_commit();
         wg_wait0();
-        release_stage(&b->empty[s]);
+        release_stage(&b->v_empty[s]);
     }
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
@@ -320,7 +344,7 @@ __device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh
 
 /* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
  * running state and P_0 (pf). */
-template <typename T, bool kPingPong>
+template <typename T, bool kPingPong, int kD>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
                   int wg, int r0, int lane, float (&o)[64], float (&m)[2], float (&l)[2],
@@ -332,12 +356,13 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
         named_sync<256>(1 + wg);
     }
     wg_fence();
-    qk_gemm<T>(sc, q, sk);
+    qk_gemm<T, kD>(sc, q, sk);
     wg_commit();
     if constexpr (kPingPong) {
         named_arrive<256>(2 - wg);
     }
     wg_wait0();
+    release_stage(&b->k_empty[0]);
     if (pipe_needs_mask(p, sh, nb - 1)) {
         mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
     }
@@ -347,22 +372,23 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
 /* Step i of the pipeline: S_i = Q K_i and O += P_(i-1) V_(i-1) issued back to back in this
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
  * becomes P_i. */
-template <typename T, bool kSplitN, bool kPingPong>
+template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const uint8_t *q,
                                           const uint8_t *sk, const uint8_t *sv, Bars *b, int i,
                                           int wg, int r0, int lane, float (&o)[64], float (&m)[2],
                                           float (&l)[2], uint32_t (&pf)[8][4]) {
-    const int s = i % kStages;
-    const int sp = (i - 1) % kStages;
+    constexpr int kStg = Geo<kD>::kStg;
+    const int s = i % kStg;
+    const int sp = (i - 1) % kStg;
     const int n = sh.n_blocks - 1 - i;
     float sc[64];
-    bar_wait(&b->k_full[s], (i / kStages) & 1);
-    bar_wait(&b->v_full[sp], ((i - 1) / kStages) & 1);
+    bar_wait(&b->k_full[s], (i / kStg) & 1);
+    bar_wait(&b->v_full[sp], ((i - 1) / kStg) & 1);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
     }
     wg_fence();
-    qk_gemm<T>(sc, q, sk + s * kTileBytes);
+    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kQkBytes);
     wg_commit();
     pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
     wg_commit();
@@ -370,22 +396,23 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
         named_arrive<256>(2 - wg);
     }
     wg_wait1();
+    release_stage(&b->k_empty[s]);
     if (pipe_needs_mask(p, sh, n)) {
         mask_tile(sc, sh, p.causal, n, r0, lane);
     }
     float corr[2];
     softmax_stats(sc, m, l, corr, p.scale_log2);
     wg_wait0();
-    release_stage(&b->empty[sp]);
+    release_stage(&b->v_empty[sp]);
     rescale_pack<T>(sc, o, corr, pf);
 }
 
 /* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
-template <typename T, bool kSplitN, bool kPingPong>
+template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb, int wg,
                                              float (&o)[64], const uint32_t (&pf)[8][4]) {
-    const int sp = (nb - 1) % kStages;
-    bar_wait(&b->v_full[sp], ((nb - 1) / kStages) & 1);
+    const int sp = (nb - 1) % Geo<kD>::kStg;
+    bar_wait(&b->v_full[sp], ((nb - 1) / Geo<kD>::kStg) & 1);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
     }
@@ -396,13 +423,13 @@ __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb,
         named_arrive<256>(2);
     }
     wg_wait0();
-    release_stage(&b->empty[sp]);
+    release_stage(&b->v_empty[sp]);
 }
 
 /* The pipelined consumer: in its turn (named barriers 1 + wg, ping-pong between the two
  * warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to back, hands the
  * tensor cores to the other warpgroup, then runs softmax i while the other one's GEMMs run. */
-template <typename T, bool kSplitN, bool kPingPong>
+template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, const uint8_t *sq,
                                              const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
     const int wg = threadIdx.x / 128 - 1;
@@ -426,21 +453,21 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     const uint8_t *q = sq + wg * 64 * 128;
     uint32_t pf[8][4];
     if (nb > 0) {
-        pipe_first_scores<T, kPingPong>(p, sh, q, sk, b, wg, r0, lane, o, m, l, pf);
+        pipe_first_scores<T, kPingPong, kD>(p, sh, q, sk, b, wg, r0, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        pipe_step<T, kSplitN, kPingPong>(p, sh, q, sk, sv, b, i, wg, r0, lane, o, m, l, pf);
+        pipe_step<T, kSplitN, kPingPong, kD>(p, sh, q, sk, sv, b, i, wg, r0, lane, o, m, l, pf);
     }
     if (nb > 0) {
-        pipe_last_pv<T, kSplitN, kPingPong>(sv, b, nb, wg, o, pf);
+        pipe_last_pv<T, kSplitN, kPingPong, kD>(sv, b, nb, wg, o, pf);
     }
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
- * consumer warpgroups on named barriers. */
-template <typename T, int kMode>
+ * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo). */
+template <typename T, int kMode, int kD = 128>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
@@ -450,10 +477,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
                                                 ~static_cast<uintptr_t>(1023));
+    using G = Geo<kD>;
     uint8_t *sq = base;
-    uint8_t *sk = sq + kTileBytes;
-    uint8_t *sv = sk + kStages * kTileBytes;
-    Bars *b = reinterpret_cast<Bars *>(sv + kStages * kTileBytes);
+    uint8_t *sk = sq + G::kQkBytes;
+    uint8_t *sv = sk + G::kStg * G::kQkBytes;
+    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * kTileBytes);
     const int h = blockIdx.y;
     const Shape sh = item_shape(p);
     if (sh.n_blocks < 0) {
@@ -461,10 +489,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (threadIdx.x == 0) {
         bar_init(&b->q_full, 1);
-        for (int s = 0; s < kStages; ++s) {
+        for (int s = 0; s < G::kStg; ++s) {
             bar_init(&b->k_full[s], 1);
             bar_init(&b->v_full[s], 1);
-            bar_init(&b->empty[s], 8); /* one arrival per consumer warp */
+            bar_init(&b->k_empty[s], 8); /* one arrival per consumer warp */
+            bar_init(&b->v_empty[s], 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -472,30 +501,30 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if (threadIdx.x == 0 && sh.n_blocks > 0) {
-            produce(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
+            produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
         if constexpr (kMode == 0) {
-            consume<T, false>(p, sh, sq, sk, sv, b, h);
+            consume<T, false, kD>(p, sh, sq, sk, sv, b, h);
         } else {
-            consume_pipe<T, false, kMode == 2>(p, sh, sq, sk, sv, b, h);
+            consume_pipe<T, false, kMode == 2, kD>(p, sh, sq, sk, sv, b, h);
         }
     }
 #endif
 }
 
-/* The map of a dense 16-bit [rows][heads][128] tensor: boxes of 64 columns x 1 head x 128 rows,
- * 128-byte swizzle, rows past the end read as zeros. 0 on success. */
-inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads) {
+/* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
+ * columns x 1 head x 128 rows, 128-byte swizzle, rows past the end read as zeros. 0 on success. */
+inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim) {
     EncodeTiledFn fn = encode_tiled_fn();
-    if (fn == nullptr || rows <= 0) {
+    if (fn == nullptr || rows <= 0 || dim % 64 != 0) {
         return -1;
     }
-    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kDim), static_cast<cuuint64_t>(heads),
+    const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
                                 static_cast<cuuint64_t>(rows)};
-    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(kDim) * 2,
-                                   static_cast<cuuint64_t>(kDim) * 2 * heads};
+    const cuuint64_t strides[2] = {static_cast<cuuint64_t>(dim) * 2,
+                                   static_cast<cuuint64_t>(dim) * 2 * heads};
     const cuuint32_t box[3] = {64, 1, kRows};
     const cuuint32_t estride[3] = {1, 1, 1};
     const CUresult r =
