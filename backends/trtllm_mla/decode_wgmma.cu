@@ -47,13 +47,6 @@ constexpr int kSmemBytes = kOffBar + 64 + 1024; // + alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
-// Pin an accumulator register at this point of the program: the compiler may not move its
-// definitions across (so none lands between a wgmma's issue and its wait: ptxas would serialize).
-template <int N> __device__ __forceinline__ void pin(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-
 struct Bars {
     uint64_t full[2], empty[2];
 };
@@ -154,12 +147,10 @@ __device__ __forceinline__ void qk(float (&s)[16], const uint8_t *q, const uint8
         }
     wg_commit();
     wg_wait0();
-    pin(s);
 }
 
 // O[:, 256c..] += P V over the tile's 64 keys.
 __device__ __forceinline__ void pv(float (&o)[128], const uint8_t *pm, const uint8_t *k, int c) {
-    pin(o);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
@@ -168,6 +159,7 @@ __device__ __forceinline__ void pv(float (&o)[128], const uint8_t *pm, const uin
         wgmma_ss_n256t_bf16(o, da, db, 1);
     }
     wg_commit();
+    wg_wait0();
 }
 
 // Online softmax of one tile: mask, row maxima exchanged between the warpgroups, P (bf16) into
@@ -296,23 +288,16 @@ __device__ void consume(const mla_decode_params &p, const Seq &sq, uint8_t *base
     for (int i = 0; i < 128; i++) st.o[i] = 0.f;
     st.m_run[0] = st.m_run[1] = -INFINITY;
     st.l_run[0] = st.l_run[1] = 0.f;
-    float s[16]; // zeroed before each P V is issued: nothing but wgmma defines it while one runs
-#pragma unroll
-    for (int e = 0; e < 16; e++) s[e] = 0.f;
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, stg = i & 1;
         uint8_t *k = base + kOffK + stg * kTileBytes;
         bar_wait(&b->full[stg], (i >> 1) & 1);
-        qk(s, q, k, ps.c); // its wait_group 0 also completes the last tile's P V
-        if (i > 0) release_stage(&b->empty[stg ^ 1]);
+        float s[16];
+        qk(s, q, k, ps.c);
         softmax(s, st, ps, sq, tile, limit, scale2, red, pm, k);
-#pragma unroll
-        for (int e = 0; e < 16; e++) s[e] = 0.f;
-        pin(s);
         pv(st.o, pm, k, ps.c);
+        release_stage(&b->empty[stg]);
     }
-    wg_wait0(); // the last P V (the producer waits for no release of it)
-    pin(st.o);
     ap_pdl_launch_dependents();
     finish(p, sq, st, red + 128, ps, row0, rows, cta);
 }
