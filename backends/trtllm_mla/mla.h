@@ -61,6 +61,12 @@ ap_status mla_decode_run(const mla_decode_params *params, void *stream, ap_msgbu
 ap_status mla_combine_run(const mla_decode_params *params, int32_t block_rows, void *stream,
                           ap_msgbuf *msg);
 
+/* The wgmma decode for 64-row blocks (decode_wgmma.cu, sm_90a builds on an sm_90 device): 1 when it
+ * serves these params (bf16 cache, 64-row blocks, pages 32 / 64), else 0 (decode.cu serves them).
+ * Same params, plan, partial states and combine as mla_decode_run. */
+int mla_decode_wgmma_covers(const mla_decode_params *params);
+ap_status mla_decode_wgmma_run(const mla_decode_params *params, void *stream, ap_msgbuf *msg);
+
 /* ---------------------------------------------------------------------------------------------
  * pack_prefix_chunk_kv/1 (pack.cu): k_out = fp8([k_nope | k_pe]), v_out = fp8(v).
  * ------------------------------------------------------------------------------------------- */
