@@ -3,8 +3,7 @@
 //   k_out[t][h][d] = sat_e4m3(k_nope[t][h][d] / k_scale)          d < nope
 //                  = sat_e4m3(k_pe[t][d - nope] / k_scale)          nope <= d < nope + rope
 //   v_out[t][h][d] = sat_e4m3(v[t][h][d] / v_scale)
-// with a float32 division rounded once (the bits of cpu_ref's pack.c; the 16-byte path takes it
-// from one reciprocal and a checked correction, div_checked). A thread makes 16 output
+// with a float32 division rounded once (the bits of cpu_ref's pack.c). A thread makes 16 output
 // bytes (one 16-byte store) from two 16-byte loads; few tokens take a 2-D grid (token x units of
 // the token), many a flat 1-D grid. The kernel waits on its predecessor with griddepcontrol, so
 // under programmatic dependent launch its launch overlaps the previous kernel's tail.
@@ -34,41 +33,18 @@ template <> __device__ __forceinline__ float in_at<float>(const float *b, int64_
     return b[i];
 }
 
-// a / b rounded once (the bits of __fdiv_rn), from r = RN(1/b) computed once per thread: the
-// product a * r refined by one exact-remainder correction, then checked: kept when the remainder
-// of the refined quotient is under half its ulp (times b), a bound that only the correctly rounded
-// quotient meets (conservatively halved at a power of two). The bounds on |a| and |q| keep every
-// remainder exact (no underflow); outside them, or when the check fails, __fdiv_rn decides.
-__device__ __forceinline__ float div_checked(float a, float b, float r) {
-    const float q0 = a * r;
-    const float q1 = fmaf(fmaf(-q0, b, a), r, q0);
-    const float e1 = fmaf(-q1, b, a);
-    const float aq = fabsf(q1);
-    const uint32_t bits = __float_as_uint(aq);
-    const float half_ulp =
-        __uint_as_float(bits & 0x7f800000u) * ((bits & 0x7fffffu) != 0u ? 0x1p-24f : 0x1p-25f);
-    if (aq >= 0x1p-100f && aq <= 0x1p100f && fabsf(a) >= 0x1p-100f && fabsf(e1) < half_ulp * b)
-        return q1;
-    return a == 0.f ? q0 : __fdiv_rn(a, b);
-}
-
-// sat_e4m3(a / scale) .. sat_e4m3(d / scale) packed low byte first (rscale = RN(1 / scale)). One
-// cvt makes two bytes (cvt.rn.satfinite.e4m3x2.f32: the same rounding and saturation as the
-// single conversion).
-__device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, float scale,
-                                           float rscale) {
+// sat_e4m3(a / scale) .. sat_e4m3(d / scale) packed low byte first. One cvt makes two bytes
+// (cvt.rn.satfinite.e4m3x2.f32: the same rounding and saturation as the single conversion).
+__device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, float scale) {
     const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
-        make_float2(div_checked(a, scale, rscale), div_checked(b, scale, rscale)), __NV_SATFINITE,
-        __NV_E4M3);
+        make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)), __NV_SATFINITE, __NV_E4M3);
     const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
-        make_float2(div_checked(c, scale, rscale), div_checked(d, scale, rscale)), __NV_SATFINITE,
-        __NV_E4M3);
+        make_float2(__fdiv_rn(c, scale), __fdiv_rn(d, scale)), __NV_SATFINITE, __NV_E4M3);
     return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
 // 16 contiguous 16-bit inputs (two 16-byte loads) -> 16 fp8 bytes.
 template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, float scale) {
-    const float rscale = __frcp_rn(scale);
     const uint4 lo = *reinterpret_cast<const uint4 *>(src);
     const uint4 hi = *reinterpret_cast<const uint4 *>(src + 8);
     const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
@@ -76,7 +52,7 @@ template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, flo
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const float2 a = ap_unpack2<T>(w[2 * i]), b = ap_unpack2<T>(w[2 * i + 1]);
-        out[i] = quant4(a.x, a.y, b.x, b.y, scale, rscale);
+        out[i] = quant4(a.x, a.y, b.x, b.y, scale);
     }
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
