@@ -10,6 +10,8 @@
 // (rb, cs) computes S for rows rb*16.. over tokens cs*TN.. of the tile, the row maxima are shared
 // through shared memory, P goes to shared memory as bf16, and the warp accumulates O for its rows
 // over output dims cs*DN.. (DN = 512 / splits). V is the first 512 columns of the same K tile.
+// fp8: the 16-row kernel with Q in registers converts K and V fragments as it loads them (half
+// mma, Layout::kFragFp8); the others convert each tile to bf16 in shared memory first.
 #include <cuda_runtime.h>
 #include <math.h>
 
