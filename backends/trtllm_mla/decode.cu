@@ -10,8 +10,12 @@
 // (rb, cs) computes S for rows rb*16.. over tokens cs*TN.. of the tile, the row maxima are shared
 // through shared memory, P goes to shared memory as bf16, and the warp accumulates O for its rows
 // over output dims cs*DN.. (DN = 512 / splits). V is the first 512 columns of the same K tile.
+// fp8: the 16-row kernel with Q in registers converts K and V fragments as it loads them (half
+// mma, Layout::kFragFp8); the others convert each tile to bf16 in shared memory first.
 #include <cuda_runtime.h>
 #include <math.h>
+
+#include <type_traits>
 
 #include "../common/cp_async.cuh"
 #include "../common/cuda_status.cuh"
@@ -39,11 +43,22 @@ __device__ __forceinline__ uint32_t p_off(int row, int chunk) {
     return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
+// Byte offset of 16-byte chunk `chunk` (16 dims) of row `row` in a [rows][576] fp8 stage read by
+// fragments (kFragFp8): the chunk's low two bits are XORed with ((row >> 1) & 1, (row >> 2) & 1),
+// so the eight rows of an ldmatrix and the four rows of a 64-bit load phase hit distinct banks.
+__device__ __forceinline__ uint32_t fp8_off(int row, int chunk) {
+    const int f = (((row >> 1) & 1) << 1) | ((row >> 2) & 1);
+    return static_cast<uint32_t>(row * MLA_ROW + ((chunk ^ f) << 4));
+}
+
 // STAGES load stages (2, or 3 for M = 16). QREG (M = 16 with 3 stages): every warp keeps the 16
 // rows' Q fragments in registers (144), read once from a stage buffer before the pipeline reuses
 // it, so Q takes no shared memory and no per-tile ldmatrix.
 template <int M, bool FP8, int STAGES> struct Layout {
     static constexpr bool kQReg = M == 16 && STAGES == 3;
+    // fp8 with Q in registers: K and V fragments are converted as they are loaded (half pairs,
+    // half mma), so no converted tile and no barrier for it; the fp8 stage is swizzled (fp8_off).
+    static constexpr bool kFragFp8 = FP8 && kQReg;
     static constexpr int kRowBlocks = M / 16;
     static constexpr int kSplits = kWarps / kRowBlocks; // column splits
     static constexpr int kTN = MLA_TILE / kSplits;      // tokens of S per warp
@@ -56,7 +71,7 @@ template <int M, bool FP8, int STAGES> struct Layout {
     static constexpr int kQ = 0;
     static constexpr int kStage0 = kQ + kQBytes;
     static constexpr int kConv = kStage0 + STAGES * kStageBytes; // fp8 only: the converted tile
-    static constexpr int kP = kConv + (FP8 ? kTileBytes : 0);
+    static constexpr int kP = kConv + (FP8 && !kFragFp8 ? kTileBytes : 0);
     static constexpr int kRedMax = kP + kPBytes;
     static constexpr int kRedSum = kRedMax + kRedBytes;
     static constexpr int kBytes = kRedSum + kRedBytes;
@@ -84,7 +99,7 @@ __device__ __forceinline__ int64_t tile_slot(const mla_decode_params &p, const S
 
 // Issue the cp.async copies of this thread's quarter of its token row into `stage`; a row past
 // kv_len (slot -1) is zero-filled.
-template <bool FP8>
+template <bool FP8, bool SWZ8 = false>
 __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t slot,
                                           uint8_t *stage) {
     const int row = threadIdx.x >> 2, part = threadIdx.x & 3;
@@ -95,7 +110,9 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
     const uint32_t base = ap_smem_addr(stage);
 #pragma unroll
     for (int c = part; c < kRowChunks; c += 4) {
-        const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
+        const uint32_t dst = SWZ8  ? base + fp8_off(row, c)
+                             : FP8 ? base + row * kRowBytes + c * 16
+                                   : base + tile_off(row, c);
         ap_cp_async_16(dst, src + c * 16, valid);
     }
 }
@@ -179,8 +196,35 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
         const int qrow = lane & 15;
 #pragma unroll
         for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
-            ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
-            ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+            if constexpr (L::kFragFp8) {
+                // dims 32 k32 + 8 t4 .. + 7 of rows g and g + 8, as half pairs, in the order of
+                // the fp8 K fragment (see tile_scores)
+                uint32_t w[2][4];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = (lane >> 2) + 8 * h;
+                    uint4 v;
+                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                                 : "r"(q_base + tile_off(r, 4 * k32 + (lane & 3))));
+                    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const float2 f = ap_unpack2<__nv_bfloat16>(in[i]);
+                        w[h][i] = ap_pack2<__half>(f.x, f.y);
+                    }
+                }
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    qf[k32][m][0] = w[0][2 * m];
+                    qf[k32][m][1] = w[1][2 * m];
+                    qf[k32][m][2] = w[0][2 * m + 1];
+                    qf[k32][m][3] = w[1][2 * m + 1];
+                }
+            } else {
+                ap_ldmatrix_x4(qf[k32][0], q_base + tile_off(qrow, 4 * k32 + (lane >> 4)));
+                ap_ldmatrix_x4(qf[k32][1], q_base + tile_off(qrow, 4 * k32 + 2 + (lane >> 4)));
+            }
         }
         __syncthreads(); // the last stage is free for tile t_begin + STAGES - 1
     }
@@ -205,13 +249,30 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_
     // each n-tile the B fragments of both 16-dim halves and two mma.
     auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
                        float(*sb)[4]) {
+        if constexpr (L::kFragFp8) {
+            // fp8: token g's dims 32 k32 + 8 t4 .. + 7 (one 64-bit load), as half pairs: the
+            // first four feed the mma of a0, the last four that of a1 (Q permuted to match)
 #pragma unroll
-        for (int j = 0; j < kSN; j++) {
-            uint32_t b[4];
-            const int krow = w.cs * L::kTN + j * 8 + (lane & 7);
-            ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
-            ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
-            ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
+            for (int j = 0; j < kSN; j++) {
+                const int krow = w.cs * L::kTN + j * 8 + w.g;
+                uint32_t x, y;
+                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
+                             : "=r"(x), "=r"(y)
+                             : "r"(k_base + fp8_off(krow, 2 * k32 + (w.t4 >> 1)) + 8 * (w.t4 & 1)));
+                ap_mma_16816<__half>(sa[j], a0, ap_fp8x2_to_half2_bits((uint16_t)x),
+                                     ap_fp8x2_to_half2_bits((uint16_t)(x >> 16)));
+                ap_mma_16816<__half>(sb[j], a1, ap_fp8x2_to_half2_bits((uint16_t)y),
+                                     ap_fp8x2_to_half2_bits((uint16_t)(y >> 16)));
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < kSN; j++) {
+                uint32_t b[4];
+                const int krow = w.cs * L::kTN + j * 8 + (lane & 7);
+                ap_ldmatrix_x4(b, k_base + tile_off(krow, 4 * k32 + (lane >> 3)));
+                ap_mma_16816<__nv_bfloat16>(sa[j], a0, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(sb[j], a1, b[2], b[3]);
+            }
         }
     };
     if constexpr (L::kQReg) {
@@ -299,10 +360,11 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[L::kTN / 8][4], ui
         }
         const int col = w.cs * L::kTN + j * 8 + 2 * w.t4;
         const int r = w.rb * 16 + w.g;
+        using PT = typename std::conditional<L::kFragFp8, __half, __nv_bfloat16>::type;
         *reinterpret_cast<uint32_t *>(p_smem + p_off(r, col >> 3) + (col & 7) * 2) =
-            ap_pack2<__nv_bfloat16>(pv[0], pv[1]);
+            ap_pack2<PT>(pv[0], pv[1]);
         *reinterpret_cast<uint32_t *>(p_smem + p_off(r + 8, col >> 3) + (col & 7) * 2) =
-            ap_pack2<__nv_bfloat16>(pv[2], pv[3]);
+            ap_pack2<PT>(pv[2], pv[3]);
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) rs_.l_run[h] = rs_.l_run[h] * alpha[h] + rs[h];
@@ -325,14 +387,71 @@ __device__ __forceinline__ void tile_pv(uint32_t p_base, uint32_t k_base, const 
         uint32_t a[4];
         ap_ldmatrix_x4(a, p_base + p_off(w.rb * 16 + (lane & 15), 2 * k16 + (lane >> 4)));
         const int vrow = k16 * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+        if constexpr (L::kFragFp8) {
+            // fp8: a transposed 8x8 b16 load of two 16-dim chunks gives, per register, tokens
+            // 2 t4 and 2 t4 + 1 of dims 2 g and 2 g + 1: bytes (0, 2) feed the even dims' mma,
+            // (1, 3) the odd dims'. o[2 c] holds chunk c's even dims, o[2 c + 1] its odd ones.
 #pragma unroll
-        for (int i = 0; i < L::kDN / 8; i += 2) {
-            uint32_t b[4];
-            const int chunk = (w.cs * L::kDN + i * 8) / 8 + (lane >> 4);
-            ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
-            ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
-            ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
+            for (int i = 0; i < L::kDN / 8; i += 4) {
+                uint32_t b[4];
+                const int chunk = (w.cs * L::kDN + i * 8) / 16 + (lane >> 4);
+                ap_ldmatrix_x4_trans(b, k_base + fp8_off(vrow, chunk));
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const uint32_t lo = b[2 * c], hi = b[2 * c + 1];
+                    ap_mma_16816<__half>(
+                        o[i + 2 * c], a,
+                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0020)),
+                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0020)));
+                    ap_mma_16816<__half>(
+                        o[i + 2 * c + 1], a,
+                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0031)),
+                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0031)));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < L::kDN / 8; i += 2) {
+                uint32_t b[4];
+                const int chunk = (w.cs * L::kDN + i * 8) / 8 + (lane >> 4);
+                ap_ldmatrix_x4_trans(b, k_base + tile_off(vrow, chunk));
+                ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
+                ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
+            }
         }
+    }
+}
+
+// rows_finish's stores for the fp8 fragment layout: o[2 c] and o[2 c + 1] hold chunk c's even and
+// odd dims, so a lane writes dims D + 4 t4 .. + 3 of chunk D (tile_pv) in one store.
+template <class L>
+__device__ __forceinline__ void
+finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 8> &st,
+             const WarpPos &w, int gr, int r, int h, float outs, float lse2, int cta) {
+    if (p.num_splits == 1) {
+        const int tok = gr / p.num_heads, head = gr % p.num_heads;
+        const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+        uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
+#pragma unroll
+        for (int c = 0; c < L::kDN / 16; c++) {
+            const int d = w.cs * L::kDN + c * 16 + 4 * w.t4;
+            *reinterpret_cast<uint2 *>(dst + d * 2) = make_uint2(
+                ap_pack2<__nv_bfloat16>(st.o[2 * c][2 * h] * outs, st.o[2 * c + 1][2 * h] * outs),
+                ap_pack2<__nv_bfloat16>(st.o[2 * c][2 * h + 1] * outs,
+                                        st.o[2 * c + 1][2 * h + 1] * outs));
+        }
+        if (p.lse != NULL && w.cs == 0 && w.t4 == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
+    } else {
+        const int64_t prow = static_cast<int64_t>(cta) * 16 + r;
+        float *dst = p.partial_out + prow * MLA_LATENT;
+#pragma unroll
+        for (int c = 0; c < L::kDN / 16; c++) {
+            const int d = w.cs * L::kDN + c * 16 + 4 * w.t4;
+            *reinterpret_cast<float4 *>(dst + d) =
+                make_float4(st.o[2 * c][2 * h] * outs, st.o[2 * c + 1][2 * h] * outs,
+                            st.o[2 * c][2 * h + 1] * outs, st.o[2 * c + 1][2 * h + 1] * outs);
+        }
+        if (w.cs == 0 && w.t4 == 0) p.partial_lse[prow] = lse2;
     }
 }
 
@@ -368,7 +487,9 @@ __device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Se
         const int gr = row0 + r;
         if (gr >= rows) continue;
         const float outs = inv[h] * p.kv_scale;
-        if (p.num_splits == 1) {
+        if constexpr (L::kFragFp8) {
+            finish_frag8<L>(p, sq, st, w, gr, r, h, outs, lse2[h], cta);
+        } else if (p.num_splits == 1) {
             const int tok = gr / p.num_heads, head = gr % p.num_heads;
             const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
             uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
@@ -435,8 +556,8 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
         if (t_begin + i < t_end)
-            load_tile<FP8>(p, tile_slot(p, sq, t_begin + i),
-                           smem + L::kStage0 + i * L::kStageBytes);
+            load_tile<FP8, L::kFragFp8>(p, tile_slot(p, sq, t_begin + i),
+                                        smem + L::kStage0 + i * L::kStageBytes);
         ap_cp_async_commit();
     }
     const uint32_t q_base = ap_smem_addr(smem + L::kQStage);
@@ -468,11 +589,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
         // takes tile + STAGES - 1.
         __syncthreads();
         if (ahead < t_end)
-            load_tile<FP8>(p, next_slot,
-                           smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
+            load_tile<FP8, L::kFragFp8>(
+                p, next_slot, smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
         ap_cp_async_commit();
         uint8_t *kt = cur;
-        if (FP8) {
+        if (FP8 && !L::kFragFp8) {
             convert_tile(cur, smem + L::kConv);
             __syncthreads();
             kt = smem + L::kConv;

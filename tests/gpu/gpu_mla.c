@@ -139,6 +139,8 @@ static const mt_decode_case mt_decode_cases[] = {
     /* decode_stages forced: the 16-row kernel with three stages (Q in registers), or two */
     {"mla-decode-bf16-h16-p64-mixed-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 3},
     {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2},
+    /* fp8 16 rows, 3 stages (fragment-converted K/V) without splits: the direct output stores */
+    {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0},
     {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
     /* the quick subset, run under compute-sanitizer */
     {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
