@@ -616,7 +616,7 @@ int main(int argc, char **argv) {
     mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, 0, &rng);
     mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, 0, &rng);
     /* the 16-row kernel with the stage count forced (option decode_stages), beside the default */
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 2, &rng);
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, &rng);
     mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, &rng);
     if (mb_json != NULL) {

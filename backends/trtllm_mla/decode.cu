@@ -641,15 +641,16 @@ extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
 }
 
 // Three stages (with Q in registers) exist for the 16-row kernels only: the 64-row ones have no
-// shared memory left for a third 72 KB stage. Unset (stages 0), the 16-row kernel takes three for
-// an fp8 cache and for split-KV batches, two for bf16 without splits (H100, runs 2 and 3: fp8
-// B128 1.17-1.23x faster with three; bf16 B1 L32768 split 5-8% faster; bf16 B128 1% slower).
+// shared memory left for a third 72 KB stage. Unset (stages 0), the 16-row kernel takes three
+// (H100, 2026-11-23: fp8 B128 1.17-1.23x faster with three, bf16 B1 L32768 split 5-8% faster,
+// bf16 B128 1% slower; H200, 2026-11-25, three calls: bf16 B128 L4096 0.152 ms with three
+// against 0.188-0.190 with two, 1.24x). Option decode_stages 2 keeps the two-stage kernel.
 extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr, ap_msgbuf *msg) {
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
     if (p->num_seqs == 0) return AP_OK;
     const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16) {
-        if (p->stages == 3 || (p->stages == 0 && (fp8 || p->num_splits > 1)))
+        if (p->stages != 2)
             return fp8 ? launch_decode<16, true, 3>(*p, stream, msg)
                        : launch_decode<16, false, 3>(*p, stream, msg);
         return fp8 ? launch_decode<16, true, 2>(*p, stream, msg)

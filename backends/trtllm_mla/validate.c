@@ -79,7 +79,7 @@ int mla_option_stages(const ap_options *options) {
  *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
  *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
  *                              registers to make room); the 64-row kernel always has 2. Unset:
- *                              3 for an fp8 cache or a split-KV batch, else 2 (decode.cu) */
+ *                              3 (decode.cu) */
 static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {

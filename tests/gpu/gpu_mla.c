@@ -117,7 +117,7 @@ typedef struct mt_decode_case {
     int split_off;     /* option split_kv: off */
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
-    int stages; /* option decode_stages: 0 unset (fp8 3, bf16 2), or 2 / 3 forced */
+    int stages; /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 forced */
 } mt_decode_case;
 
 /* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages */
@@ -136,8 +136,8 @@ static const mt_decode_case mt_decode_cases[] = {
     {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0},
     {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0},
     {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0},
-    /* decode_stages forced: the 16-row kernel with three stages (Q in registers), or two */
-    {"mla-decode-bf16-h16-p64-mixed-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 3},
+    /* decode_stages forced: the 16-row kernel with two stages (Q in shared memory), or three */
+    {"mla-decode-bf16-h16-p64-mixed-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 2},
     {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2},
     /* fp8 16 rows, 3 stages (fragment-converted K/V) without splits: the direct output stores */
     {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0},
@@ -147,7 +147,7 @@ static const mt_decode_case mt_decode_cases[] = {
     {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0},
     {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0},
-    {"quick-mla-decode-bf16-h16-3stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 3},
+    {"quick-mla-decode-bf16-h16-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 2},
     {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2},
 };
