@@ -70,6 +70,17 @@ __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile
 
 // One step over a 16-bit K/V sub-tile pair (32 keys, K at tile_k, V at tile_v):
 //   S = Q K^T (16 rows x 32 keys), softmax as above, O += P V, all accumulated in float.
+// The probabilities of keys 16kk .. 16kk + 15 (the scores after tile_softmax) as the A fragment
+// of an m16n8k16 in MT.
+template <typename MT>
+__device__ __forceinline__ void p_fragment(const float (&s)[kTile / 8][4], int kk,
+                                           uint32_t (&pa)[4]) {
+    pa[0] = ap_pack2<MT>(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = ap_pack2<MT>(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = ap_pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = ap_pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
 template <int D, typename MT>
 __device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
                                           int first_key, int key_end, float scale_log2, int lane) {
@@ -92,10 +103,8 @@ __device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, ui
     tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; kk++) {
-        const uint32_t pa[4] = {ap_pack2<MT>(s[2 * kk][0], s[2 * kk][1]),
-                                ap_pack2<MT>(s[2 * kk][2], s[2 * kk][3]),
-                                ap_pack2<MT>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                ap_pack2<MT>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        uint32_t pa[4];
+        p_fragment<MT>(s, kk, pa);
         const int row = 16 * kk + (mat & 1) * 8 + (lane & 7);
 #pragma unroll
         for (int dp = 0; dp < D / 16; dp++) {
@@ -136,12 +145,7 @@ __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k
     tile_softmax<D>(st, s, first_key, key_end, scale_log2, lane & 3);
     uint32_t pa[2][4];
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        pa[kk][0] = ap_pack2<__half>(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = ap_pack2<__half>(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = ap_pack2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = ap_pack2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < 2; kk++) p_fragment<__half>(s, kk, pa[kk]);
 #pragma unroll
     for (int c = 0; c < C; c++) {
         uint32_t r[4];
@@ -192,12 +196,7 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
     tile_softmax<D>(st, s, first_key, key_end, scale_log2, t);
     uint32_t pa[2][4];
 #pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        pa[kk][0] = ap_pack2<__half>(s[2 * kk][0], s[2 * kk][1]);
-        pa[kk][1] = ap_pack2<__half>(s[2 * kk][2], s[2 * kk][3]);
-        pa[kk][2] = ap_pack2<__half>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[kk][3] = ap_pack2<__half>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
+    for (int kk = 0; kk < 2; kk++) p_fragment<__half>(s, kk, pa[kk]);
 #pragma unroll
     for (int c = 0; c < C; c++) {
         uint32_t r[4];
