@@ -1,8 +1,10 @@
 /* test_expect.h: the failure counter and EXPECT of the host tests written without CMocka (the
- * backends' validate and plan tests), and the validate() verdict they all check. */
+ * backends' validate and plan tests), the plugin they open, and the validate() verdict they all
+ * check. */
 #ifndef AP_TEST_EXPECT_H
 #define AP_TEST_EXPECT_H
 
+#include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -20,6 +22,30 @@ static int failures;
             fprintf(stderr, "\n"); \
         } \
     } while (0)
+
+/* Opens the plugin file at `path` and negotiates at this header's ABI: the descriptor named
+ * `name`, with *so (for dlclose) and *negotiate (for further offers) set, or NULL after saying
+ * why. */
+static inline const ap_descriptor *ap_test_open_plugin(const char *path, const char *name,
+                                                       void **so,
+                                                       ap_plugin_negotiate_fn *negotiate) {
+    *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (*so == NULL) {
+        printf("dlopen %s: %s\n", path, dlerror());
+        return NULL;
+    }
+    *negotiate = (ap_plugin_negotiate_fn)dlsym(*so, AP_PLUGIN_ENTRY);
+    EXPECT(*negotiate != NULL, "entry symbol");
+    if (*negotiate == NULL) return NULL;
+    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
+    ap_negotiate_reply reply = {.struct_size = sizeof reply};
+    char text[256] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    EXPECT((*negotiate)(&offer, &reply, &msg) == AP_OK, "negotiate: %s", text);
+    if (reply.descriptor == NULL) return NULL;
+    EXPECT(strcmp(reply.descriptor->name, name) == 0, "name");
+    return reply.descriptor;
+}
 
 /* An H100 as the core describes it: compute capability 9.0, 132 SMs, 227 KB of shared memory a
  * block may opt into. */

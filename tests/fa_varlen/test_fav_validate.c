@@ -150,22 +150,12 @@ static void test_caps(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
-    void *so = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
-    if (so == NULL) {
-        printf("dlopen %s: %s\n", argv[1], dlerror());
-        return 1;
-    }
-    ap_plugin_negotiate_fn negotiate = (ap_plugin_negotiate_fn)dlsym(so, AP_PLUGIN_ENTRY);
-    EXPECT(negotiate != NULL, "entry symbol");
-    if (negotiate == NULL) return 1;
-    ap_negotiate_offer offer = {sizeof offer, AP_ABI_VERSION_MAJOR, AP_ABI_VERSION_MINOR};
-    ap_negotiate_reply reply = {.struct_size = sizeof reply};
-    char text[256] = "";
-    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
-    EXPECT(negotiate(&offer, &reply, &msg) == AP_OK, "negotiate: %s", text);
-    vt = reply.descriptor->vtable;
-    caps = reply.descriptor->caps;
-    EXPECT(strcmp(reply.descriptor->name, "fa_varlen") == 0, "name");
+    void *so = NULL;
+    ap_plugin_negotiate_fn negotiate = NULL;
+    const ap_descriptor *desc = ap_test_open_plugin(argv[1], "fa_varlen", &so, &negotiate);
+    if (desc == NULL) return 1;
+    vt = desc->vtable;
+    caps = desc->caps;
     test_shapes();
     test_options();
     test_kv_mode_and_spec();
