@@ -3,8 +3,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "attnplug.h"
 #include "gpu_case_run.h"
@@ -174,12 +172,7 @@ int main(int argc, char **argv) {
         gpu_usage(stderr);
         return 2;
     }
-    if (!args.have_seed) {
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        uint64_t mix = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 20) ^ (uint64_t)getpid();
-        args.seed = gpu_rand_next(&mix);
-    }
+    if (!args.have_seed) args.seed = gpu_rand_fresh_seed();
     printf("gpu-harness: backend %s, seed %llu (rerun with --seed %llu)\n", args.backend,
            (unsigned long long)args.seed, (unsigned long long)args.seed);
     int code = gpu_registry_open(&args, &ctx.registry);

@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "attnplug.h"
 #include "backends/numeric/host_numeric.h"
@@ -539,12 +537,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (!have_seed) {
-        struct timespec now;
-        clock_gettime(CLOCK_REALTIME, &now);
-        uint64_t mix = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 20) ^ (uint64_t)getpid();
-        seed = gpu_rand_next(&mix);
-    }
+    if (!have_seed) seed = gpu_rand_fresh_seed();
     printf("gpu-mha: %s vs cpu_ref, seed %llu\n", MH_BACKEND, (unsigned long long)seed);
     ap_registry_options ro = {
         .struct_size = sizeof ro, .search_dirs = dirs, .num_search_dirs = num_dirs};

@@ -3,6 +3,8 @@
 #define AP_GPU_RAND_H
 
 #include <stdint.h>
+#include <time.h>
+#include <unistd.h>
 
 /* splitmix64: one 64-bit state, every seed (0 too) gives a full-period stream, and a seed
  * printed by a failing run reproduces its inputs exactly. */
@@ -22,6 +24,15 @@ static inline float gpu_rand_uniform(uint64_t *state, float lo, float hi) {
 /* Uniform integer in [0, n), n > 0. The modulo bias (< n / 2^64) does not matter here. */
 static inline uint32_t gpu_rand_below(uint64_t *state, uint32_t n) {
     return (uint32_t)(gpu_rand_next(state) % n);
+}
+
+/* A fresh seed when the run names none: the clock and the process id, mixed; the run prints it
+ * so a failure can be replayed with --seed. */
+static inline uint64_t gpu_rand_fresh_seed(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t mix = (uint64_t)now.tv_nsec ^ ((uint64_t)now.tv_sec << 20) ^ (uint64_t)getpid();
+    return gpu_rand_next(&mix);
 }
 
 #endif /* AP_GPU_RAND_H */
