@@ -51,12 +51,11 @@ __device__ __forceinline__ uint32_t fp8_off(int row, int chunk) {
     return static_cast<uint32_t>(row * MLA_ROW + ((chunk ^ f) << 4));
 }
 
-// STAGES load stages (2; 3 for M = 16; 4 for M = 16 with an fp8 cache, whose 36 KB stages leave
-// room). QREG (M = 16 with 3 or 4 stages): every warp keeps the 16 rows' Q fragments in registers
-// (144), read once from a stage buffer before the pipeline reuses it, so Q takes no shared memory
-// and no per-tile ldmatrix.
+// STAGES load stages (2, or 3 for M = 16). QREG (M = 16 with 3 stages): every warp keeps the 16
+// rows' Q fragments in registers (144), read once from a stage buffer before the pipeline reuses
+// it, so Q takes no shared memory and no per-tile ldmatrix.
 template <int M, bool FP8, int STAGES> struct Layout {
-    static constexpr bool kQReg = M == 16 && STAGES >= 3;
+    static constexpr bool kQReg = M == 16 && STAGES == 3;
     // fp8 with Q in registers: K and V fragments are converted as they are loaded (half pairs,
     // half mma), so no converted tile and no barrier for it; the fp8 stage is swizzled (fp8_off).
     static constexpr bool kFragFp8 = FP8 && kQReg;
@@ -635,8 +634,7 @@ template <int M, bool FP8, int STAGES> cudaError_t raise_smem() {
 extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
     const cudaError_t errs[] = {raise_smem<16, false, 2>(), raise_smem<16, true, 2>(),
                                 raise_smem<64, false, 2>(), raise_smem<64, true, 2>(),
-                                raise_smem<16, false, 3>(), raise_smem<16, true, 3>(),
-                                raise_smem<16, true, 4>()};
+                                raise_smem<16, false, 3>(), raise_smem<16, true, 3>()};
     for (cudaError_t err : errs)
         if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
     return AP_OK;
@@ -646,14 +644,12 @@ extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
 // shared memory left for a third 72 KB stage. Unset (stages 0), the 16-row kernel takes three
 // (H100, 2026-11-23: fp8 B128 1.17-1.23x faster with three, bf16 B1 L32768 split 5-8% faster,
 // bf16 B128 1% slower; H200, 2026-11-25, three calls: bf16 B128 L4096 0.152 ms with three
-// against 0.188-0.190 with two, 1.24x). Option decode_stages 2 keeps the two-stage kernel; 4
-// gives an fp8 cache's 16-row kernel four (prefetch distance 3; a bf16 cache takes three).
+// against 0.188-0.190 with two, 1.24x). Option decode_stages 2 keeps the two-stage kernel.
 extern "C" ap_status mla_decode_run(const mla_decode_params *p, void *stream_ptr, ap_msgbuf *msg) {
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
     if (p->num_seqs == 0) return AP_OK;
     const bool fp8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
     if (mla_decode_block_rows(p->num_heads, p->max_q_len) == 16) {
-        if (fp8 && p->stages == 4) return launch_decode<16, true, 4>(*p, stream, msg);
         if (p->stages != 2)
             return fp8 ? launch_decode<16, true, 3>(*p, stream, msg)
                        : launch_decode<16, false, 3>(*p, stream, msg);

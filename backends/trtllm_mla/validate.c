@@ -68,18 +68,18 @@ int mla_option_split_kv(const ap_options *options) {
     return value == NULL || strcmp(value, "off") != 0;
 }
 
-/* 0 (unset: the kernel picks), 2, 3 or 4. */
+/* 0 (unset: the kernel picks), 2 or 3. */
 int mla_option_stages(const ap_options *options) {
     const char *value = ap_kit_option(options, "decode_stages");
     if (value == NULL) return 0;
-    return strcmp(value, "4") == 0 ? 4 : strcmp(value, "3") == 0 ? 3 : 2;
+    return strcmp(value, "3") == 0 ? 3 : 2;
 }
 
 /* Backend-specific options, both measurement knobs:
  *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
- *   decode_stages: 2 | 3 | 4   cp.async stages of the 16-row decode kernel (3 keeps Q in
- *                              registers to make room; 4 only with an fp8 cache, a bf16 one
- *                              takes 3); the 64-row kernel always has 2. Unset: 3 (decode.cu) */
+ *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
+ *                              registers to make room); the 64-row kernel always has 2. Unset:
+ *                              3 (decode.cu) */
 static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {
@@ -90,7 +90,7 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
     }
     static const ap_kit_option_rule rules[] = {
         {"split_kv", "auto|off", NULL, NULL},
-        {"decode_stages", "2|3|4", NULL, NULL},
+        {"decode_stages", "2|3", NULL, NULL},
     };
     if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], MLA_NAME, reasons))
         *refused = 1;

@@ -115,7 +115,7 @@ typedef struct mt_decode_case {
     int split_off;     /* option split_kv: off */
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
-    int stages; /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 / 4 forced */
+    int stages; /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 forced */
 } mt_decode_case;
 
 /* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages */
@@ -140,10 +140,6 @@ static const mt_decode_case mt_decode_cases[] = {
     /* fp8 16 rows, 3 stages (fragment-converted K/V) without splits: the direct output stores */
     {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0},
     {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
-    /* fp8 16 rows with four stages (decode_stages 4): split, unsplit, pages 64 and 32 */
-    {"mla-decode-fp8-h16-p64-mixed-4stage", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 0, 0, 4},
-    {"mla-decode-fp8-h16-p32-nosplit-4stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 1, 1, 0, 4},
-    {"mla-decode-fp8-h16-b1-l32768-split-4stage", 16, 64, AP_DTYPE_FP8_E4M3, 1, {32768}, {0}, 0, 0, 0, 0, 4},
     /* the quick subset, run under compute-sanitizer */
     {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0},
@@ -152,7 +148,6 @@ static const mt_decode_case mt_decode_cases[] = {
     {"quick-mla-decode-bf16-h16-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 2},
     {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2},
-    {"quick-mla-decode-fp8-h16-4stage-split", 16, 32, AP_DTYPE_FP8_E4M3, 2, {700, 65}, {0}, 0, 0, 0, 1, 4},
 };
 // clang-format on
 
@@ -557,7 +552,6 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     if (c->split_off) extra[num_extra++] = (ap_option_kv){"split_kv", "off"};
     if (c->stages == 3) extra[num_extra++] = (ap_option_kv){"decode_stages", "3"};
     if (c->stages == 2) extra[num_extra++] = (ap_option_kv){"decode_stages", "2"};
-    if (c->stages == 4) extra[num_extra++] = (ap_option_kv){"decode_stages", "4"};
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
                        .chunked_prefill = AP_OPTION_UNSET,
