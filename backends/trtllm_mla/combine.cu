@@ -14,19 +14,17 @@
 
 namespace {
 
-// Combine: one CTA per (row, quarter of the 512 output dims); its WARPS warps take every
-// WARPS-th split, so a batch of few rows with many splits still has WARPS x 4 loads in flight per
-// CTA: 8 warps, or 32 when the batch has at most kFewRows rows (B1 H16: 64 CTAs, 132 splits, so
-// each warp waits on ~1 round of loads, not ~4). The splits' base-2 states merge by their weights
-// 2^(lse2 - max); the loop over splits has no branch around its loads (an empty split wrote
-// zeros and -inf: weight 0).
+// Combine: one CTA per (row, quarter of the 512 output dims); its 8 warps take every 8th split,
+// so a batch of few rows with many splits (B1: 16 rows x 132 splits) still has 8 x 4 loads in
+// flight per CTA. The splits' base-2 states merge by their weights 2^(lse2 - max); the loop over
+// splits has no branch around its loads (an empty split wrote zeros and -inf: weight 0).
 constexpr int kCombineChunks = 4; // 128 output dims per CTA: one float4 per lane
-constexpr int kFewRows = 32;
+constexpr int kCombineThreads = 256;
 
-template <int M, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
+template <int M>
+__global__ void __launch_bounds__(kCombineThreads)
     mla_combine_kernel(const mla_decode_params p, int row_blocks) {
-    constexpr int kWarpsC = WARPS;
+    constexpr int kWarpsC = kCombineThreads / 32;
     __shared__ float4 part[kWarpsC][32];
     __shared__ float part_w[kWarpsC];
     ap_pdl_wait();
@@ -92,13 +90,10 @@ __global__ void __launch_bounds__(WARPS * 32)
 template <int M>
 ap_status launch_combine(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
     const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
-    const int64_t rows = static_cast<int64_t>(p.num_seqs) * row_blocks * M;
-    dim3 cgrid(static_cast<unsigned>(rows * kCombineChunks));
-    const bool few = rows <= kFewRows;
-    ap_status st = ap_cuda_status(few ? ap_launch(mla_combine_kernel<M, 32>, cgrid, dim3(32 * 32),
-                                                  0, stream, p.use_pdl != 0, p, row_blocks)
-                                      : ap_launch(mla_combine_kernel<M, 8>, cgrid, dim3(8 * 32), 0,
-                                                  stream, p.use_pdl != 0, p, row_blocks),
+    const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M * kCombineChunks;
+    dim3 cgrid(static_cast<unsigned>(items));
+    ap_status st = ap_cuda_status(ap_launch(mla_combine_kernel<M>, cgrid, dim3(kCombineThreads), 0,
+                                            stream, p.use_pdl != 0, p, row_blocks),
                                   MLA_WHO, "mla_combine_kernel", msg);
     if (st != AP_OK) return st;
     return ap_cuda_launch_status(MLA_WHO, "mla_combine_kernel", msg);
