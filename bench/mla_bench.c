@@ -630,11 +630,9 @@ int main(int argc, char **argv) {
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 2, 0, &rng);
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, 0, &rng);
     mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, 0, &rng);
-    /* fp8 with four stages (prefetch distance 3); the H16 cases timed behind a GPU sleep */
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 4, 0, &rng);
+    /* the H16 cases timed behind a GPU sleep (FlashInfer's timing: host cost of the call hidden) */
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 1, &rng);
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 1, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 4, 1, &rng);
     mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 1, &rng);
     if (mb_json != NULL) {
         fprintf(mb_json, "\n]\n");
