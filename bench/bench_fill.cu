@@ -60,3 +60,14 @@ extern "C" int bench_fill_random(void *data, size_t count, ap_dtype dtype, float
         default: return (int)cudaErrorInvalidValue;
     }
 }
+
+__global__ static void bench_sleep_kernel(int64_t cycles) {
+    const long long start = clock64();
+    while (clock64() - start < cycles) {
+    }
+}
+
+extern "C" int bench_gpu_sleep(int64_t cycles, void *stream) {
+    bench_sleep_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(cycles);
+    return (int)cudaGetLastError();
+}

@@ -17,6 +17,11 @@ extern "C" {
 int bench_fill_random(void *data, size_t count, ap_dtype dtype, float bound, uint64_t seed,
                       void *stream);
 
+/* Keep the GPU busy for about `cycles` clock cycles (one thread spinning on clock64), on
+ * `stream`, so that the host's cost of enqueueing the next call is hidden (the peers' timing:
+ * FlashInfer's fi_bench.py sleeps ~1.3 ms before each timed call). Returns the cudaError_t. */
+int bench_gpu_sleep(int64_t cycles, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

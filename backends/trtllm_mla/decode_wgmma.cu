@@ -337,12 +337,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The latent cache as a 3-D map {576 columns, 1, slots}: boxes of 64 columns x 32 rows, 128-byte
-// swizzle. The slot count is not passed to the call: the map's extent is the largest a map takes;
-// every box the producer asks for lies in a page of the sequence.
-int make_kv_map(CUtensorMap *map, const void *kv) {
+// swizzle; slots = num_pages * page_size of the cache (every box the producer asks for lies in a
+// page of the sequence).
+int make_kv_map(CUtensorMap *map, const void *kv, int64_t slots) {
     EncodeTiledFn fn = encode_tiled_fn();
     if (fn == nullptr) return -1;
-    const cuuint64_t dims[3] = {MLA_ROW, 1, static_cast<cuuint64_t>(1) << 31};
+    const cuuint64_t dims[3] = {MLA_ROW, 1, static_cast<cuuint64_t>(slots)};
     const cuuint64_t strides[2] = {MLA_ROW * 2, MLA_ROW * 2};
     const cuuint32_t box[3] = {64, 1, 32};
     const cuuint32_t estride[3] = {1, 1, 1};
@@ -374,7 +374,8 @@ int device_is_sm90() {
 extern "C" int mla_decode_wgmma_covers(const mla_decode_params *p) {
     return p->kv_dtype == AP_DTYPE_BF16 &&
            mla_decode_block_rows(p->num_heads, p->max_q_len) == 64 &&
-           (p->page_size == 32 || p->page_size == 64) &&
+           (p->page_size == 32 || p->page_size == 64) && p->kv_slots > 0 &&
+           p->kv_slots <= (static_cast<int64_t>(1) << 32) &&
            (reinterpret_cast<uintptr_t>(p->kv_pages) & 15) == 0 && encode_tiled_fn() != nullptr &&
            device_is_sm90();
 }
@@ -387,7 +388,12 @@ extern "C" ap_status mla_decode_wgmma_run(const mla_decode_params *p, void *stre
         ap_cuda_smem_optin_once(mla_decode_wgmma_kernel, kSmemBytes, ready, MLA_WG_WHO, msg);
     if (st != AP_OK) return st;
     CUtensorMap map;
-    if (make_kv_map(&map, p->kv_pages) != 0) {
+    if (p->kv_slots <= 0 || p->kv_slots > (static_cast<int64_t>(1) << 32)) {
+        ap_msgbuf_add(msg, "%s: the latent cache has %lld rows (1 .. 2^32 needed)", MLA_WG_WHO,
+                      static_cast<long long>(p->kv_slots));
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (make_kv_map(&map, p->kv_pages, p->kv_slots) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed for the latent cache", MLA_WG_WHO);
         return AP_ERR_CUDA;
     }

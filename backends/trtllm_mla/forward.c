@@ -111,6 +111,7 @@ static ap_status mla_forward(ap_backend *b, const ap_layer *layer, const ap_forw
     p.partial_lse = b->partial_lse;
     p.use_pdl = b->use_pdl;
     p.stages = b->stages;
+    p.kv_slots = (int64_t)kv->num_pages * kv->page_size;
     if (mla_decode_wgmma_covers(&p)) return mla_decode_wgmma_run(&p, stream, msg);
     return mla_decode_run(&p, stream, msg);
 }

@@ -43,7 +43,8 @@ typedef struct mla_decode_params {
     float *partial_out;      /* [ctas][block_rows][512], used when num_splits > 1 */
     float *partial_lse;      /* [ctas][block_rows] base-2 */
     int32_t use_pdl;         /* 1: launch the combine with programmatic dependent launch */
-    int32_t stages; /* cp.async stages of the 16-row kernel: 2, 3 (Q in registers), 0: by dtype */
+    int32_t stages;   /* cp.async stages of the 16-row kernel: 2, 3 (Q in registers), 0: by dtype */
+    int64_t kv_slots; /* rows of the cache, num_pages * page_size (the wgmma kernel's TMA map) */
 } mla_decode_params;
 
 /* Rows a CTA takes for this head count and query length: 16 when one sequence has at most 16
