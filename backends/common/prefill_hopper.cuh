@@ -66,6 +66,13 @@ struct Params {
     int32_t causal;
     float scale_log2; /* sm_scale * log2(e) */
     float sm_scale;
+    /* The paged source (kernel's kPaged; kv_indptr is then kv_page_indptr): the NHD caches
+     * [page][page_size][Hkv][128], page_size a power of two >= 8 (1 << page_shift). */
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const void *v_pages; /* read by the producer for a tile's last, partly filled page */
+    int32_t page_shift;
+    int32_t num_kv_heads;
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -124,13 +131,18 @@ struct Shape {
     int q_start, q_len, kv_start, kv_len, m0, n_blocks;
 };
 
-__device__ __forceinline__ Shape item_shape(const Params &p) {
+/* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged). */
+template <bool kPaged> __device__ __forceinline__ Shape item_shape(const Params &p) {
     const Item it = p.items[blockIdx.x];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
     sh.kv_start = p.kv_indptr[it.seq];
     sh.kv_len = p.kv_indptr[it.seq + 1] - sh.kv_start;
+    if constexpr (kPaged) {
+        sh.kv_len =
+            sh.kv_len > 0 ? ((sh.kv_len - 1) << p.page_shift) + p.kv_last_page_len[it.seq] : 0;
+    }
     sh.m0 = it.q_start;
     int end = sh.kv_len;
     if (p.causal) {
@@ -179,6 +191,105 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
         bar_expect_tx(&b->v_full[s], kTileBytes);
         tma_load(tv, v, &b->v_full[s], 0, hk, row);
         tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
+    }
+}
+
+/* Rows row0 .. kKeys - 1 of a tile in shared memory (`halves` 64-column halves of 128-byte
+ * rows, 128-byte swizzle as TMA writes it): the first `valid` copied from the cache rows src,
+ * src + stride, ... (16-bit elements), the rest zeros. By the whole warp. */
+__device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int row0, int valid,
+                                               const uint16_t *src, int64_t stride, int lane) {
+    const int per_row = halves * 8; /* 16-byte units */
+    const int units = (kKeys - row0) * per_row;
+#pragma unroll 8
+    for (int u = lane; u < units; u += 32) {
+        const int r = u / per_row;
+        const int c = u % per_row;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+        if (r < valid) {
+            x = __ldg(reinterpret_cast<const uint4 *>(src + r * stride + c * 8));
+        }
+        const int rr = row0 + r;
+        *reinterpret_cast<uint4 *>(tile + (c / 8) * kHalfBytes + rr * 128 +
+                                   (((c % 8) ^ (rr & 7)) * 16)) = x;
+    }
+}
+
+/* K/V tile n of a paged sequence into stage s, by the producer warp: one TMA box per page (or
+ * per 128 rows of a larger page) at its row offset (the 128-byte swizzle repeats every 8 rows,
+ * so the boxes build the layout of one 128-row box); box j and its page number on lane j. K
+ * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
+ * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
+ * masked P of 0 times a never-written (NaN) V would still poison O. */
+template <int kD>
+__device__ __forceinline__ void
+produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
+                   int s, uint32_t ph, const Params &p, const Shape &sh, int n, int hk, int lane) {
+    const int box = min(kKeys, 1 << p.page_shift);
+    const int pos = n * kKeys + lane * box;
+    const int valid = lane * box < kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
+    int row = 0;
+    if (valid > 0) {
+        const int page = __ldg(p.kv_page_indices + sh.kv_start + (pos >> p.page_shift));
+        row = (page << p.page_shift) + (pos & ((1 << p.page_shift) - 1));
+    }
+    const uint32_t some = __ballot_sync(0xffffffffu, valid > 0);
+    const int full = __popc(__ballot_sync(0xffffffffu, valid == box)); /* a prefix of boxes */
+    bar_wait(&b->k_empty[s], ph);
+    if (lane == 0) {
+        bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * Geo<kD>::kChunks);
+    }
+    __syncwarp();
+    if (valid > 0) {
+#pragma unroll
+        for (int c = 0; c < Geo<kD>::kChunks; ++c) {
+            tma_load(tk, k + c * kHalfBytes + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
+        }
+    }
+    bar_wait(&b->v_empty[s], ph);
+    if (lane == 0 && full * box == kKeys) {
+        bar_expect_tx(&b->v_full[s], kTileBytes); /* the arrival: TMA bytes alone complete it */
+    } else if (lane == 0 && full > 0) {
+        expect_tx(&b->v_full[s], full * box * 256); /* the arrival comes after the copy below */
+    }
+    __syncwarp();
+    if (valid == box) {
+        tma_load(tv, v + lane * box * 128, &b->v_full[s], 0, hk, row);
+        tma_load(tv, v + kHalfBytes + lane * box * 128, &b->v_full[s], 64, hk, row);
+    }
+    if (full * box < kKeys) {
+        const int tail_valid = __shfl_sync(0xffffffffu, valid, full);
+        const int tail_row = __shfl_sync(0xffffffffu, row, full);
+        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * kDim;
+        const uint16_t *src = static_cast<const uint16_t *>(p.v_pages) + tail_row * stride +
+                              static_cast<int64_t>(hk) * kDim;
+        warp_fill_rows(v, 2, full * box, tail_valid, src, stride, lane);
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+            bar_arrive(&b->v_full[s]);
+        }
+    }
+}
+
+/* The producer warp over a paged source: Q once (lane 0), then the K/V tiles from the last down. */
+template <int kD>
+__device__ __forceinline__ void
+produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
+              uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const Shape &sh, int h, int hk) {
+    using G = Geo<kD>;
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) {
+        bar_expect_tx(&b->q_full, G::kQkBytes);
+#pragma unroll
+        for (int c = 0; c < G::kChunks; ++c) {
+            tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+        }
+    }
+    for (int i = 0; i < sh.n_blocks; ++i) {
+        const int s = i % G::kStg;
+        produce_paged_tile<kD>(tk, tv, sk + s * G::kQkBytes, sv + s * kTileBytes, b, s,
+                               ((i / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk, lane);
     }
 }
 
@@ -467,7 +578,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
  * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo). */
-template <typename T, int kMode, int kD = 128>
+template <typename T, int kMode, int kD = 128, bool kPaged = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
@@ -483,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sv = sk + G::kStg * G::kQkBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * kTileBytes);
     const int h = blockIdx.y;
-    const Shape sh = item_shape(p);
+    const Shape sh = item_shape<kPaged>(p);
     if (sh.n_blocks < 0) {
         return;
     }
@@ -499,9 +610,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-        if (threadIdx.x == 0 && sh.n_blocks > 0) {
-            produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
+        if constexpr (kPaged) {
+            /* 32 + 2 x 240 = 512: the register file's 64 K for 384 threads */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n");
+            if (threadIdx.x < 32 && sh.n_blocks > 0) {
+                produce_paged<kD>(&tq, &tk, &tv, sq, sk, sv, b, p, sh, h, h / p.group);
+            }
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
+            if (threadIdx.x == 0 && sh.n_blocks > 0) {
+                produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
+            }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
@@ -515,23 +634,35 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
- * columns x 1 head x 128 rows, 128-byte swizzle, rows past the end read as zeros. 0 on success. */
-inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim) {
+ * columns x 1 head x box_rows rows (128, or a paged cache's page size), 128-byte swizzle, rows
+ * past the end read as zeros. 0 on success. */
+inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim,
+                    int box_rows = kRows) {
     EncodeTiledFn fn = encode_tiled_fn();
-    if (fn == nullptr || rows <= 0 || dim % 64 != 0) {
+    if (fn == nullptr || rows <= 0 || dim % 64 != 0 || box_rows < 8 || box_rows > kRows) {
         return -1;
     }
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
                                 static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(dim) * 2,
                                    static_cast<cuuint64_t>(dim) * 2 * heads};
-    const cuuint32_t box[3] = {64, 1, kRows};
+    const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t estride[3] = {1, 1, 1};
     const CUresult r =
         fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
            estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -2;
+}
+
+/* The map of a paged NHD cache [page][page_size][heads][128] viewed as [rows][heads][128], boxes
+ * of one page (or 128 rows of a larger one). The cache's page count is not in the call: the view
+ * spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of listed pages. */
+inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size) {
+    const int64_t row_bytes = static_cast<int64_t>(heads) * kDim * 2;
+    const int64_t rows = heads > 0 ? (static_cast<int64_t>(1) << 39) / row_bytes : 0;
+    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, kDim,
+                    page_size < kRows ? page_size : kRows);
 }
 
 } // namespace ap_hopper
