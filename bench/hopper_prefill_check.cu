@@ -624,6 +624,7 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
      * --profile V: one causal H32/8 launch set of variant V (for ncu). */
+    std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;

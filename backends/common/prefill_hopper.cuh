@@ -610,17 +610,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
+        /* 24: the registers this frees are exactly those the consumers' 240 take (the pool
+         * setmaxnreg.inc draws from is the CTA's own; a producer at 32 deadlocked them) */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
         if constexpr (kPaged) {
-            /* 32 + 2 x 240 = 512: the register file's 64 K for 384 threads */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n");
             if (threadIdx.x < 32 && sh.n_blocks > 0) {
                 produce_paged<kD>(&tq, &tk, &tv, sq, sk, sv, b, p, sh, h, h / p.group);
             }
-        } else {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-            if (threadIdx.x == 0 && sh.n_blocks > 0) {
-                produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
-            }
+        } else if (threadIdx.x == 0 && sh.n_blocks > 0) {
+            produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
