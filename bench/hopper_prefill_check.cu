@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../backends/common/prefill_hopper.cuh"
+#include "hopper_paged_cache.h"
 
 #ifdef HOPPER_CHECK_KIT
 #include "../backends/common/prefill.h"
@@ -38,48 +39,6 @@ struct Case {
     int dqk = 128; /* Q/K head dim; V is kDim wide */
     int page = 0;  /* > 0: K/V from a paged cache of this page size, pages shuffled */
 };
-
-/* A paged cache holding a batch's contiguous K/V rows: sequence i's pages are entries
- * indptr[i] .. indptr[i+1] of indices, a shuffled permutation of the cache's pages (three more
- * than needed); every slot no sequence owns holds NaN, so a kernel that lets one reach O fails. */
-struct Paged {
-    std::vector<int> indptr, indices, last;
-    int num_pages = 0;
-};
-
-static Paged make_pages(const std::vector<int> &kv, int page, std::mt19937 &rng) {
-    Paged g;
-    g.indptr.push_back(0);
-    for (size_t i = 0; i + 1 < kv.size(); ++i) {
-        const int len = kv[i + 1] - kv[i];
-        const int np = (len + page - 1) / page;
-        g.indptr.push_back(g.indptr.back() + np);
-        g.last.push_back(np > 0 ? len - (np - 1) * page : page);
-    }
-    g.num_pages = g.indptr.back() + 3;
-    std::vector<int> perm(g.num_pages);
-    for (int i = 0; i < g.num_pages; ++i) {
-        perm[i] = i;
-    }
-    std::shuffle(perm.begin(), perm.end(), rng);
-    g.indices.assign(perm.begin(), perm.begin() + g.indptr.back());
-    return g;
-}
-
-/* The cache [pages][page][heads][dim] of contiguous rows src [kv][heads][dim] (16-bit). */
-static std::vector<uint16_t> to_pages(const std::vector<uint16_t> &src, const std::vector<int> &kv,
-                                      const Paged &g, int page, int heads, int dim) {
-    const size_t row = static_cast<size_t>(heads) * dim;
-    std::vector<uint16_t> cache(static_cast<size_t>(g.num_pages) * page * row, 0x7fff);
-    for (size_t i = 0; i + 1 < kv.size(); ++i) {
-        for (int t = 0; t < kv[i + 1] - kv[i]; ++t) {
-            const int pg = g.indices[g.indptr[i] + t / page];
-            std::memcpy(&cache[(static_cast<size_t>(pg) * page + t % page) * row],
-                        &src[(static_cast<size_t>(kv[i]) + t) * row], row * 2);
-        }
-    }
-    return cache;
-}
 
 struct Batch {
     std::vector<int> qo, kv;
@@ -414,7 +373,7 @@ static bool run_case(const Case &c, unsigned seed) {
     Paged g;
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (c.page > 0) {
-        g = make_pages(b.kv, c.page, rng);
+        g = make_pages(b.kv, c.page, rng, 3);
         hk16 = to_pages(hk16, b.kv, g, c.page, c.hkv, DK);
         hv16 = to_pages(hv16, b.kv, g, c.page, c.hkv, D);
         CK(cudaMalloc(&dpi, g.indptr.size() * 4));
@@ -498,128 +457,7 @@ static bool run_case(const Case &c, unsigned seed) {
     return ok;
 }
 
-/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V 128); page > 0: K/V read as a
- * paged cache of that page size through a shuffled page table. */
-static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
-    const int S = 4096, D = kDim;
-    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
-    const Batch b = make_batch(c);
-    const int sets = 2;
-    std::vector<void *> bufs;
-    const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
-                 kn = static_cast<size_t>(b.tkv) * hkv * dqk,
-                 vn = static_cast<size_t>(b.tkv) * hkv * D;
-    void *dout;
-    float *dlse;
-    int32_t *dqo, *dkv;
-    Item *ditems;
-    static std::vector<uint16_t> host; /* one random pool, sliced at different offsets */
-    if (host.size() < qn + 4096) {
-        host.resize(qn + 4096);
-        uint32_t x = 12345u;
-        for (auto &e : host) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            const __nv_bfloat16_raw y =
-                __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
-            e = y.x;
-        }
-    }
-    int slice = 0;
-    for (int s = 0; s < sets; ++s) {
-        for (size_t n : {qn, kn, vn}) {
-            void *p;
-            CK(cudaMalloc(&p, n * 2));
-            CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
-            bufs.push_back(p);
-        }
-    }
-    CK(cudaMalloc(&dout, static_cast<size_t>(b.tq) * H * D * 2));
-    CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * H * 4));
-    CK(cudaMalloc(&dqo, b.qo.size() * 4));
-    CK(cudaMalloc(&dkv, b.kv.size() * 4));
-    CK(cudaMalloc(&ditems, b.items.size() * sizeof(Item)));
-    CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
-    const float scale = 1.f / std::sqrt(static_cast<float>(dqk));
-    Params p{ditems,
-             dqo,
-             dkv,
-             dout,
-             nullptr,
-             H,
-             H / hkv,
-             causal ? 1 : 0,
-             scale * 1.4426950408889634f,
-             scale,
-             nullptr,
-             nullptr,
-             nullptr,
-             0,
-             hkv};
-    int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
-    if (page > 0) {
-        std::mt19937 rng(7);
-        const Paged g = make_pages(b.kv, page, rng); /* the caches are the k / v buffers */
-        CK(cudaMalloc(&dpi, g.indptr.size() * 4));
-        CK(cudaMalloc(&dpx, g.indices.size() * 4));
-        CK(cudaMalloc(&dpl, g.last.size() * 4));
-        CK(cudaMemcpy(dpi, g.indptr.data(), g.indptr.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dpx, g.indices.data(), g.indices.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dpl, g.last.data(), g.last.size() * 4, cudaMemcpyHostToDevice));
-        p.kv_indptr = dpi;
-        p.kv_page_indices = dpx;
-        p.kv_last_page_len = dpl;
-        p.page_shift = __builtin_ctz(static_cast<unsigned>(page));
-        p.num_kv_heads = hkv;
-    }
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    const int warm = 5, iters = 40;
-    for (int i = 0; i < warm + iters; ++i) {
-        const int s = i % sets;
-        p.v_pages = bufs[3 * s + 2];
-        CK(cudaEventRecord(e0));
-        const int rc =
-            launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
-                       b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        if (rc != 0) {
-            std::printf("bench: map error\n");
-            return;
-        }
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        if (i >= warm) {
-            ms.push_back(t);
-        }
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    const double flops = (causal ? 1.0 : 2.0) * B * H * static_cast<double>(S) * S * (dqk + D);
-    std::printf("hopper %s B%d S%d H%d/%d D%d/%d bf16 %s%s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", B, S, H, hkv, dqk, D, kVariant[variant],
-                page == 16 ? " paged16"
-                : page > 0 ? " paged"
-                           : "",
-                med, flops / med / 1e9);
-    cudaFree(dpi);
-    cudaFree(dpx);
-    cudaFree(dpl);
-    for (void *x : bufs) {
-        cudaFree(x);
-    }
-    cudaFree(dout);
-    cudaFree(dlse);
-    cudaFree(dqo);
-    cudaFree(dkv);
-    cudaFree(ditems);
-}
+#include "hopper_prefill_timing.cuh"
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
