@@ -1,7 +1,8 @@
 /* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
- * against a double-precision host reference on ragged batches (every output element and LSE
- * checked, outputs poisoned first), head dims 128/128 and 192/128 (MLA's MHA form), then its
- * timing on B4 S4096 H32/8 and H32/32 D128 and on MLA prefill B1 S4096 H128 qk192/v128.
+ * against a double-precision host reference on ragged batches and paged caches (pages 8..256,
+ * shuffled, unowned slots NaN; every output element and LSE checked, outputs poisoned first),
+ * head dims 128/128 and 192/128 (MLA's MHA form), then its timing on B4 S4096 H32/8 and H32/32
+ * D128 (ragged, and paged with page 16) and on MLA prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "../backends/common/prefill_hopper.cuh"
+#include "hopper_paged_cache.h"
 
 #ifdef HOPPER_CHECK_KIT
 #include "../backends/common/prefill.h"
@@ -35,6 +37,7 @@ struct Case {
     int hq, hkv;
     std::vector<int> q_lens, kv_lens;
     int dqk = 128; /* Q/K head dim; V is kDim wide */
+    int page = 0;  /* > 0: K/V from a paged cache of this page size, pages shuffled */
 };
 
 struct Batch {
@@ -103,23 +106,37 @@ static float from16(uint16_t v, bool fp16) {
 }
 
 /* Launches one variant; returns 0 or a map error. */
-template <typename T, int kMode, int kD>
-static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
-                  const Params &p, int num_items, cudaStream_t st) {
+template <typename T, int kMode, int kD, bool kPaged>
+static int launch_src(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
+                      const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
-    if (make_map(&mq, q, tq, hq, kD) || make_map(&mk, k, tkv, hkv, kD) ||
-        make_map(&mv, v, tkv, hkv)) {
+    const int page = 1 << p.page_shift;
+    if (make_map(&mq, q, tq, hq, kD) ||
+        (kPaged ? make_paged_map(&mk, k, hkv, page) || make_paged_map(&mv, v, hkv, page)
+                : make_map(&mk, k, tkv, hkv, kD) || make_map(&mv, v, tkv, hkv))) {
         return -1;
     }
     static bool attr = false; /* one per instantiation */
     if (!attr) {
-        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode, kD>,
+        CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode, kD, kPaged>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<kD>::kSmem));
         attr = true;
     }
-    prefill_hopper_kernel<T, kMode, kD>
+    prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<dim3(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, p);
     return 0;
+}
+
+/* The paged source when p.kv_page_indices is set (k, v: the caches), else the ragged one. */
+template <typename T, int kMode, int kD>
+static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
+                  const Params &p, int num_items, cudaStream_t st) {
+    if constexpr (kD == 128) {
+        if (p.kv_page_indices != nullptr) {
+            return launch_src<T, kMode, kD, true>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+        }
+    }
+    return launch_src<T, kMode, kD, false>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
 template <int kMode, int kD>
@@ -262,10 +279,10 @@ static bool compare(const Case &c, const char *what, const void *dout, const flo
 #ifdef HOPPER_CHECK_KIT
 /* The same batch through the kit's entry: ap_kit_prefill_plan_build picks the Hopper kernel
  * (plan.hopper) and ap_kit_prefill_run launches it. */
-static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *dk, const void *dv,
-                    const int32_t *dqo, const int32_t *dkv, void *dout, float *dlse, size_t n_out,
-                    float scale, const std::vector<double> &ref,
-                    const std::vector<double> &ref_lse) {
+static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *dq, const void *dk,
+                    const void *dv, const int32_t *dqo, const int32_t *dkv, const Params &kp,
+                    void *dout, float *dlse, size_t n_out, float scale,
+                    const std::vector<double> &ref, const std::vector<double> &ref_lse) {
     char text[512] = "";
     ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
     const int num_seqs = static_cast<int>(b.qo.size()) - 1;
@@ -276,7 +293,10 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
     ap_kit_prefill_plan_args a = {};
     a.num_seqs = num_seqs;
     a.qo_indptr_host = b.qo.data();
-    a.kv_indptr_host = b.kv.data();
+    a.kv_indptr_host = c.page > 0 ? nullptr : b.kv.data();
+    a.kv_page_indptr_host = g.indptr.data();
+    a.kv_last_page_len_host = g.last.data();
+    a.page_size = c.page;
     a.head_dim_qk = c.dqk;
     a.head_dim_v = kDim;
     a.num_qo_heads = c.hq;
@@ -303,9 +323,18 @@ static bool run_kit(const Case &c, const Batch &b, const void *dq, const void *d
         p.causal = c.causal;
         p.sm_scale = scale;
         p.qo_indptr = dqo;
-        p.k = dk;
-        p.v = dv;
-        p.kv_indptr = dkv;
+        if (c.page > 0) {
+            p.k_pages = dk;
+            p.v_pages = dv;
+            p.page_size = c.page;
+            p.kv_page_indptr = kp.kv_indptr;
+            p.kv_page_indices = kp.kv_page_indices;
+            p.kv_last_page_len = kp.kv_last_page_len;
+        } else {
+            p.k = dk;
+            p.v = dv;
+            p.kv_indptr = dkv;
+        }
         CK(cudaMemset(dout, 0xff, n_out * 2));
         CK(cudaMemset(dlse, 0xff, ref_lse.size() * 4));
         st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
@@ -341,6 +370,19 @@ static bool run_case(const Case &c, unsigned seed) {
     const float scale = 1.f / std::sqrt(static_cast<float>(DK));
     std::vector<double> ref, ref_lse;
     reference(c, b, q, k, v, scale, ref, ref_lse);
+    Paged g;
+    int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
+    if (c.page > 0) {
+        g = make_pages(b.kv, c.page, rng, 3);
+        hk16 = to_pages(hk16, b.kv, g, c.page, c.hkv, DK);
+        hv16 = to_pages(hv16, b.kv, g, c.page, c.hkv, D);
+        CK(cudaMalloc(&dpi, g.indptr.size() * 4));
+        CK(cudaMalloc(&dpx, std::max<size_t>(g.indices.size(), 1) * 4));
+        CK(cudaMalloc(&dpl, std::max<size_t>(g.last.size(), 1) * 4));
+        CK(cudaMemcpy(dpi, g.indptr.data(), g.indptr.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dpx, g.indices.data(), g.indices.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dpl, g.last.data(), g.last.size() * 4, cudaMemcpyHostToDevice));
+    }
 
     void *dq, *dk, *dv, *dout;
     float *dlse;
@@ -369,7 +411,20 @@ static bool run_case(const Case &c, unsigned seed) {
              c.hq / c.hkv,
              c.causal ? 1 : 0,
              scale * 1.4426950408889634f,
-             scale};
+             scale,
+             nullptr,
+             nullptr,
+             nullptr,
+             0,
+             c.hkv};
+    if (c.page > 0) {
+        p.kv_indptr = dpi;
+        p.kv_page_indices = dpx;
+        p.kv_last_page_len = dpl;
+        p.v_pages = dv;
+        p.page_shift = __builtin_ctz(static_cast<unsigned>(c.page));
+        p.num_kv_heads = c.hkv;
+    }
     bool ok = true;
     for (int variant = 0; variant < kVariants; ++variant) {
         CK(cudaMemset(dout, 0xff, n_out * 2));
@@ -386,8 +441,11 @@ static bool run_case(const Case &c, unsigned seed) {
         ok = compare(c, kVariant[variant], dout, dlse, n_out, ref, ref_lse) && ok;
     }
 #ifdef HOPPER_CHECK_KIT
-    ok = run_kit(c, b, dq, dk, dv, dqo, dkv, dout, dlse, n_out, scale, ref, ref_lse) && ok;
+    ok = run_kit(c, b, g, dq, dk, dv, dqo, dkv, p, dout, dlse, n_out, scale, ref, ref_lse) && ok;
 #endif
+    cudaFree(dpi);
+    cudaFree(dpx);
+    cudaFree(dpl);
     cudaFree(dq);
     cudaFree(dk);
     cudaFree(dv);
@@ -399,96 +457,12 @@ static bool run_case(const Case &c, unsigned seed) {
     return ok;
 }
 
-/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V 128). */
-static void bench(bool causal, int B, int H, int hkv, int dqk, int variant) {
-    const int S = 4096, D = kDim;
-    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
-    const Batch b = make_batch(c);
-    const int sets = 2;
-    std::vector<void *> bufs;
-    const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
-                 kn = static_cast<size_t>(b.tkv) * hkv * dqk,
-                 vn = static_cast<size_t>(b.tkv) * hkv * D;
-    void *dout;
-    float *dlse;
-    int32_t *dqo, *dkv;
-    Item *ditems;
-    static std::vector<uint16_t> host; /* one random pool, sliced at different offsets */
-    if (host.size() < qn + 4096) {
-        host.resize(qn + 4096);
-        uint32_t x = 12345u;
-        for (auto &e : host) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            const __nv_bfloat16_raw y =
-                __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
-            e = y.x;
-        }
-    }
-    int slice = 0;
-    for (int s = 0; s < sets; ++s) {
-        for (size_t n : {qn, kn, vn}) {
-            void *p;
-            CK(cudaMalloc(&p, n * 2));
-            CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
-            bufs.push_back(p);
-        }
-    }
-    CK(cudaMalloc(&dout, static_cast<size_t>(b.tq) * H * D * 2));
-    CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * H * 4));
-    CK(cudaMalloc(&dqo, b.qo.size() * 4));
-    CK(cudaMalloc(&dkv, b.kv.size() * 4));
-    CK(cudaMalloc(&ditems, b.items.size() * sizeof(Item)));
-    CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
-    const float scale = 1.f / std::sqrt(static_cast<float>(dqk));
-    Params p{
-        ditems, dqo, dkv, dout, nullptr, H, H / hkv, causal ? 1 : 0, scale * 1.4426950408889634f,
-        scale};
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    std::vector<float> ms;
-    const int warm = 5, iters = 40;
-    for (int i = 0; i < warm + iters; ++i) {
-        const int s = i % sets;
-        CK(cudaEventRecord(e0));
-        const int rc =
-            launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
-                       b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        if (rc != 0) {
-            std::printf("bench: map error\n");
-            return;
-        }
-        float t;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        if (i >= warm) {
-            ms.push_back(t);
-        }
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    const double flops = (causal ? 1.0 : 2.0) * B * H * static_cast<double>(S) * S * (dqk + D);
-    std::printf("hopper %s B%d S%d H%d/%d D%d/%d bf16 %s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", B, S, H, hkv, dqk, D, kVariant[variant], med,
-                flops / med / 1e9);
-    for (void *x : bufs) {
-        cudaFree(x);
-    }
-    cudaFree(dout);
-    cudaFree(dlse);
-    cudaFree(dqo);
-    cudaFree(dkv);
-    cudaFree(ditems);
-}
+#include "hopper_prefill_timing.cuh"
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
      * --profile V: one causal H32/8 launch set of variant V (for ncu). */
+    std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;
@@ -516,12 +490,60 @@ int main(int argc, char **argv) {
         {"mla bf16 noncausal qk192", false, false, 2, 2, {17, 1000, 3}, {17, 1000, 300}, 192},
         {"mla bf16 causal prefix qk192", false, true, 4, 4, {1, 300, 129}, {5, 1300, 2000}, 192},
         {"mla fp16 causal qk192 g2", true, true, 4, 2, {1000, 0, 1}, {1000, 0, 1}, 192},
+        {"paged16 bf16 causal g1 H4/4",
+         false,
+         true,
+         4,
+         4,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         128,
+         16},
+        {"paged8 bf16 causal prefix g4",
+         false,
+         true,
+         8,
+         2,
+         {1, 17, 1000, 4097},
+         {13, 54, 1300, 4102},
+         128,
+         8},
+        {"paged64 fp16 noncausal g8",
+         true,
+         false,
+         8,
+         1,
+         {17, 1000, 3, 1},
+         {117, 1000, 300, 4097},
+         128,
+         64},
+        {"paged16 fp16 causal prefix g8",
+         true,
+         true,
+         8,
+         1,
+         {64, 200, 1},
+         {1000, 333, 4097},
+         128,
+         16},
+        {"paged128 bf16 causal prefix g4",
+         false,
+         true,
+         8,
+         2,
+         {1, 300, 129},
+         {5, 1300, 2000},
+         128,
+         128},
+        {"paged256 bf16 noncausal g1", false, false, 2, 2, {17, 1000}, {77, 1000}, 128, 256},
     };
     if (quick) {
         cases = {
             {"bf16 causal g4 small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}},
             {"fp16 noncausal g2 small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}},
             {"mla bf16 causal small", false, true, 2, 2, {1, 17, 300}, {1, 40, 300}, 192},
+            {"paged16 bf16 causal small", false, true, 4, 1, {1, 17, 300}, {1, 40, 333}, 128, 16},
+            {"paged8 fp16 noncausal small", true, false, 4, 2, {17, 200}, {29, 129}, 128, 8},
         };
     }
     int dev = 0;
@@ -546,6 +568,8 @@ int main(int argc, char **argv) {
             }
             bench(true, 1, 128, 128, 192, variant); /* MLA prefill (issue 9) */
         }
+        bench(true, 4, 32, 8, 128, 2, 16); /* fa_varlen's paged case, the dispatched mode */
+        bench(false, 4, 32, 8, 128, 2, 16);
     }
     return ok ? 0 : 1;
 }

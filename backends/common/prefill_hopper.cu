@@ -19,6 +19,14 @@
 #ifdef AP_KIT_HOPPER
 namespace {
 
+// log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8), else -1.
+int ap_hopper_page_shift(int32_t page_size) {
+    if (page_size < 8 || (page_size & (page_size - 1)) != 0) return -1;
+    int shift = 0;
+    while ((1 << shift) < page_size) ++shift;
+    return shift;
+}
+
 // 1 when the current device is an sm_90 part (the kernel's sm_90a code runs there only).
 int current_device_is_sm90() {
     int device = 0, major = 0, minor = 0;
@@ -45,49 +53,78 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
                       who, (int)p->q_dtype, (int)p->kv_dtype);
         return AP_ERR_UNSUPPORTED;
     }
-    if (p->kv_indptr == NULL || (p->head_dim_qk != 128 && p->head_dim_qk != 192) ||
-        p->head_dim_v != 128 || plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != 128 ||
+    const int paged = p->kv_indptr == NULL;
+    if (paged != !plan->ragged || (p->head_dim_qk != 128 && p->head_dim_qk != 192) ||
+        p->head_dim_v != 128 || (paged && p->head_dim_qk != 128) ||
+        plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != 128 ||
         plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
         p->num_kv_heads <= 0 || p->num_qo_heads % p->num_kv_heads != 0 ||
         plan->causal != (p->causal != 0)) {
         ap_msgbuf_add(msg,
-                      "%s: the Hopper plan (ragged, head dims %d/128, heads %d/%d, causal %d) "
+                      "%s: the Hopper plan (%s, head dims %d/128, heads %d/%d, causal %d) "
                       "does not match the call (%s, head dims %d/%d, heads %d/%d, causal %d)",
-                      who, plan->head_dim_qk, plan->num_qo_heads, plan->num_kv_heads, plan->causal,
-                      p->kv_indptr == NULL ? "paged" : "ragged", p->head_dim_qk, p->head_dim_v,
-                      p->num_qo_heads, p->num_kv_heads, p->causal != 0);
+                      who, plan->ragged ? "ragged" : "paged", plan->head_dim_qk, plan->num_qo_heads,
+                      plan->num_kv_heads, plan->causal, paged ? "paged" : "ragged", p->head_dim_qk,
+                      p->head_dim_v, p->num_qo_heads, p->num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    const uintptr_t any = (uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v;
-    if (p->q == NULL || p->k == NULL || p->v == NULL || p->out == NULL || p->qo_indptr == NULL ||
+    const void *k = paged ? p->k_pages : p->k;
+    const void *v = paged ? p->v_pages : p->v;
+    const uintptr_t any = (uintptr_t)p->q | (uintptr_t)k | (uintptr_t)v;
+    if (p->q == NULL || k == NULL || v == NULL || p->out == NULL || p->qo_indptr == NULL ||
         (any & 15) != 0) {
-        ap_msgbuf_add(msg, "%s: q, k, v, out and qo_indptr must be set, q/k/v 16-byte aligned",
+        ap_msgbuf_add(msg,
+                      "%s: q, out, qo_indptr and the K/V source must be set, q/k/v 16-byte "
+                      "aligned",
                       who);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
+    if (paged && (ap_hopper_page_shift(p->page_size) < 0 || p->kv_page_indptr == NULL ||
+                  p->kv_page_indices == NULL || p->kv_last_page_len == NULL)) {
+        ap_msgbuf_add(msg,
+                      "%s: the Hopper kernel's paged source needs a page size that is a power of "
+                      "two >= 8 (not %d) and the page table (indptr, indices, last page lengths)",
+                      who, p->page_size);
         return AP_ERR_INVALID_ARGUMENT;
     }
     return AP_OK;
 }
 
-template <typename T, int kMode, int kD>
+// The K and V maps of the call's source: ragged rows, or the paged caches (one box per page).
+int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan, int kD,
+                   CUtensorMap *mk, CUtensorMap *mv) {
+    if (p->kv_indptr == NULL) {
+        return ap_hopper::make_paged_map(mk, p->k_pages, p->num_kv_heads, p->page_size) != 0 ||
+               ap_hopper::make_paged_map(mv, p->v_pages, p->num_kv_heads, p->page_size) != 0;
+    }
+    const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
+    return ap_hopper::make_map(mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
+           ap_hopper::make_map(mv, p->v, nkv, p->num_kv_heads) != 0;
+}
+
+template <typename T, int kMode, int kD, bool kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
     constexpr int kSmem = ap_hopper::Geo<kD>::kSmem;
-    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD>, kSmem,
-                                           ready, who, msg);
+    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>,
+                                           kSmem, ready, who, msg);
     if (st != AP_OK) return st;
     CUtensorMap mq, mk, mv;
-    const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
     if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
-        ap_hopper::make_map(&mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
-        ap_hopper::make_map(&mv, p->v, nkv, p->num_kv_heads) != 0) {
+        hopper_kv_maps(p, plan, kD, &mk, &mv) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    ap_hopper::Params kp;
+    ap_hopper::Params kp = {};
     kp.items = static_cast<const ap_hopper::Item *>(plan->items);
     kp.qo_indptr = p->qo_indptr;
-    kp.kv_indptr = p->kv_indptr;
+    kp.kv_indptr = kPaged ? p->kv_page_indptr : p->kv_indptr;
+    kp.kv_page_indices = p->kv_page_indices;
+    kp.kv_last_page_len = p->kv_last_page_len;
+    kp.v_pages = p->v_pages;
+    kp.page_shift = kPaged ? ap_hopper_page_shift(p->page_size) : 0;
+    kp.num_kv_heads = p->num_kv_heads;
     kp.out = p->out;
     kp.lse = p->lse;
     kp.num_qo_heads = p->num_qo_heads;
@@ -96,7 +133,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.scale_log2 = p->sm_scale * ap_log2e;
     kp.sm_scale = p->sm_scale;
     const dim3 grid((unsigned)plan->num_items, (unsigned)p->num_qo_heads);
-    ap_hopper::prefill_hopper_kernel<T, kMode, kD>
+    ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
@@ -110,16 +147,20 @@ constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192>(p, plan, stream, who, msg);
-    return hopper_launch<T, kHopperMode, 128>(p, plan, stream, who, msg);
+    if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192, false>(p, plan, stream, who, msg);
+    if (p->kv_indptr == NULL)
+        return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperMode, 128, false>(p, plan, stream, who, msg);
 }
 
 } // namespace
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
-        args->kv_indptr_host == NULL || (args->head_dim_qk != 128 && args->head_dim_qk != 192) ||
-        args->head_dim_v != 128 || args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
+        (args->kv_indptr_host == NULL &&
+         (args->head_dim_qk != 128 || ap_hopper_page_shift(args->page_size) < 0)) ||
+        (args->head_dim_qk != 128 && args->head_dim_qk != 192) || args->head_dim_v != 128 ||
+        args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
         args->num_qo_heads % args->num_kv_heads != 0 ||
         args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||
         ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())

@@ -1,7 +1,8 @@
 /* prefill_hopper.cuh: the kit's Hopper (sm_90a) prefill kernel: TMA + mbarriers + wgmma, one
  * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 x 128),
- * head dims 128 / 128 or (Q/K 192, V 128: MLA's MHA form, Geo), ragged Q and K/V by cu_seqlens,
- * causal aligned to the end or no mask, GQA, LSE.
+ * head dims 128 / 128 or (Q/K 192, V 128: MLA's MHA form, Geo), ragged Q and K/V by cu_seqlens
+ * or (kPaged, 128 / 128) K/V from a paged NHD cache by its page table, causal aligned to the end
+ * or no mask, GQA, LSE.
  *
  * Shared memory: Q [128 rows] and a 2-stage ring of K and V tiles [128 keys], each stored as two
  * 64-column halves of 128-byte rows in the 128-byte swizzle TMA writes and wgmma reads. The
@@ -66,6 +67,13 @@ struct Params {
     int32_t causal;
     float scale_log2; /* sm_scale * log2(e) */
     float sm_scale;
+    /* The paged source (kernel's kPaged; kv_indptr is then kv_page_indptr): the NHD caches
+     * [page][page_size][Hkv][128], page_size a power of two >= 8 (1 << page_shift). */
+    const int32_t *kv_page_indices;
+    const int32_t *kv_last_page_len;
+    const void *v_pages; /* read by the producer for a tile's last, partly filled page */
+    int32_t page_shift;
+    int32_t num_kv_heads;
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -124,13 +132,18 @@ struct Shape {
     int q_start, q_len, kv_start, kv_len, m0, n_blocks;
 };
 
-__device__ __forceinline__ Shape item_shape(const Params &p) {
+/* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged). */
+template <bool kPaged> __device__ __forceinline__ Shape item_shape(const Params &p) {
     const Item it = p.items[blockIdx.x];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
     sh.kv_start = p.kv_indptr[it.seq];
     sh.kv_len = p.kv_indptr[it.seq + 1] - sh.kv_start;
+    if constexpr (kPaged) {
+        sh.kv_len =
+            sh.kv_len > 0 ? ((sh.kv_len - 1) << p.page_shift) + p.kv_last_page_len[it.seq] : 0;
+    }
     sh.m0 = it.q_start;
     int end = sh.kv_len;
     if (p.causal) {
@@ -181,6 +194,8 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
         tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
     }
 }
+
+#include "prefill_hopper_paged.cuh" /* the paged source's producer (kPaged) */
 
 /* Masks S of key tile n for this thread's rows r0 and r0 + 8 (sequence positions). */
 __device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int causal, int n,
@@ -467,7 +482,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
  * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo). */
-template <typename T, int kMode, int kD = 128>
+template <typename T, int kMode, int kD = 128, bool kPaged = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
@@ -483,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sv = sk + G::kStg * G::kQkBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * kTileBytes);
     const int h = blockIdx.y;
-    const Shape sh = item_shape(p);
+    const Shape sh = item_shape<kPaged>(p);
     if (sh.n_blocks < 0) {
         return;
     }
@@ -499,8 +514,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
+        /* 24: the registers this frees are exactly those the consumers' 240 take (the pool
+         * setmaxnreg.inc draws from is the CTA's own; a producer at 32 deadlocked them) */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-        if (threadIdx.x == 0 && sh.n_blocks > 0) {
+        if constexpr (kPaged) {
+            if (threadIdx.x < 32 && sh.n_blocks > 0) {
+                produce_paged<kD>(&tq, &tk, &tv, sq, sk, sv, b, p, sh, h, h / p.group);
+            }
+        } else if (threadIdx.x == 0 && sh.n_blocks > 0) {
             produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
         }
     } else {
@@ -515,23 +536,35 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
- * columns x 1 head x 128 rows, 128-byte swizzle, rows past the end read as zeros. 0 on success. */
-inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim) {
+ * columns x 1 head x box_rows rows (128, or a paged cache's page size), 128-byte swizzle, rows
+ * past the end read as zeros. 0 on success. */
+inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim,
+                    int box_rows = kRows) {
     EncodeTiledFn fn = encode_tiled_fn();
-    if (fn == nullptr || rows <= 0 || dim % 64 != 0) {
+    if (fn == nullptr || rows <= 0 || dim % 64 != 0 || box_rows < 8 || box_rows > kRows) {
         return -1;
     }
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
                                 static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(dim) * 2,
                                    static_cast<cuuint64_t>(dim) * 2 * heads};
-    const cuuint32_t box[3] = {64, 1, kRows};
+    const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t estride[3] = {1, 1, 1};
     const CUresult r =
         fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
            estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -2;
+}
+
+/* The map of a paged NHD cache [page][page_size][heads][128] viewed as [rows][heads][128], boxes
+ * of one page (or 128 rows of a larger one). The cache's page count is not in the call: the view
+ * spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of listed pages. */
+inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size) {
+    const int64_t row_bytes = static_cast<int64_t>(heads) * kDim * 2;
+    const int64_t rows = heads > 0 ? (static_cast<int64_t>(1) << 39) / row_bytes : 0;
+    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, kDim,
+                    page_size < kRows ? page_size : kRows);
 }
 
 } // namespace ap_hopper

@@ -27,6 +27,19 @@ __device__ __forceinline__ void bar_expect_tx(uint64_t *bar, uint32_t bytes) {
                  : "memory");
 }
 
+/* Adds `bytes` to the transaction count of the barrier's current phase without arriving. */
+__device__ __forceinline__ void expect_tx(uint64_t *bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+/* Orders this thread's earlier generic-proxy shared-memory writes before later async-proxy
+ * accesses (TMA, wgmma reads) of the same memory. */
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void bar_arrive(uint64_t *bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }

@@ -165,6 +165,7 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *ite
         .device_buffer = NULL,
         .buffer_bytes = items_bytes,
         .caller_uploads = 1,
+        .kv_dtype = m->kv_dtype, /* 16-bit K/V lets the kit plan for its Hopper kernel */
     };
     return fil_extend_plan_build(&args, NULL, &b->plan.extend, msg);
 }

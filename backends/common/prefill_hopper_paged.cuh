@@ -1,0 +1,111 @@
+/* prefill_hopper_paged.cuh: the paged K/V source of the kit's Hopper prefill kernel (kPaged): the
+ * producer warp that fills the K/V ring from a paged NHD cache, one TMA box per page. A part of
+ * prefill_hopper.cuh, which includes it after the kernel's shared types (Params, Shape, Bars, Geo);
+ * not a header of its own. */
+#ifndef AP_COMMON_PREFILL_HOPPER_PAGED_CUH
+#define AP_COMMON_PREFILL_HOPPER_PAGED_CUH
+
+#ifndef AP_COMMON_PREFILL_HOPPER_CUH
+#error "prefill_hopper_paged.cuh is included by prefill_hopper.cuh only"
+#endif
+
+/* Rows row0 .. kKeys - 1 of a tile in shared memory (`halves` 64-column halves of 128-byte
+ * rows, 128-byte swizzle as TMA writes it): the first `valid` copied from the cache rows src,
+ * src + stride, ... (16-bit elements), the rest zeros. By the whole warp. */
+__device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int row0, int valid,
+                                               const uint16_t *src, int64_t stride, int lane) {
+    const int per_row = halves * 8; /* 16-byte units */
+    const int units = (kKeys - row0) * per_row;
+#pragma unroll 8
+    for (int u = lane; u < units; u += 32) {
+        const int r = u / per_row;
+        const int c = u % per_row;
+        uint4 x = make_uint4(0u, 0u, 0u, 0u);
+        if (r < valid) {
+            x = __ldg(reinterpret_cast<const uint4 *>(src + r * stride + c * 8));
+        }
+        const int rr = row0 + r;
+        *reinterpret_cast<uint4 *>(tile + (c / 8) * kHalfBytes + rr * 128 +
+                                   (((c % 8) ^ (rr & 7)) * 16)) = x;
+    }
+}
+
+/* K/V tile n of a paged sequence into stage s, by the producer warp: one TMA box per page (or
+ * per 128 rows of a larger page) at its row offset (the 128-byte swizzle repeats every 8 rows,
+ * so the boxes build the layout of one 128-row box); box j and its page number on lane j. K
+ * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
+ * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
+ * masked P of 0 times a never-written (NaN) V would still poison O. */
+template <int kD>
+__device__ __forceinline__ void
+produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
+                   int s, uint32_t ph, const Params &p, const Shape &sh, int n, int hk, int lane) {
+    const int box = min(kKeys, 1 << p.page_shift);
+    const int pos = n * kKeys + lane * box;
+    const int valid = lane * box < kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
+    int row = 0;
+    if (valid > 0) {
+        const int page = __ldg(p.kv_page_indices + sh.kv_start + (pos >> p.page_shift));
+        row = (page << p.page_shift) + (pos & ((1 << p.page_shift) - 1));
+    }
+    const uint32_t some = __ballot_sync(0xffffffffu, valid > 0);
+    const int full = __popc(__ballot_sync(0xffffffffu, valid == box)); /* a prefix of boxes */
+    bar_wait(&b->k_empty[s], ph);
+    if (lane == 0) {
+        bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * Geo<kD>::kChunks);
+    }
+    __syncwarp();
+    if (valid > 0) {
+#pragma unroll
+        for (int c = 0; c < Geo<kD>::kChunks; ++c) {
+            tma_load(tk, k + c * kHalfBytes + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
+        }
+    }
+    bar_wait(&b->v_empty[s], ph);
+    if (lane == 0 && full * box == kKeys) {
+        bar_expect_tx(&b->v_full[s], kTileBytes); /* the arrival: TMA bytes alone complete it */
+    } else if (lane == 0 && full > 0) {
+        expect_tx(&b->v_full[s], full * box * 256); /* the arrival comes after the copy below */
+    }
+    __syncwarp();
+    if (valid == box) {
+        tma_load(tv, v + lane * box * 128, &b->v_full[s], 0, hk, row);
+        tma_load(tv, v + kHalfBytes + lane * box * 128, &b->v_full[s], 64, hk, row);
+    }
+    if (full * box < kKeys) {
+        const int tail_valid = __shfl_sync(0xffffffffu, valid, full);
+        const int tail_row = __shfl_sync(0xffffffffu, row, full);
+        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * kDim;
+        const uint16_t *src = static_cast<const uint16_t *>(p.v_pages) + tail_row * stride +
+                              static_cast<int64_t>(hk) * kDim;
+        warp_fill_rows(v, 2, full * box, tail_valid, src, stride, lane);
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) {
+            bar_arrive(&b->v_full[s]);
+        }
+    }
+}
+
+/* The producer warp over a paged source: Q once (lane 0), then the K/V tiles from the last down. */
+template <int kD>
+__device__ __forceinline__ void
+produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
+              uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const Shape &sh, int h, int hk) {
+    using G = Geo<kD>;
+    const int lane = threadIdx.x % 32;
+    if (lane == 0) {
+        bar_expect_tx(&b->q_full, G::kQkBytes);
+#pragma unroll
+        for (int c = 0; c < G::kChunks; ++c) {
+            tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+        }
+    }
+    for (int i = 0; i < sh.n_blocks; ++i) {
+        const int s = i % G::kStg;
+        produce_paged_tile<kD>(tk, tv, sk + s * G::kQkBytes, sv + s * kTileBytes, b, s,
+                               ((i / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk, lane);
+    }
+}
+
+#endif /* AP_COMMON_PREFILL_HOPPER_PAGED_CUH */

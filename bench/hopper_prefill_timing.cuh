@@ -1,0 +1,130 @@
+/* hopper_prefill_timing.cuh: hopper_prefill_check's timings (a part of
+ * bench/hopper_prefill_check.cu, which includes it after its launch helpers). */
+#ifndef AP_BENCH_HOPPER_PREFILL_TIMING_CUH
+#define AP_BENCH_HOPPER_PREFILL_TIMING_CUH
+
+/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V 128); page > 0: K/V read as a
+ * paged cache of that page size through a shuffled page table. */
+static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
+    const int S = 4096, D = kDim;
+    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
+    const Batch b = make_batch(c);
+    const int sets = 2;
+    std::vector<void *> bufs;
+    const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
+                 kn = static_cast<size_t>(b.tkv) * hkv * dqk,
+                 vn = static_cast<size_t>(b.tkv) * hkv * D;
+    void *dout;
+    float *dlse;
+    int32_t *dqo, *dkv;
+    Item *ditems;
+    static std::vector<uint16_t> host; /* one random pool, sliced at different offsets */
+    if (host.size() < qn + 4096) {
+        host.resize(qn + 4096);
+        uint32_t x = 12345u;
+        for (auto &e : host) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            const __nv_bfloat16_raw y =
+                __float2bfloat16_rn(static_cast<float>(x % 2001u) / 1000.f - 1.f);
+            e = y.x;
+        }
+    }
+    int slice = 0;
+    for (int s = 0; s < sets; ++s) {
+        for (size_t n : {qn, kn, vn}) {
+            void *p;
+            CK(cudaMalloc(&p, n * 2));
+            CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
+            bufs.push_back(p);
+        }
+    }
+    CK(cudaMalloc(&dout, static_cast<size_t>(b.tq) * H * D * 2));
+    CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * H * 4));
+    CK(cudaMalloc(&dqo, b.qo.size() * 4));
+    CK(cudaMalloc(&dkv, b.kv.size() * 4));
+    CK(cudaMalloc(&ditems, b.items.size() * sizeof(Item)));
+    CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
+    const float scale = 1.f / std::sqrt(static_cast<float>(dqk));
+    Params p{ditems,
+             dqo,
+             dkv,
+             dout,
+             nullptr,
+             H,
+             H / hkv,
+             causal ? 1 : 0,
+             scale * 1.4426950408889634f,
+             scale,
+             nullptr,
+             nullptr,
+             nullptr,
+             0,
+             hkv};
+    int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
+    if (page > 0) {
+        std::mt19937 rng(7);
+        /* the caches are the k / v buffers, no page to spare: S is a multiple of the page */
+        const Paged g = make_pages(b.kv, page, rng, 0);
+        CK(cudaMalloc(&dpi, g.indptr.size() * 4));
+        CK(cudaMalloc(&dpx, g.indices.size() * 4));
+        CK(cudaMalloc(&dpl, g.last.size() * 4));
+        CK(cudaMemcpy(dpi, g.indptr.data(), g.indptr.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dpx, g.indices.data(), g.indices.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dpl, g.last.data(), g.last.size() * 4, cudaMemcpyHostToDevice));
+        p.kv_indptr = dpi;
+        p.kv_page_indices = dpx;
+        p.kv_last_page_len = dpl;
+        p.page_shift = __builtin_ctz(static_cast<unsigned>(page));
+        p.num_kv_heads = hkv;
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> ms;
+    const int warm = 5, iters = 40;
+    for (int i = 0; i < warm + iters; ++i) {
+        const int s = i % sets;
+        p.v_pages = bufs[3 * s + 2];
+        CK(cudaEventRecord(e0));
+        const int rc =
+            launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
+                       b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        if (rc != 0) {
+            std::printf("bench: map error\n");
+            return;
+        }
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        if (i >= warm) {
+            ms.push_back(t);
+        }
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double flops = (causal ? 1.0 : 2.0) * B * H * static_cast<double>(S) * S * (dqk + D);
+    std::printf("hopper %s B%d S%d H%d/%d D%d/%d bf16 %s%s: %.3f ms %.1f TFLOP/s\n",
+                causal ? "causal    " : "non-causal", B, S, H, hkv, dqk, D, kVariant[variant],
+                page == 16 ? " paged16"
+                : page > 0 ? " paged"
+                           : "",
+                med, flops / med / 1e9);
+    cudaFree(dpi);
+    cudaFree(dpx);
+    cudaFree(dpl);
+    for (void *x : bufs) {
+        cudaFree(x);
+    }
+    cudaFree(dout);
+    cudaFree(dlse);
+    cudaFree(dqo);
+    cudaFree(dkv);
+    cudaFree(ditems);
+}
+
+#endif /* AP_BENCH_HOPPER_PREFILL_TIMING_CUH */
