@@ -1,5 +1,9 @@
 #!/bin/bash
-# memwr device run: build, tests (pack/append/nvfp4), memcheck, benches with torch.
+# memwr_run.sh: on the GPU machine, one call for the memory-bound writers (issues 9 and 11):
+# build, trtllm_mla's pack and append cases in gpu-mla, gpu-append for both MHA backends, the nvfp4
+# tests, mla-bench's pack/append beside torch's eager pack, nvfp4-bench and attnplug-bench's append
+# cases, memcheck on the changed kernels. Usage (repo root, .deps carried; logs under $OUT):
+#   OUT=... AP_COMMIT=sha bash bench/memwr_run.sh
 set -o pipefail
 B=/tmp/memwr-build
 t0=$(date +%s); stamp() { echo "--- $1 at +$(($(date +%s) - t0))s"; }
@@ -28,8 +32,9 @@ stamp bench
 grep -E "pack|append|copy|GB/s" $OUT/bench.log | head -n 60
 stamp memcheck
 { timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-pack "${M[@]}"; echo "memcheck pack exit $?"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-append-fp8-h16-p64-gptj-strided "${M[@]}"; echo "memcheck append exit $?"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-append trtllm_mha "${C[@]}" --plugin-dir $B/backends/trtllm_mha; echo "memcheck gpu-append exit $?"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-append-fp8-h16-p64-gptj-strided "${M[@]}"; echo "memcheck append gptj exit $?"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-append-bf16-h128-p64-neox-strided "${M[@]}"; echo "memcheck append neox exit $?"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-append trtllm_mha --filter append_ "${C[@]}" --plugin-dir $B/backends/trtllm_mha; echo "memcheck gpu-append exit $?"
 } > $OUT/sanitize.log 2>&1
 grep -E "ERROR SUMMARY|exit [0-9]" $OUT/sanitize.log
 stamp done

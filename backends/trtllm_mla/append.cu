@@ -1,7 +1,8 @@
 // append.cu: MLA's append_kv/1: RoPE on the new k_pe (the last 64 values of each latent row) and
 // on q's rope part, quantize, and write the latent rows [c | k_pe] into their cache slots, in one
-// kernel. One thread takes 8 values (one 16-byte load); for a rotated value its partner comes from
-// the same row in global memory (L1 holds it). Rotation in float32 with each product and sum
+// kernel. A unit is 8 values (one 16-byte load); a thread takes four units and loads them all
+// before it writes any; under neox the unit in the first half of a rope part also loads its
+// partner unit and writes both. Rotation in float32 with each product and sum
 // rounded on its own (__fmul_rn / __fadd_rn are never contracted into an FMA):
 //   x_a' = x_a * cos - x_b * sin,   x_b' = x_b * cos + x_a * sin
 // pairs (i, i + 32) for neox, (2i, 2i + 1) otherwise; cos/sin of pair i at position p are
