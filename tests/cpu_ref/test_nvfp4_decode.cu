@@ -2,6 +2,7 @@
 // The GPU test (tests/gpu/test_nvfp4.cu) runs the same functions with the real prmt; this one
 // checks the tables, selectors and sign bits wherever nvcc exists.
 #include <cstdio>
+#include <cstring>
 
 #include "backends/common/nvfp4.cuh"
 
@@ -24,6 +25,24 @@ static int check_word(uint32_t w) {
     return bad;
 }
 
+// ap_e2m1_code_fast against the compares of ap_float_to_e2m1: every float of magnitude below 8
+// (every rounding boundary and the saturation lie there), each with both signs, then every 251st
+// bit pattern of the rest (larger values, infinities, NaNs).
+static long check_e2m1_fast(void) {
+    long bad = 0;
+    for (uint64_t b = 0; b < (1ull << 32);
+         b += (b < 0x41000000u || (b >= 0x80000000u && b < 0xc1000000u)) ? 1 : 251) {
+        const uint32_t u = (uint32_t)b;
+        float y;
+        memcpy(&y, &u, sizeof y);
+        if ((uint32_t)ap_float_to_e2m1(y) != ap_e2m1_code_fast(y) && bad++ < 5)
+            printf("e2m1 of %08x (%g): fast %u, want %u\n", u, (double)y, ap_e2m1_code_fast(y),
+                   (unsigned)ap_float_to_e2m1(y));
+    }
+    printf("e2m1 fast codes on the host: %ld wrong\n", bad);
+    return bad;
+}
+
 int main(void) {
     long failures = 0, words = 0;
     // every 16-bit pattern in each half (the other half varied), then scrambled words
@@ -40,5 +59,6 @@ int main(void) {
         failures += check_word(x);
     }
     printf("nvfp4 prmt decode on the host: %ld words, %ld wrong\n", words, failures);
+    failures += check_e2m1_fast();
     return failures != 0;
 }
