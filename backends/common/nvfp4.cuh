@@ -155,7 +155,7 @@ __host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
 }
 
 // ap_nvfp4_block_codes on 8 values (n = 8) as one word, value i in nibble i, by
-// ap_e2m1_code_fast (equal to ap_float_to_e2m1 on every one of the 2^32 floats: a host sweep).
+// ap_e2m1_code_fast (tests/cpu_ref/test_nvfp4_decode.cu checks both against the host functions).
 __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], float inv,
                                                              int has_nan) {
     uint32_t w = 0;
