@@ -1,6 +1,6 @@
-// test_nvfp4_decode.cu: nvfp4.cuh's prmt decode logic, run on the host (prmt emulated), no GPU.
-// The GPU test (tests/gpu/test_nvfp4.cu) runs the same functions with the real prmt; this one
-// checks the tables, selectors and sign bits wherever nvcc exists.
+// test_nvfp4_decode.cu: nvfp4.cuh's host-compilable logic, run on the host (prmt emulated), no GPU:
+// the prmt decode (tests/gpu/test_nvfp4.cu runs it with the real prmt: this one checks the tables,
+// selectors and sign bits wherever nvcc exists) and the quantizer's fast E2M1 codes.
 #include <cstdio>
 #include <cstring>
 
