@@ -140,16 +140,6 @@ __device__ __forceinline__ unit_in load_unit(const mla_append_params &p, int64_t
     return in;
 }
 
-__device__ __forceinline__ void unpack8(const uint4 v, float x[8]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = ap_unpack2<__nv_bfloat16>(w[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
-    }
-}
-
 // Rotates (kind 2, 3) and stores a loaded unit: latent units into their cache slot, q units
 // into q_out (bf16).
 __device__ __forceinline__ void store_unit(const mla_append_params &p, const unit_in &in,
@@ -158,7 +148,7 @@ __device__ __forceinline__ void store_unit(const mla_append_params &p, const uni
     const bool latent = in.dst == nullptr;
     if (latent && (in.slot < 0 || in.slot >= p.num_slots)) return;
     float x[8], y[8];
-    unpack8(in.x, x);
+    ap_unpack8<__nv_bfloat16>(in.x, x);
     if (in.kind >= 2) {
         const float *cs = p.cos_sin + static_cast<int64_t>(in.pos) * p.rotary_dim;
         float c[8], s[8];
@@ -169,7 +159,7 @@ __device__ __forceinline__ void store_unit(const mla_append_params &p, const uni
         } else {
             load_f<8>(cs + in.r0, cs_vec, c);
             load_f<8>(cs + 32 + in.r0, cs_vec, s);
-            unpack8(in.y, y);
+            ap_unpack8<__nv_bfloat16>(in.y, y);
             rotate_neox(x, y, c, s);
         }
     }
