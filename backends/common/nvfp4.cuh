@@ -135,4 +135,39 @@ __device__ __forceinline__ uint8_t ap_nvfp4_quantize16(const float x[16], float 
     return scale;
 }
 
+// ap_float_to_e2m1's codes with no chain of compares: on each stretch of equal spacing the code
+// is an offset plus y's magnitude rounded to an integer after an exact scaling, |y| in [0, 2):
+// rint(2|y|) (codes 0..4), [2, 4): 2 + rint(|y|) (4..6), [4, 6]: 4 + rint(|y| / 2) (6, 7), past 6
+// saturated to 6 first. rint is one add of 2^23 (round to nearest even: the scaled product is
+// exact, so the add rounds once, as the compares' ties do: every offset is even, so ties to an
+// even integer are ties to the even code). NaN gives 0, the sign bit is y's.
+__host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
+    if (y != y) return 0u;
+    const float a = fminf(fabsf(y), 6.0f);
+    const float m = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
+    const uint32_t off = a < 2.0f ? 0u : (a < 4.0f ? 2u : 4u);
+#if defined(__CUDA_ARCH__)
+    const float r = __fadd_rn(__fmul_rn(a, m), 8388608.0f);
+#else
+    const float r = a * m + 8388608.0f;
+#endif
+    return (ap_float_bits(r) - 0x4b000000u + off) | ((ap_float_bits(y) >> 28) & 8u);
+}
+
+// ap_nvfp4_block_codes on 8 values (n = 8) as one word, value i in nibble i, by
+// ap_e2m1_code_fast (tests/cpu_ref/test_nvfp4_decode.cu checks both against the host functions).
+__host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], float inv,
+                                                             int has_nan) {
+    uint32_t w = 0;
+    for (int i = 0; i < 8; i++) {
+#if defined(__CUDA_ARCH__)
+        const float y = __fmul_rn(x[i], inv);
+#else
+        const float y = x[i] * inv;
+#endif
+        w |= ap_e2m1_code_fast(y) << (4 * i);
+    }
+    return has_nan ? 0u : w;
+}
+
 #endif // AP_COMMON_NVFP4_CUH

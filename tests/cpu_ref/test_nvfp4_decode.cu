@@ -1,7 +1,8 @@
-// test_nvfp4_decode.cu: nvfp4.cuh's prmt decode logic, run on the host (prmt emulated), no GPU.
-// The GPU test (tests/gpu/test_nvfp4.cu) runs the same functions with the real prmt; this one
-// checks the tables, selectors and sign bits wherever nvcc exists.
+// test_nvfp4_decode.cu: nvfp4.cuh's host-compilable logic, run on the host (prmt emulated), no GPU:
+// the prmt decode (tests/gpu/test_nvfp4.cu runs it with the real prmt: this one checks the tables,
+// selectors and sign bits wherever nvcc exists) and the quantizer's fast E2M1 codes.
 #include <cstdio>
+#include <cstring>
 
 #include "backends/common/nvfp4.cuh"
 
@@ -24,6 +25,55 @@ static int check_word(uint32_t w) {
     return bad;
 }
 
+// ap_e2m1_code_fast against the compares of ap_float_to_e2m1: every float of magnitude below 8
+// (every rounding boundary and the saturation lie there), each with both signs, then every 251st
+// bit pattern of the rest (larger values, infinities, NaNs).
+static long check_e2m1_fast(void) {
+    long bad = 0;
+    for (uint64_t b = 0; b < (1ull << 32);
+         b += (b < 0x41000000u || (b >= 0x80000000u && b < 0xc1000000u)) ? 1 : 251) {
+        const uint32_t u = (uint32_t)b;
+        float y;
+        memcpy(&y, &u, sizeof y);
+        if ((uint32_t)ap_float_to_e2m1(y) != ap_e2m1_code_fast(y) && bad++ < 5)
+            printf("e2m1 of %08x (%g): fast %u, want %u\n", u, (double)y, ap_e2m1_code_fast(y),
+                   (unsigned)ap_float_to_e2m1(y));
+    }
+    printf("e2m1 fast codes on the host: %ld wrong\n", bad);
+    return bad;
+}
+
+// ap_nvfp4_codes8 against ap_nvfp4_block_codes on blocks of scrambled values (exponents over the
+// whole range, the block's reciprocal from its own scale), with and without a NaN flag.
+static long check_codes8(void) {
+    long bad = 0;
+    uint32_t x = 0x9e3779b9u;
+    for (int i = 0; i < 200000; i++) {
+        float v[8];
+        for (int k = 0; k < 8; k++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            const uint32_t bits = (x & 0x807fffffu) | ((100u + (x >> 8) % 60u) << 23);
+            memcpy(&v[k], &bits, sizeof bits);
+        }
+        int has_nan = 0;
+        float inv;
+        ap_nvfp4_block_scale(ap_nvfp4_block_amax(v, 8, &has_nan), 0, 1.0f / 64, &inv);
+        for (int nan_flag = 0; nan_flag < 2; nan_flag++) {
+            uint8_t packed[4];
+            ap_nvfp4_block_codes(v, 8, inv, nan_flag, packed);
+            const uint32_t want = (uint32_t)packed[0] | (uint32_t)packed[1] << 8 |
+                                  (uint32_t)packed[2] << 16 | (uint32_t)packed[3] << 24;
+            if (ap_nvfp4_codes8(v, inv, nan_flag) != want && bad++ < 5)
+                printf("codes8 block %d nan %d: %08x, want %08x\n", i, nan_flag,
+                       ap_nvfp4_codes8(v, inv, nan_flag), want);
+        }
+    }
+    printf("nvfp4 codes8 on the host: %ld wrong\n", bad);
+    return bad;
+}
+
 int main(void) {
     long failures = 0, words = 0;
     // every 16-bit pattern in each half (the other half varied), then scrambled words
@@ -40,5 +90,6 @@ int main(void) {
         failures += check_word(x);
     }
     printf("nvfp4 prmt decode on the host: %ld words, %ld wrong\n", words, failures);
+    failures += check_e2m1_fast() + check_codes8();
     return failures != 0;
 }
