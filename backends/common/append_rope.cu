@@ -81,7 +81,7 @@ template <typename KV> struct kv_write8 {
 // number, and every row starts on an even lane), 8 each. nvfp4_host.h's quantizer in its three
 // steps: each lane takes the largest magnitude of its 8 (and whether one is NaN), the pair
 // combines them by one shuffle each, both lanes derive the same scale byte and reciprocal, and
-// each lane codes its own 8 values into 4 bytes; the even lane also writes the scale byte. The
+// each lane codes its own 8 values into 4 bytes (ap_nvfp4_codes8); the even lane also writes the scale byte. The
 // bytes are those of ap_nvfp4_quantize_block on the 16 (max and or are exact in any order).
 // Warps holding no K/V row skip it.
 template <> struct kv_write8<ap_nvfp4> {
@@ -94,12 +94,9 @@ template <> struct kv_write8<ap_nvfp4> {
         has_nan |= __shfl_xor_sync(0xffffffffu, has_nan, 1);
         float inv;
         const uint8_t s = ap_nvfp4_block_scale(amax, has_nan, scale, &inv);
-        uint8_t packed[kVec / 2];
-        ap_nvfp4_block_codes(x, kVec, inv, has_nan, packed);
+        const uint32_t codes = ap_nvfp4_codes8(x, inv, has_nan);
         if (!write) return;
-        *reinterpret_cast<uint32_t *>(pages + elem / 2) =
-            (uint32_t)packed[0] | (uint32_t)packed[1] << 8 | (uint32_t)packed[2] << 16 |
-            (uint32_t)packed[3] << 24;
+        *reinterpret_cast<uint32_t *>(pages + elem / 2) = codes;
         if ((elem & (AP_NVFP4_BLOCK - 1)) == 0) scales[elem / AP_NVFP4_BLOCK] = s;
     }
 };

@@ -43,10 +43,9 @@ __device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, f
     return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
-// 16 contiguous 16-bit inputs (two 16-byte loads) -> 16 fp8 bytes.
-template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, float scale) {
-    const uint4 lo = *reinterpret_cast<const uint4 *>(src);
-    const uint4 hi = *reinterpret_cast<const uint4 *>(src + 8);
+// 16 contiguous 16-bit inputs (two 16-byte words) -> 16 fp8 bytes.
+template <typename T>
+__device__ __forceinline__ uint4 quant16_words(const uint4 lo, const uint4 hi, float scale) {
     const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     uint32_t out[4];
 #pragma unroll
@@ -57,42 +56,79 @@ template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, flo
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Unit u (16 output bytes) of row (t, h): K units first, then V units.
-template <typename T>
-__device__ __forceinline__ void pack_unit(const mla_pack_params &p, int64_t t, int h, int u) {
-    const int k_units = (p.nope_dim + p.rope_dim) >> 4;
-    const int64_t th = t * p.heads + h;
-    const T *kn = static_cast<const T *>(p.k_nope);
-    const T *pe = static_cast<const T *>(p.k_pe);
-    const T *v = static_cast<const T *>(p.v);
-    if (u < k_units) {
-        const int d = u << 4;
-        const T *src = d < p.nope_dim ? kn + t * p.kn_stride_t + h * p.kn_stride_h + d
-                                      : pe + t * p.pe_stride_t + (d - p.nope_dim);
-        *reinterpret_cast<uint4 *>(static_cast<uint8_t *>(p.k_out) +
-                                   th * (p.nope_dim + p.rope_dim) + d) = quant16(src, p.k_scale);
-    } else {
-        const int d = (u - k_units) << 4;
-        const T *src = v + t * p.v_stride_t + h * p.v_stride_h + d;
-        *reinterpret_cast<uint4 *>(static_cast<uint8_t *>(p.v_out) + th * p.v_dim + d) =
-            quant16(src, p.v_scale);
-    }
+template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, float scale) {
+    return quant16_words<T>(*reinterpret_cast<const uint4 *>(src),
+                            *reinterpret_cast<const uint4 *>(src + 8), scale);
 }
 
-// IDX: uint32_t when tokens * heads * units < 2^32 (the usual case: no 64-bit division).
+// Unit u (16 output bytes) of row (t, h): K units first, then V units. The source of its 16
+// inputs, the destination of its 16 bytes and the scale.
+template <typename T> struct unit_ref {
+    const T *src;
+    uint8_t *dst;
+    float scale;
+};
+
+template <typename T>
+__device__ __forceinline__ unit_ref<T> unit_at(const mla_pack_params &p, int64_t t, int h, int u) {
+    const int k_units = (p.nope_dim + p.rope_dim) >> 4;
+    const int64_t th = t * p.heads + h;
+    if (u < k_units) {
+        const int d = u << 4;
+        const T *src =
+            d < p.nope_dim
+                ? static_cast<const T *>(p.k_nope) + t * p.kn_stride_t + h * p.kn_stride_h + d
+                : static_cast<const T *>(p.k_pe) + t * p.pe_stride_t + (d - p.nope_dim);
+        return {src, static_cast<uint8_t *>(p.k_out) + th * (p.nope_dim + p.rope_dim) + d,
+                p.k_scale};
+    }
+    const int d = (u - k_units) << 4;
+    return {static_cast<const T *>(p.v) + t * p.v_stride_t + h * p.v_stride_h + d,
+            static_cast<uint8_t *>(p.v_out) + th * p.v_dim + d, p.v_scale};
+}
+
+template <typename T>
+__device__ __forceinline__ void pack_unit(const mla_pack_params &p, int64_t t, int h, int u) {
+    const unit_ref<T> r = unit_at<T>(p, t, h, u);
+    *reinterpret_cast<uint4 *>(r.dst) = quant16(r.src, r.scale);
+}
+
+// Many tokens: each thread takes kFlatUnits units kThreads apart (a warp's units stay
+// contiguous), issues all their 16-byte loads (streaming, ld.cs) before it converts and stores
+// any: kFlatUnits * 32 bytes in flight per thread. IDX: uint32_t when tokens * heads * units +
+// kFlatUnits * kThreads < 2^32 (the usual case: no 64-bit division).
+constexpr int kFlatUnits = 4;
+
 template <typename T, typename IDX>
 __global__ void __launch_bounds__(kThreads) pack_flat(const mla_pack_params p) {
     ap_pdl_wait();
     ap_pdl_launch_dependents();
     const IDX units = static_cast<IDX>((p.nope_dim + p.rope_dim + p.v_dim) >> 4);
     const IDX per_token = units * static_cast<IDX>(p.heads);
-    const IDX i = static_cast<IDX>(blockIdx.x) * kThreads + threadIdx.x;
-    if (i >= per_token * static_cast<IDX>(p.tokens)) return;
-    const IDX t = i / per_token;
-    const IDX rest = i - t * per_token;
-    const IDX h = rest / units;
-    pack_unit<T>(p, static_cast<int64_t>(t), static_cast<int>(h),
-                 static_cast<int>(rest - h * units));
+    const IDX total = per_token * static_cast<IDX>(p.tokens);
+    const IDX first = static_cast<IDX>(blockIdx.x) * (kThreads * kFlatUnits) + threadIdx.x;
+    uint4 lo[kFlatUnits], hi[kFlatUnits];
+    uint8_t *dst[kFlatUnits];
+    float scale[kFlatUnits];
+#pragma unroll
+    for (int j = 0; j < kFlatUnits; j++) {
+        const IDX i = first + static_cast<IDX>(j) * kThreads;
+        dst[j] = nullptr;
+        if (i >= total) continue;
+        const IDX t = i / per_token;
+        const IDX rest = i - t * per_token;
+        const IDX h = rest / units;
+        const unit_ref<T> r = unit_at<T>(p, static_cast<int64_t>(t), static_cast<int>(h),
+                                         static_cast<int>(rest - h * units));
+        lo[j] = __ldcs(reinterpret_cast<const uint4 *>(r.src));
+        hi[j] = __ldcs(reinterpret_cast<const uint4 *>(r.src + 8));
+        dst[j] = r.dst;
+        scale[j] = r.scale;
+    }
+#pragma unroll
+    for (int j = 0; j < kFlatUnits; j++)
+        if (dst[j] != nullptr)
+            __stcs(reinterpret_cast<uint4 *>(dst[j]), quant16_words<T>(lo[j], hi[j], scale[j]));
 }
 
 template <typename T> __global__ void __launch_bounds__(kThreads) pack_2d(const mla_pack_params p) {
@@ -171,8 +207,9 @@ ap_status launch(const mla_pack_params &p, cudaStream_t stream, ap_msgbuf *msg) 
         err = ap_launch(pack_2d<T>, grid, dim3(kThreads), 0, stream, pdl, p);
     } else {
         const int64_t n = p.tokens * p.heads * ((p.nope_dim + p.rope_dim + p.v_dim) >> 4);
-        const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads));
-        err = n + kThreads < (int64_t{1} << 32)
+        constexpr int64_t per_cta = int64_t{kThreads} * kFlatUnits;
+        const dim3 grid(static_cast<unsigned>((n + per_cta - 1) / per_cta));
+        err = n + per_cta < (int64_t{1} << 32)
                   ? ap_launch(pack_flat<T, uint32_t>, grid, dim3(kThreads), 0, stream, pdl, p)
                   : ap_launch(pack_flat<T, uint64_t>, grid, dim3(kThreads), 0, stream, pdl, p);
     }
