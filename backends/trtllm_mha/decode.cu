@@ -130,6 +130,7 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
                                             const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
     st.upper = first_row + 8 < w.rows;
+    st.prefix = w.prefix;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = first_row + g + 8 * half;

@@ -24,15 +24,20 @@ template <int D> struct warp_state {
     float m[2], l[2];
     int limit[2]; // the last key each row sees (causal): prefix + its token
     bool upper;   // rows g + 8 hold a query row (warp-uniform; else their softmax is skipped)
+    int prefix;   // keys every row sees (its causal limit is at least this)
 };
 
-// Online softmax of one step (rows g, g + 8): m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
-// l = l 2^(m - m') + sum p_j, O rescaled by 2^(m - m'). A row with no key yet keeps m = -inf
-// and p = 0 (the base is then 0, so no inf - inf). Rows g + 8 without a query row (a decode
-// of <= 8 rows per warp) get p = 0 and no softmax: their outputs are never written.
+// Online softmax of one step (rows g, g + 8), scores s scaled by scale_log2 (> 0) on the way:
+// m' = max(m, max_j s_j scale), p_j = 2^(s_j scale - m') (one fma), l = l 2^(m - m') + sum p_j,
+// O rescaled by 2^(m - m') unless no row of the warp has a new max (then that factor is 1, or
+// 0 times an O of zeros). A row with no key yet keeps m = -inf and p = 0 (the base is then 0, so
+// no inf - inf). A step whose keys all lie before key_end and at or before every row's causal
+// limit (>= the prefix) needs no mask. Rows g + 8 without a query row (a decode of <= 8 rows
+// per warp) get p = 0 and no softmax: their outputs are never written.
 template <int D>
 __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
                                              int first_key, int key_end, float scale_log2, int t) {
+    const bool full = first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         if (half == 1 && !st.upper) {
@@ -45,15 +50,17 @@ __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile
         for (int n = 0; n < kTile / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int key = first_key + 8 * n + 2 * t + e;
-                float x = s[n][2 * half + e] * scale_log2;
-                x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
-                s[n][2 * half + e] = x;
+                float x = s[n][2 * half + e];
+                if (!full) {
+                    const int key = first_key + 8 * n + 2 * t + e;
+                    x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
+                    s[n][2 * half + e] = x;
+                }
                 tile_max = fmaxf(tile_max, x);
             }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float m_new = fmaxf(st.m[half], tile_max);
+        const float m_new = fmaxf(st.m[half], tile_max * scale_log2);
         const float base = m_new == -INFINITY ? 0.f : m_new;
         const float alpha = ap_exp2_approx(st.m[half] - base);
         float sum = 0.f;
@@ -61,17 +68,19 @@ __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile
         for (int n = 0; n < kTile / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p = ap_exp2_approx(s[n][2 * half + e] - base);
+                const float p = ap_exp2_approx(fmaf(s[n][2 * half + e], scale_log2, -base));
                 s[n][2 * half + e] = p;
                 sum += p;
             }
         st.l[half] = st.l[half] * alpha + sum;
+        const bool grew = __any_sync(0xffffffffu, m_new != st.m[half]);
         st.m[half] = m_new;
+        if (grew)
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            st.acc[j][2 * half] *= alpha;
-            st.acc[j][2 * half + 1] *= alpha;
-        }
+            for (int j = 0; j < D / 8; j++) {
+                st.acc[j][2 * half] *= alpha;
+                st.acc[j][2 * half + 1] *= alpha;
+            }
     }
 }
 
