@@ -37,7 +37,9 @@ template <int D> struct warp_state {
 template <int D>
 __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
                                              int first_key, int key_end, float scale_log2, int t) {
-    const bool full = first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
+    // (D = 256 keeps the mask: its registers are full, the second path spills more)
+    const bool full =
+        D <= 128 && first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         if (half == 1 && !st.upper) {
