@@ -170,4 +170,33 @@ __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], f
     return has_nan ? 0u : w;
 }
 
+// A shorter decode for kernels that multiply by the block scale anyway (decode on fragment
+// load): the halves it yields are value * 2^-14, the caller folds 2^14 into its float scale.
+// A code's three magnitude bits placed at a half's bits 9..11 (the two low exponent bits and the
+// top mantissa bit) read as value * 2^-14 (E2M1's exponent bias is 1, a half's 15; code 1, 0.5,
+// lands on the subnormal 2^-15, code 0 on 0), its sign at bit 15. No table: the high bytes of
+// all eight halves in two registers, 7 instructions,
+//   odd  = sign bits of the high nibbles | their magnitudes >> 3   (byte b: value 2b + 1)
+//   even = the same of w << 4                                     (byte b: value 2b)
+// then one prmt per pair of halves (ap_nvfp4_pair14) takes two high bytes and zero low bytes:
+// 11 instructions for 8 values (the exact decode above: 19, and 4 table loads when registers
+// run short). Times an e4m3 scale each half stays exact (<= 6 significant bits, multiples of
+// 2^-24: subnormal halves included, which the tensor cores read as they are).
+struct ap_nvfp4_hi {
+    uint32_t even, odd;
+};
+
+__host__ __device__ __forceinline__ ap_nvfp4_hi ap_nvfp4_hi_bytes(uint32_t w) {
+    const uint32_t s = w << 4;
+    return {(s & 0x80808080u) | ((s & 0x70707070u) >> 3),
+            (w & 0x80808080u) | ((w & 0x70707070u) >> 3)};
+}
+
+// Halves (low, high) of value * 2^-14 from high bytes a and b (0..3) of one ap_nvfp4_hi word.
+__host__ __device__ __forceinline__ uint32_t ap_nvfp4_pair14(uint32_t hi, int a, int b) {
+    return ap_nvfp4_prmt(hi, 0u, 4u | (uint32_t)a << 4 | 4u << 8 | (uint32_t)b << 12);
+}
+
+#define AP_NVFP4_UNBIAS14 16384.f // what ap_nvfp4_pair14's halves are multiplied by
+
 #endif // AP_COMMON_NVFP4_CUH

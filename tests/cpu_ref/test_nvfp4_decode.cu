@@ -1,6 +1,7 @@
 // test_nvfp4_decode.cu: nvfp4.cuh's host-compilable logic, run on the host (prmt emulated), no GPU:
 // the prmt decode (tests/gpu/test_nvfp4.cu runs it with the real prmt: this one checks the tables,
-// selectors and sign bits wherever nvcc exists) and the quantizer's fast E2M1 codes.
+// selectors and sign bits wherever nvcc exists), the shorter ap_nvfp4_hi_bytes / ap_nvfp4_pair14
+// decode (value * 2^-14) the same way, and the quantizer's fast E2M1 codes.
 #include <cstdio>
 #include <cstring>
 
@@ -19,6 +20,21 @@ static int check_word(uint32_t w) {
         if (half != ap_float_to_f16(want) || bf16 != ap_float_to_bf16(want)) {
             printf("word %08x value %d (%g): half %04x, want %04x; bf16 %04x, want %04x\n", w, v,
                    (double)want, half, ap_float_to_f16(want), bf16, ap_float_to_bf16(want));
+            bad = 1;
+        }
+    }
+    // the shorter decode: value v from byte v / 2 of .even / .odd, as value * 2^-14
+    const ap_nvfp4_hi hi = ap_nvfp4_hi_bytes(w);
+    for (int v = 0; v < 8; v++) {
+        float want = ap_e2m1_to_float((uint8_t)((w >> (4 * v)) & 15)) / AP_NVFP4_UNBIAS14;
+        uint32_t pair = ap_nvfp4_pair14(v % 2 ? hi.odd : hi.even, v / 2, (v / 2 + 1) % 4);
+        uint16_t lo = (uint16_t)pair, up = (uint16_t)(pair >> 16);
+        uint16_t up_want = ap_float_to_f16(
+            ap_e2m1_to_float((uint8_t)((w >> (4 * (v % 2 + 2 * ((v / 2 + 1) % 4)))) & 15)) /
+            AP_NVFP4_UNBIAS14);
+        if (lo != ap_float_to_f16(want) || up != up_want) {
+            printf("word %08x value %d (%g): pair14 %08x, want %04x low, %04x high\n", w, v,
+                   (double)want, pair, ap_float_to_f16(want), up_want);
             bad = 1;
         }
     }
