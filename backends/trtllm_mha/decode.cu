@@ -123,11 +123,14 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
 }
 
 // The K fragments of fp8 hold dims 4t..4t+3 of each 16 (tile_math_fp8), those of nvfp4 dims
-// 8t..8t+7 of each 32 (tile_math_nvfp4), so Q is loaded to match (LAYOUT: kLayout16/Fp8/Nvfp4).
+// 8t..8t+7 of each 32, even dims in k-step 2c, odd in 2c + 1 (tile_math_nvfp4), so Q is loaded
+// to match (LAYOUT: kLayout16/Fp8/Nvfp4).
 template <int D, typename MT, typename QT, int LAYOUT>
 __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w,
                                             const decode_args &a, int first_row, int lane) {
     const int g = lane >> 2, t = lane & 3;
+    st.upper = first_row + 8 < w.rows;
+    st.prefix = w.prefix;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
         const int r = first_row + g + 8 * half;
@@ -141,11 +144,16 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
         for (int ks = 0; ks < D / 16; ks++) {
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
-                const int dim =
-                    LAYOUT == kLayoutNvfp4
-                        ? 32 * (ks >> 1) + 8 * t + 4 * (ks & 1) + 2 * hi
-                        : 16 * ks + (LAYOUT == kLayoutFp8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
-                uint32_t v = live ? __ldg(reinterpret_cast<const uint32_t *>(qrow + dim)) : 0u;
+                uint32_t v = 0u;
+                if constexpr (LAYOUT == kLayoutNvfp4) { // dims 8t + (ks & 1) + 4 hi, + 2
+                    const int dim = 32 * (ks >> 1) + 8 * t + (ks & 1) + 4 * hi;
+                    const uint16_t *q16 = reinterpret_cast<const uint16_t *>(qrow);
+                    if (live) v = (uint32_t)__ldg(q16 + dim) | (uint32_t)__ldg(q16 + dim + 2) << 16;
+                } else {
+                    const int dim =
+                        16 * ks + (LAYOUT == kLayoutFp8 ? 4 * t + 2 * hi : 8 * hi + 2 * t);
+                    if (live) v = __ldg(reinterpret_cast<const uint32_t *>(qrow + dim));
+                }
                 if constexpr (!std::is_same<MT, QT>::value) {
                     const float2 f = ap_unpack2<QT>(v);
                     v = ap_pack2<MT>(f.x, f.y);
@@ -482,8 +490,10 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
     a->log2_page_size = ap_page_shift(p->page_size);
     a->num_splits = p->num_splits;
     a->row_blocks = row_blocks;
-    a->scale_log2 = p->sm_scale * ap_log2e * (scaled ? p->k_scale : 1.f);
-    a->v_scale = scaled ? p->v_scale : 1.f;
+    // nvfp4's fragments hold value * 2^-14 (ap_nvfp4_pair14): 2^14 joins the global scales
+    const float unbias = p->kv_dtype == AP_DTYPE_NVFP4 ? AP_NVFP4_UNBIAS14 : 1.f;
+    a->scale_log2 = p->sm_scale * ap_log2e * (scaled ? p->k_scale * unbias : 1.f);
+    a->v_scale = scaled ? p->v_scale * unbias : 1.f;
 }
 
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {

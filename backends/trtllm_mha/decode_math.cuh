@@ -23,30 +23,46 @@ template <int D> struct warp_state {
     float acc[D / 8][4];
     float m[2], l[2];
     int limit[2]; // the last key each row sees (causal): prefix + its token
+    bool upper;   // rows g + 8 hold a query row (warp-uniform; else their softmax is skipped)
+    int prefix;   // keys every row sees (its causal limit is at least this)
 };
 
-// Online softmax of one step (rows g, g + 8): m' = max(m, max_j s_j), p_j = 2^(s_j - m'),
-// l = l 2^(m - m') + sum p_j, O rescaled by 2^(m - m'). A row with no key yet keeps m = -inf
-// and p = 0 (the base is then 0, so no inf - inf).
+// Online softmax of one step (rows g, g + 8), scores s scaled by scale_log2 (> 0) on the way:
+// m' = max(m, max_j s_j scale), p_j = 2^(s_j scale - m') (one fma), l = l 2^(m - m') + sum p_j,
+// O rescaled by 2^(m - m') unless no row of the warp has a new max (then that factor is 1, or
+// 0 times an O of zeros). A row with no key yet keeps m = -inf and p = 0 (the base is then 0, so
+// no inf - inf). A step whose keys all lie before key_end and at or before every row's causal
+// limit (>= the prefix) needs no mask. Rows g + 8 without a query row (a decode of <= 8 rows
+// per warp) get p = 0 and no softmax: their outputs are never written.
 template <int D>
 __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile / 8][4],
                                              int first_key, int key_end, float scale_log2, int t) {
+    // (D = 256 keeps the mask: its registers are full, the second path spills more)
+    const bool full =
+        D <= 128 && first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
 #pragma unroll
     for (int half = 0; half < 2; half++) {
+        if (half == 1 && !st.upper) {
+#pragma unroll
+            for (int n = 0; n < kTile / 8; n++) s[n][2] = s[n][3] = 0.f;
+            break;
+        }
         float tile_max = -INFINITY;
 #pragma unroll
         for (int n = 0; n < kTile / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const int key = first_key + 8 * n + 2 * t + e;
-                float x = s[n][2 * half + e] * scale_log2;
-                x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
-                s[n][2 * half + e] = x;
+                float x = s[n][2 * half + e];
+                if (!full) {
+                    const int key = first_key + 8 * n + 2 * t + e;
+                    x = (key < key_end && key <= st.limit[half]) ? x : -INFINITY;
+                    s[n][2 * half + e] = x;
+                }
                 tile_max = fmaxf(tile_max, x);
             }
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-        const float m_new = fmaxf(st.m[half], tile_max);
+        const float m_new = fmaxf(st.m[half], tile_max * scale_log2);
         const float base = m_new == -INFINITY ? 0.f : m_new;
         const float alpha = ap_exp2_approx(st.m[half] - base);
         float sum = 0.f;
@@ -54,17 +70,19 @@ __device__ __forceinline__ void tile_softmax(warp_state<D> &st, float (&s)[kTile
         for (int n = 0; n < kTile / 8; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                const float p = ap_exp2_approx(s[n][2 * half + e] - base);
+                const float p = ap_exp2_approx(fmaf(s[n][2 * half + e], scale_log2, -base));
                 s[n][2 * half + e] = p;
                 sum += p;
             }
         st.l[half] = st.l[half] * alpha + sum;
+        const bool grew = __any_sync(0xffffffffu, m_new != st.m[half]);
         st.m[half] = m_new;
+        if (grew)
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            st.acc[j][2 * half] *= alpha;
-            st.acc[j][2 * half + 1] *= alpha;
-        }
+            for (int j = 0; j < D / 8; j++) {
+                st.acc[j][2 * half] *= alpha;
+                st.acc[j][2 * half + 1] *= alpha;
+            }
     }
 }
 
@@ -161,14 +179,39 @@ __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k
     }
 }
 
+// A pair of halves (bits) times a pair of scales (bits or __half2), as bits.
+__device__ __forceinline__ uint32_t scaled_pair(uint32_t pair, __half2 scale) {
+    const __half2 x = __hmul2(*reinterpret_cast<const __half2 *>(&pair), scale);
+    return *reinterpret_cast<const uint32_t *>(&x);
+}
+
+__device__ __forceinline__ uint32_t scaled_pair(uint32_t pair, uint32_t scale) {
+    return scaled_pair(pair, *reinterpret_cast<const __half2 *>(&scale));
+}
+
+// Block scales of nvfp4 chunks 2j and 2j + 1 (32 values each) for keys a and b (or a twice):
+// word j of each scale row holds blocks 4j .. 4j + 3; sel picks bytes p and p + 2 of both (p:
+// the lane's parity, which block of the chunk its fragments hold), so that first = (a's, b's)
+// scale of block 4j + p and second = those of block 4j + 2 + p, as pairs of halves.
+__device__ __forceinline__ void nvfp4_scale_word(const uint8_t *a, const uint8_t *b, int j,
+                                                 uint32_t sel, uint32_t &first, uint32_t &second) {
+    const uint32_t four = ap_nvfp4_prmt(reinterpret_cast<const uint32_t *>(a)[j],
+                                        reinterpret_cast<const uint32_t *>(b)[j], sel);
+    first = ap_fp8x2_to_half2_bits((uint16_t)four);
+    second = ap_fp8x2_to_half2_bits((uint16_t)(four >> 16));
+}
+
 // nvfp4 step over a sub-tile (32 rows of D / 2 bytes, swizzled; K at tile_k, V at tile_v; the
-// scale rows of D / 16 bytes at scale_k, scale_v), converted to half in registers (the kit's prmt
-// decode). One ldmatrix.x4 per 32-value chunk c reads keys 0..31 (lane = key). K: lane (g, t)
-// gets key 8n + g, dims 32c + 8t .. 8t + 7 (one block scale): the B fragments of k-steps 2c and
-// 2c + 1 with k permuted (Q loaded to match). V (.trans): keys 2t, 2t + 1 (and + 8) of dims
-// 32c + 4g .. 4g + 3, regrouped by prmt into (key 2t, key 2t + 1) pairs of one dim e, times
-// the two keys' block scales: the B fragment of n-block 4c + e (column g = dim 32c + 4g + e), so
-// lane (g, t) ends up holding dims 32c + 8t .. 8t + 7 of rows g and g + 8 (state_finish).
+// scale rows of D / 16 bytes at scale_k, scale_v), converted to half in registers by the kit's
+// short decode (ap_nvfp4_hi_bytes, ap_nvfp4_pair14: halves of value * 2^-14, times the block
+// scale, exact; the caller folds 2^14 into the logit and output scales). One ldmatrix.x4 per
+// 32-value chunk c reads keys 0..31 (lane = key). K: lane (g, t) gets key 8n + g, dims
+// 32c + 8t .. 8t + 7 (one block scale), decoded into the B fragments of k-step 2c (dims 8t + 0,
+// 2 | 4, 6) and 2c + 1 (dims 8t + 1, 3 | 5, 7) (Q loaded to match, state_begin). V (.trans):
+// keys 2t, 2t + 1 (and + 8) of dims 32c + 4g .. 4g + 3; each prmt takes one dim e of both keys,
+// times the two keys' block scales: the B fragment of n-block 4c + e (column g = dim
+// 32c + 4g + e), so lane (g, t) ends up holding dims 32c + 8t .. 8t + 7 of rows g and g + 8
+// (state_finish).
 template <int D>
 __device__ __forceinline__ void
 tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *scale_k,
@@ -179,16 +222,27 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
     float s[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    // K: key 8n + g's scales of blocks 2c + (t >> 1), both halves of a pair the same
+    const uint32_t sel_k = (t >> 1) * 0x1111u + 0x2200u; // bytes p, p, p + 2, p + 2
+    uint32_t ks[2][4];
 #pragma unroll
     for (int c = 0; c < C; c++) {
+        if (c % 2 == 0)
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                const uint8_t *row = scale_k + (8 * n + g) * SR;
+                nvfp4_scale_word(row, row, c / 2, sel_k, ks[0][n], ks[1][n]);
+            }
         uint32_t r[4];
         ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
         for (int n = 0; n < 4; n++) {
-            __half2 v[4];
-            ap_nvfp4_dequant8_half2(
-                r[n], ap_nvfp4_scale_half2(scale_k[(8 * n + g) * SR + 2 * c + (t >> 1)]), v);
-            const uint32_t *b = reinterpret_cast<const uint32_t *>(v);
+            const uint32_t sc = ks[c % 2][n];
+            const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[n]);
+            const uint32_t b[4] = {scaled_pair(ap_nvfp4_pair14(h.even, 0, 1), sc),
+                                   scaled_pair(ap_nvfp4_pair14(h.even, 2, 3), sc),
+                                   scaled_pair(ap_nvfp4_pair14(h.odd, 0, 1), sc),
+                                   scaled_pair(ap_nvfp4_pair14(h.odd, 2, 3), sc)};
             ap_mma_16816<__half>(s[n], st.q[2 * c], b[0], b[1]);
             ap_mma_16816<__half>(s[n], st.q[2 * c + 1], b[2], b[3]);
         }
@@ -197,8 +251,19 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
     uint32_t pa[2][4];
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) p_fragment<__half>(s, kk, pa[kk]);
+    // V: keys 16kk + 8m + 2t and + 1, their scales of blocks 2c + (g >> 2) as pairs
+    const uint32_t sel_v = (g >> 2) * 0x1111u + 0x6240u; // a's byte p, b's p, a's p + 2, b's
+    uint32_t vs[2][2][2];
 #pragma unroll
     for (int c = 0; c < C; c++) {
+        if (c % 2 == 0)
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const uint8_t *row = scale_v + (16 * kk + 8 * m + 2 * t) * SR;
+                    nvfp4_scale_word(row, row + SR, c / 2, sel_v, vs[0][kk][m], vs[1][kk][m]);
+                }
         uint32_t r[4];
         ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
@@ -206,20 +271,14 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
             uint32_t b[2][4];
 #pragma unroll
             for (int m = 0; m < 2; m++) {
-                const int key = 16 * kk + 8 * m + 2 * t;
-                const uint8_t *sc = scale_v + key * SR + 2 * c + (g >> 2);
-                const uint32_t scales = ap_fp8x2_to_half2_bits((uint16_t)(sc[0] | sc[SR] << 8));
-                ap_nvfp4_e2m1x8_to_f16x2(r[2 * kk + m], b[m]);
-                const uint32_t lo = b[m][0], hi = b[m][1], lo1 = b[m][2], hi1 = b[m][3];
+                const uint32_t scales = vs[c % 2][kk][m];
+                const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[2 * kk + m]);
+                // nibble 4j + e is key 2t + j, dim e: byte e / 2 (+ 2j) of .even / .odd
                 const uint32_t pairs[4] = {
-                    __byte_perm(lo, lo1, 0x5410), __byte_perm(lo, lo1, 0x7632),
-                    __byte_perm(hi, hi1, 0x5410), __byte_perm(hi, hi1, 0x7632)};
+                    ap_nvfp4_pair14(h.even, 0, 2), ap_nvfp4_pair14(h.odd, 0, 2),
+                    ap_nvfp4_pair14(h.even, 1, 3), ap_nvfp4_pair14(h.odd, 1, 3)};
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const __half2 x = __hmul2(*reinterpret_cast<const __half2 *>(&pairs[e]),
-                                              *reinterpret_cast<const __half2 *>(&scales));
-                    b[m][e] = *reinterpret_cast<const uint32_t *>(&x);
-                }
+                for (int e = 0; e < 4; e++) b[m][e] = scaled_pair(pairs[e], scales);
             }
 #pragma unroll
             for (int e = 0; e < 4; e++)
