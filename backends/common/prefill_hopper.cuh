@@ -1,8 +1,8 @@
 /* prefill_hopper.cuh: the kit's Hopper (sm_90a) prefill kernel: TMA + mbarriers + wgmma, one
  * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 x 128),
- * head dims 128 / 128 or (Q/K 192, V 128: MLA's MHA form, Geo), ragged Q and K/V by cu_seqlens
- * or (kPaged, 128 / 128) K/V from a paged NHD cache by its page table, causal aligned to the end
- * or no mask, GQA, LSE.
+ * head dims 128 / 128, 64 / 64 or (Q/K 192, V 128: MLA's MHA form; Geo), ragged Q and K/V by
+ * cu_seqlens or (kPaged, 128 / 128 or 64 / 64) K/V from a paged NHD cache by its page table,
+ * causal aligned to the end or no mask, GQA, LSE.
  *
  * Shared memory: Q [128 rows] and a 2-stage ring of K and V tiles [128 keys], each stored as two
  * 64-column halves of 128-byte rows in the 128-byte swizzle TMA writes and wgmma reads. The
@@ -40,14 +40,19 @@ constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
 constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
 
-/* The shapes by the Q/K head dim kD (128, or 192 for MLA's MHA form; V is 128 wide): Q and each
- * K tile are kD / 64 column chunks of kHalfBytes; with kD 192 a stage is 80 KB, so the ring has 2
- * stages (48 + 2 x 80 KB). */
+/* The shapes by the Q/K head dim kD (128; 64, whose V is 64 wide too; or 192 for MLA's MHA form,
+ * V 128): Q and each K tile are kD / 64 column chunks of kHalfBytes, a V tile kDv / 64; a
+ * consumer thread holds kDv / 2 floats of O. With kD 192 a stage is 80 KB, so the ring has 2
+ * stages (48 + 2 x 80 KB); with kD 64 a stage is 32 KB (16 + 3 x 32 KB). */
 template <int kD> struct Geo {
+    static constexpr int kDv = kD == 64 ? 64 : 128;
     static constexpr int kChunks = kD / 64;
+    static constexpr int kVChunks = kDv / 64;
     static constexpr int kQkBytes = kChunks * kHalfBytes; /* Q, or one K tile */
-    static constexpr int kStg = kD == 128 ? kStages : 2;
-    static constexpr int kSmem = kQkBytes + kStg * (kQkBytes + kTileBytes) + 1024 + 128;
+    static constexpr int kVBytes = kVChunks * kHalfBytes; /* one V tile */
+    static constexpr int kOn = kDv / 2;                   /* O floats per consumer thread */
+    static constexpr int kStg = kD == 192 ? 2 : kStages;
+    static constexpr int kSmem = kQkBytes + kStg * (kQkBytes + kVBytes) + 1024 + 128;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -60,7 +65,7 @@ struct Params {
     const Item *items;
     const int32_t *qo_indptr;
     const int32_t *kv_indptr;
-    void *out;  /* [tokens][Hq][128] */
+    void *out;  /* [tokens][Hq][V head dim] */
     float *lse; /* [tokens][Hq] or NULL */
     int32_t num_qo_heads;
     int32_t group; /* Hq / Hkv */
@@ -68,7 +73,7 @@ struct Params {
     float scale_log2; /* sm_scale * log2(e) */
     float sm_scale;
     /* The paged source (kernel's kPaged; kv_indptr is then kv_page_indptr): the NHD caches
-     * [page][page_size][Hkv][128], page_size a power of two >= 8 (1 << page_shift). */
+     * [page][page_size][Hkv][head dim], page_size a power of two >= 8 (1 << page_shift). */
     const int32_t *kv_page_indices;
     const int32_t *kv_last_page_len;
     const void *v_pages; /* read by the producer for a tile's last, partly filled page */
@@ -101,13 +106,23 @@ __device__ __forceinline__ void qk_gemm(float (&s)[64], const uint8_t *q, const 
     }
 }
 
-/* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048. */
-template <typename T, bool kSplitN>
-__device__ __forceinline__ void pv_gemm(float (&o)[64], const uint32_t (&p)[8][4],
+/* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048.
+ * kN: O's floats per thread, 64 (V 128 wide: one n128 wgmma, or two n64 with kSplitN) or 32
+ * (V 64 wide: one n64). */
+template <typename T, bool kSplitN, int kN>
+__device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[8][4],
                                         const uint8_t *v) {
+    static_assert(kN == 64 || kN == 32, "V is 128 or 64 wide");
 #pragma unroll
     for (int kk = 0; kk < 8; ++kk) {
-        if constexpr (kSplitN) {
+        if constexpr (kN == 32) {
+            const uint64_t db = make_desc(v + kk * 2048, kHalfBytes, 1024);
+            if constexpr (std::is_same<T, __half>::value) {
+                wgmma_rs_n64_f16(o, p[kk], db);
+            } else {
+                wgmma_rs_n64_bf16(o, p[kk], db);
+            }
+        } else if constexpr (kSplitN) {
 #pragma unroll
             for (int hn = 0; hn < 2; ++hn) {
                 const uint64_t db = make_desc(v + hn * kHalfBytes + kk * 2048, kHalfBytes, 1024);
@@ -181,7 +196,7 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
         const uint32_t ph = ((i / G::kStg) & 1) ^ 1;
         const int row = sh.kv_start + (sh.n_blocks - 1 - i) * kKeys;
         uint8_t *k = sk + s * G::kQkBytes;
-        uint8_t *v = sv + s * kTileBytes;
+        uint8_t *v = sv + s * G::kVBytes;
         bar_wait(&b->k_empty[s], ph);
         bar_expect_tx(&b->k_full[s], G::kQkBytes);
 #pragma unroll
@@ -189,9 +204,11 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
             tma_load(tk, k + c * kHalfBytes, &b->k_full[s], 64 * c, hk, row);
         }
         bar_wait(&b->v_empty[s], ph);
-        bar_expect_tx(&b->v_full[s], kTileBytes);
-        tma_load(tv, v, &b->v_full[s], 0, hk, row);
-        tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
+        bar_expect_tx(&b->v_full[s], G::kVBytes);
+#pragma unroll
+        for (int c = 0; c < G::kVChunks; ++c) {
+            tma_load(tv, v + c * kHalfBytes, &b->v_full[s], 64 * c, hk, row);
+        }
     }
 }
 
@@ -250,11 +267,11 @@ __device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], flo
 }
 
 /* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
-template <typename T>
-__device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64],
+template <typename T, int kN>
+__device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[kN],
                                              const float (&corr)[2], uint32_t (&p)[8][4]) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kN / 4; ++j) {
         o[4 * j] *= corr[0];
         o[4 * j + 1] *= corr[0];
         o[4 * j + 2] *= corr[1];
@@ -270,16 +287,16 @@ __device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64
 }
 
 /* Online softmax over one S tile: rescales o, turns s into P. */
-template <typename T>
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], float (&m)[2],
+template <typename T, int kN>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[kN], float (&m)[2],
                                              float (&l)[2], uint32_t (&p)[8][4], float sl2) {
     float corr[2];
     softmax_stats(s, m, l, corr, sl2);
     rescale_pack<T>(s, o, corr, p);
 }
 
-template <typename T>
-__device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[64],
+template <typename T, int kN>
+__device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int r0,
                                          int lane) {
 #pragma unroll
@@ -293,9 +310,9 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
         }
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
-        T *out = static_cast<T *>(p.out) + row * kDim + 2 * (lane % 4);
+        T *out = static_cast<T *>(p.out) + row * (2 * kN) + 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kN / 4; ++j) {
             *reinterpret_cast<uint32_t *>(out + 8 * j) =
                 pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
         }
@@ -312,9 +329,9 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
     const int tid = threadIdx.x % 128;
     const int lane = tid % 32;
     const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[64];
+    float o[Geo<kD>::kOn];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < Geo<kD>::kOn; ++i) {
         o[i] = 0.f;
     }
     float m[2] = {-INFINITY, -INFINITY};
@@ -342,7 +359,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
         bar_wait(&b->v_full[s], ph);
         wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + s * kTileBytes);
+        pv_gemm<T, kSplitN>(o, pf, sv + s * Geo<kD>::kVBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->v_empty[s]);
@@ -362,7 +379,7 @@ __device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh
 template <typename T, bool kPingPong, int kD>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
-                  int wg, int r0, int lane, float (&o)[64], float (&m)[2], float (&l)[2],
+                  int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2], float (&l)[2],
                   uint32_t (&pf)[8][4]) {
     const int nb = sh.n_blocks;
     float sc[64];
@@ -390,8 +407,8 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
 template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const uint8_t *q,
                                           const uint8_t *sk, const uint8_t *sv, Bars *b, int i,
-                                          int wg, int r0, int lane, float (&o)[64], float (&m)[2],
-                                          float (&l)[2], uint32_t (&pf)[8][4]) {
+                                          int wg, int r0, int lane, float (&o)[Geo<kD>::kOn],
+                                          float (&m)[2], float (&l)[2], uint32_t (&pf)[8][4]) {
     constexpr int kStg = Geo<kD>::kStg;
     const int s = i % kStg;
     const int sp = (i - 1) % kStg;
@@ -405,7 +422,7 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
     wg_fence();
     qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kQkBytes);
     wg_commit();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
     wg_commit();
     if constexpr (kPingPong) {
         named_arrive<256>(2 - wg);
@@ -425,14 +442,14 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
 /* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
 template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb, int wg,
-                                             float (&o)[64], const uint32_t (&pf)[8][4]) {
+                                             float (&o)[Geo<kD>::kOn], const uint32_t (&pf)[8][4]) {
     const int sp = (nb - 1) % Geo<kD>::kStg;
     bar_wait(&b->v_full[sp], ((nb - 1) / Geo<kD>::kStg) & 1);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
     }
     wg_fence();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
     wg_commit();
     if (kPingPong && wg == 0) {
         named_arrive<256>(2);
@@ -451,9 +468,9 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     const int tid = threadIdx.x % 128;
     const int lane = tid % 32;
     const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[64];
+    float o[Geo<kD>::kOn];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < Geo<kD>::kOn; ++i) {
         o[i] = 0.f;
     }
     float m[2] = {-INFINITY, -INFINITY};
@@ -496,7 +513,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sq = base;
     uint8_t *sk = sq + G::kQkBytes;
     uint8_t *sv = sk + G::kStg * G::kQkBytes;
-    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * kTileBytes);
+    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
     const int h = blockIdx.y;
     const Shape sh = item_shape<kPaged>(p);
     if (sh.n_blocks < 0) {
@@ -557,13 +574,14 @@ inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, 
     return r == CUDA_SUCCESS ? 0 : -2;
 }
 
-/* The map of a paged NHD cache [page][page_size][heads][128] viewed as [rows][heads][128], boxes
+/* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim], boxes
  * of one page (or 128 rows of a larger one). The cache's page count is not in the call: the view
  * spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of listed pages. */
-inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size) {
-    const int64_t row_bytes = static_cast<int64_t>(heads) * kDim * 2;
+inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size,
+                          int dim = kDim) {
+    const int64_t row_bytes = static_cast<int64_t>(heads) * dim * 2;
     const int64_t rows = heads > 0 ? (static_cast<int64_t>(1) << 39) / row_bytes : 0;
-    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, kDim,
+    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, dim,
                     page_size < kRows ? page_size : kRows);
 }
 

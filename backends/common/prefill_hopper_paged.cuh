@@ -61,24 +61,27 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
             tma_load(tk, k + c * kHalfBytes + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
         }
     }
+    constexpr int kVc = Geo<kD>::kVChunks;
     bar_wait(&b->v_empty[s], ph);
     if (lane == 0 && full * box == kKeys) {
-        bar_expect_tx(&b->v_full[s], kTileBytes); /* the arrival: TMA bytes alone complete it */
+        bar_expect_tx(&b->v_full[s], Geo<kD>::kVBytes); /* TMA bytes alone complete it */
     } else if (lane == 0 && full > 0) {
-        expect_tx(&b->v_full[s], full * box * 256); /* the arrival comes after the copy below */
+        expect_tx(&b->v_full[s], full * box * 128 * kVc); /* the arrival comes after the copy */
     }
     __syncwarp();
     if (valid == box) {
-        tma_load(tv, v + lane * box * 128, &b->v_full[s], 0, hk, row);
-        tma_load(tv, v + kHalfBytes + lane * box * 128, &b->v_full[s], 64, hk, row);
+#pragma unroll
+        for (int c = 0; c < kVc; ++c) {
+            tma_load(tv, v + c * kHalfBytes + lane * box * 128, &b->v_full[s], 64 * c, hk, row);
+        }
     }
     if (full * box < kKeys) {
         const int tail_valid = __shfl_sync(0xffffffffu, valid, full);
         const int tail_row = __shfl_sync(0xffffffffu, row, full);
-        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * kDim;
+        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * Geo<kD>::kDv;
         const uint16_t *src = static_cast<const uint16_t *>(p.v_pages) + tail_row * stride +
-                              static_cast<int64_t>(hk) * kDim;
-        warp_fill_rows(v, 2, full * box, tail_valid, src, stride, lane);
+                              static_cast<int64_t>(hk) * Geo<kD>::kDv;
+        warp_fill_rows(v, kVc, full * box, tail_valid, src, stride, lane);
         fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
@@ -103,7 +106,7 @@ produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *t
     }
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % G::kStg;
-        produce_paged_tile<kD>(tk, tv, sk + s * G::kQkBytes, sv + s * kTileBytes, b, s,
+        produce_paged_tile<kD>(tk, tv, sk + s * G::kQkBytes, sv + s * G::kVBytes, b, s,
                                ((i / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk, lane);
     }
 }
