@@ -1,6 +1,6 @@
 /* hopper_prefill_cases.h: hopper_prefill_check's cases (a part of bench/hopper_prefill_check.cu,
- * which includes it after its Case type): ragged head dims 128/128, 192/128 and 64/64, paged
- * caches of pages 8..256; --quick's small ones for compute-sanitizer. */
+ * which includes it after its Case type): ragged head dims 128/128, 192/128, 64/64 and 256/256,
+ * paged caches of pages 8..256; --quick's small ones for compute-sanitizer. */
 #ifndef AP_BENCH_HOPPER_PREFILL_CASES_H
 #define AP_BENCH_HOPPER_PREFILL_CASES_H
 
@@ -124,6 +124,40 @@ static std::vector<Case> check_cases() {
          64,
          8},
         {"d64 paged128 bf16 causal g1", false, true, 2, 2, {1, 300, 129}, {5, 1300, 2000}, 64, 128},
+        {"d256 bf16 causal g1 H2/2",
+         false,
+         true,
+         2,
+         2,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         256},
+        {"d256 bf16 noncausal g4 H8/2",
+         false,
+         false,
+         8,
+         2,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         256},
+        {"d256 fp16 causal g8 H8/1",
+         true,
+         true,
+         8,
+         1,
+         {4097, 0, 17, 1000, 1},
+         {4097, 0, 17, 1000, 1},
+         256},
+        {"d256 fp16 noncausal g1", true, false, 2, 2, {17, 1000, 3, 1}, {17, 1000, 0, 300}, 256},
+        {"d256 bf16 causal prefix g4",
+         false,
+         true,
+         8,
+         2,
+         {1, 17, 300, 1000},
+         {5, 17, 1300, 2000},
+         256},
+        {"d256 fp16 causal prefix g1", true, true, 2, 2, {64, 200, 129}, {1000, 333, 129}, 256},
     };
 }
 
@@ -136,6 +170,8 @@ static std::vector<Case> quick_cases() {
         {"paged8 fp16 noncausal small", true, false, 4, 2, {17, 200}, {29, 129}, 128, 8},
         {"d64 bf16 causal small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}, 64},
         {"d64 paged16 fp16 noncausal small", true, false, 4, 2, {17, 200}, {29, 129}, 64, 16},
+        {"d256 bf16 causal small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}, 256},
+        {"d256 fp16 noncausal small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}, 256},
     };
 }
 

@@ -1,9 +1,9 @@
 /* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
  * against a double-precision host reference on ragged batches and paged caches (pages 8..256,
  * shuffled, unowned slots NaN; every output element and LSE checked, outputs poisoned first),
- * head dims 128/128, 64/64 and 192/128 (MLA's MHA form), then its timing on B4 S4096 H32/8 and
- * H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and MLA prefill B1 S4096 H128
- * qk192/v128.
+ * head dims 128/128, 64/64, 256/256 and 192/128 (MLA's MHA form), then its timing on B4 S4096
+ * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
+ * prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
 #include <algorithm>
 #include <cmath>
@@ -37,7 +37,7 @@ struct Case {
     bool causal;
     int hq, hkv;
     std::vector<int> q_lens, kv_lens;
-    int dqk = 128; /* Q/K head dim; V is Geo's kDv wide (64 with dqk 64, else kDim) */
+    int dqk = 128; /* Q/K head dim; V is Geo's kDv wide (dv_of: kDim with dqk 192, else dqk) */
     int page = 0;  /* > 0: K/V from a paged cache of this page size, pages shuffled */
 };
 
@@ -49,7 +49,7 @@ struct Batch {
 
 /* The V head dim that goes with a Q/K head dim (Geo<kD>::kDv). */
 static int dv_of(int dqk) {
-    return dqk == 64 ? 64 : kDim;
+    return dqk == 192 ? kDim : dqk;
 }
 
 static Batch make_batch(const Case &c) {
@@ -117,10 +117,11 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                       const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
-    constexpr int kDv = Geo<kD>::kDv;
+    constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD>::kKeys;
     if (make_map(&mq, q, tq, hq, kD) ||
-        (kPaged ? make_paged_map(&mk, k, hkv, page, kD) || make_paged_map(&mv, v, hkv, page, kDv)
-                : make_map(&mk, k, tkv, hkv, kD) || make_map(&mv, v, tkv, hkv, kDv))) {
+        (kPaged ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
+                      make_paged_map(&mv, v, hkv, page, kDv, kN)
+                : make_map(&mk, k, tkv, hkv, kD, kN) || make_map(&mv, v, tkv, hkv, kDv, kN))) {
         return -1;
     }
     static bool attr = false; /* one per instantiation */
@@ -138,7 +139,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
 template <typename T, int kMode, int kD>
 static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                   const Params &p, int num_items, cudaStream_t st) {
-    if constexpr (kD != 192) {
+    if constexpr (kD == 128 || kD == 64) {
         if (p.kv_page_indices != nullptr) {
             return launch_src<T, kMode, kD, true>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
         }
@@ -163,6 +164,9 @@ static int launch_t(int dqk, bool fp16, const void *q, const void *k, const void
     }
     if (dqk == 64) {
         return launch_d<kMode, 64>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+    if (dqk == 256) {
+        return launch_d<kMode, 256>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
     return launch_d<kMode, 128>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
@@ -506,6 +510,8 @@ int main(int argc, char **argv) {
             bench(true, 1, 128, 128, 192, variant); /* MLA prefill (issue 9) */
             bench(true, 4, 32, 8, 64, variant);     /* head dim 64 (issue 10) */
             bench(false, 4, 32, 8, 64, variant);
+            bench(true, 4, 32, 8, 256, variant); /* head dim 256 (issue 10) */
+            bench(false, 4, 32, 8, 256, variant);
         }
         bench(true, 4, 32, 8, 128, 2, 16); /* fa_varlen's paged case, the dispatched mode */
         bench(false, 4, 32, 8, 128, 2, 16);
