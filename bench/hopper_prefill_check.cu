@@ -1,8 +1,9 @@
 /* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
  * against a double-precision host reference on ragged batches and paged caches (pages 8..256,
  * shuffled, unowned slots NaN; every output element and LSE checked, outputs poisoned first),
- * head dims 128/128 and 192/128 (MLA's MHA form), then its timing on B4 S4096 H32/8 and H32/32
- * D128 (ragged, and paged with page 16) and on MLA prefill B1 S4096 H128 qk192/v128.
+ * head dims 128/128, 64/64, 256/256 and 192/128 (MLA's MHA form), then its timing on B4 S4096
+ * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
+ * prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
 #include <algorithm>
 #include <cmath>
@@ -36,7 +37,7 @@ struct Case {
     bool causal;
     int hq, hkv;
     std::vector<int> q_lens, kv_lens;
-    int dqk = 128; /* Q/K head dim; V is kDim wide */
+    int dqk = 128; /* Q/K head dim; V is Geo's kDv wide (dv_of: kDim with dqk 192, else dqk) */
     int page = 0;  /* > 0: K/V from a paged cache of this page size, pages shuffled */
 };
 
@@ -45,6 +46,11 @@ struct Batch {
     std::vector<Item> items;
     int tq, tkv;
 };
+
+/* The V head dim that goes with a Q/K head dim (Geo<kD>::kDv). */
+static int dv_of(int dqk) {
+    return dqk == 192 ? kDim : dqk;
+}
 
 static Batch make_batch(const Case &c) {
     Batch b;
@@ -111,9 +117,11 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                       const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
+    constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD>::kKeys;
     if (make_map(&mq, q, tq, hq, kD) ||
-        (kPaged ? make_paged_map(&mk, k, hkv, page) || make_paged_map(&mv, v, hkv, page)
-                : make_map(&mk, k, tkv, hkv, kD) || make_map(&mv, v, tkv, hkv))) {
+        (kPaged ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
+                      make_paged_map(&mv, v, hkv, page, kDv, kN)
+                : make_map(&mk, k, tkv, hkv, kD, kN) || make_map(&mv, v, tkv, hkv, kDv, kN))) {
         return -1;
     }
     static bool attr = false; /* one per instantiation */
@@ -131,7 +139,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
 template <typename T, int kMode, int kD>
 static int launch(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                   const Params &p, int num_items, cudaStream_t st) {
-    if constexpr (kD == 128) {
+    if constexpr (kD == 128 || kD == 64) {
         if (p.kv_page_indices != nullptr) {
             return launch_src<T, kMode, kD, true>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
         }
@@ -154,6 +162,12 @@ static int launch_t(int dqk, bool fp16, const void *q, const void *k, const void
     if (dqk == 192) {
         return launch_d<kMode, 192>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
     }
+    if (dqk == 64) {
+        return launch_d<kMode, 64>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+    if (dqk == 256) {
+        return launch_d<kMode, 256>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
     return launch_d<kMode, 128>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
@@ -174,7 +188,7 @@ static int launch_any(int variant, int dqk, bool fp16, const void *q, const void
 static void reference(const Case &c, const Batch &b, const std::vector<float> &q,
                       const std::vector<float> &k, const std::vector<float> &v, float scale,
                       std::vector<double> &out, std::vector<double> &lse) {
-    const int hq = c.hq, hkv = c.hkv, D = kDim, DK = c.dqk, group = hq / hkv;
+    const int hq = c.hq, hkv = c.hkv, D = dv_of(c.dqk), DK = c.dqk, group = hq / hkv;
     out.assign(static_cast<size_t>(b.tq) * hq * D, 0.0);
     lse.assign(static_cast<size_t>(b.tq) * hq, -INFINITY);
     std::vector<std::pair<int, int>> jobs;
@@ -286,7 +300,8 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
     char text[512] = "";
     ap_msgbuf msg = {sizeof(ap_msgbuf), text, sizeof text, 0};
     const int num_seqs = static_cast<int>(b.qo.size()) - 1;
-    const size_t bytes = ap_kit_prefill_plan_bytes(b.tq, num_seqs, c.dqk, kDim, c.hq, c.hkv);
+    const size_t bytes =
+        ap_kit_prefill_plan_bytes(b.tq, num_seqs, c.dqk, dv_of(c.dqk), c.hq, c.hkv);
     std::vector<uint8_t> scratch(bytes + 16);
     void *dbuf = nullptr;
     CK(cudaMalloc(&dbuf, bytes + 16));
@@ -298,7 +313,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
     a.kv_last_page_len_host = g.last.data();
     a.page_size = c.page;
     a.head_dim_qk = c.dqk;
-    a.head_dim_v = kDim;
+    a.head_dim_v = dv_of(c.dqk);
     a.num_qo_heads = c.hq;
     a.num_kv_heads = c.hkv;
     a.causal = c.causal;
@@ -317,7 +332,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
         p.q_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
         p.kv_dtype = p.q_dtype;
         p.head_dim_qk = c.dqk;
-        p.head_dim_v = kDim;
+        p.head_dim_v = dv_of(c.dqk);
         p.num_qo_heads = c.hq;
         p.num_kv_heads = c.hkv;
         p.causal = c.causal;
@@ -352,7 +367,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
 
 static bool run_case(const Case &c, unsigned seed) {
     const Batch b = make_batch(c);
-    const int D = kDim, DK = c.dqk;
+    const int D = dv_of(c.dqk), DK = c.dqk;
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     std::vector<float> q(static_cast<size_t>(b.tq) * c.hq * DK),
@@ -457,6 +472,7 @@ static bool run_case(const Case &c, unsigned seed) {
     return ok;
 }
 
+#include "hopper_prefill_cases.h"
 #include "hopper_prefill_timing.cuh"
 
 int main(int argc, char **argv) {
@@ -470,82 +486,7 @@ int main(int argc, char **argv) {
         bench(true, 4, 32, 8, 128, std::atoi(argv[2]));
         return 0;
     }
-    std::vector<Case> cases = {
-        {"bf16 causal g1 H4/4", false, true, 4, 4, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
-        {"bf16 noncausal g4 H8/2", false, false, 8, 2, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
-        {"bf16 causal g8 H8/1", false, true, 8, 1, {4097, 0, 17, 1000, 1}, {4097, 0, 17, 1000, 1}},
-        {"fp16 causal g4 H8/2", true, true, 8, 2, {1, 17, 1000, 4097}, {1, 17, 1000, 4097}},
-        {"fp16 noncausal g8 H8/1", true, false, 8, 1, {17, 1000, 3, 1}, {17, 1000, 0, 300}},
-        {"bf16 causal prefix g4 H8/2", false, true, 8, 2, {1, 17, 300, 1000}, {5, 17, 1300, 2000}},
-        {"bf16 noncausal prefix g1", false, false, 2, 2, {1, 129, 300}, {200, 77, 1000}},
-        {"fp16 causal prefix g8 H8/1", true, true, 8, 1, {64, 200}, {1000, 333}},
-        {"mla bf16 causal qk192 H4",
-         false,
-         true,
-         4,
-         4,
-         {1, 17, 1000, 4097},
-         {1, 17, 1000, 4097},
-         192},
-        {"mla bf16 noncausal qk192", false, false, 2, 2, {17, 1000, 3}, {17, 1000, 300}, 192},
-        {"mla bf16 causal prefix qk192", false, true, 4, 4, {1, 300, 129}, {5, 1300, 2000}, 192},
-        {"mla fp16 causal qk192 g2", true, true, 4, 2, {1000, 0, 1}, {1000, 0, 1}, 192},
-        {"paged16 bf16 causal g1 H4/4",
-         false,
-         true,
-         4,
-         4,
-         {1, 17, 1000, 4097},
-         {1, 17, 1000, 4097},
-         128,
-         16},
-        {"paged8 bf16 causal prefix g4",
-         false,
-         true,
-         8,
-         2,
-         {1, 17, 1000, 4097},
-         {13, 54, 1300, 4102},
-         128,
-         8},
-        {"paged64 fp16 noncausal g8",
-         true,
-         false,
-         8,
-         1,
-         {17, 1000, 3, 1},
-         {117, 1000, 300, 4097},
-         128,
-         64},
-        {"paged16 fp16 causal prefix g8",
-         true,
-         true,
-         8,
-         1,
-         {64, 200, 1},
-         {1000, 333, 4097},
-         128,
-         16},
-        {"paged128 bf16 causal prefix g4",
-         false,
-         true,
-         8,
-         2,
-         {1, 300, 129},
-         {5, 1300, 2000},
-         128,
-         128},
-        {"paged256 bf16 noncausal g1", false, false, 2, 2, {17, 1000}, {77, 1000}, 128, 256},
-    };
-    if (quick) {
-        cases = {
-            {"bf16 causal g4 small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}},
-            {"fp16 noncausal g2 small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}},
-            {"mla bf16 causal small", false, true, 2, 2, {1, 17, 300}, {1, 40, 300}, 192},
-            {"paged16 bf16 causal small", false, true, 4, 1, {1, 17, 300}, {1, 40, 333}, 128, 16},
-            {"paged8 fp16 noncausal small", true, false, 4, 2, {17, 200}, {29, 129}, 128, 8},
-        };
-    }
+    std::vector<Case> cases = quick ? quick_cases() : check_cases();
     int dev = 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));
@@ -567,6 +508,10 @@ int main(int argc, char **argv) {
                 }
             }
             bench(true, 1, 128, 128, 192, variant); /* MLA prefill (issue 9) */
+            bench(true, 4, 32, 8, 64, variant);     /* head dim 64 (issue 10) */
+            bench(false, 4, 32, 8, 64, variant);
+            bench(true, 4, 32, 8, 256, variant); /* head dim 256 (issue 10) */
+            bench(false, 4, 32, 8, 256, variant);
         }
         bench(true, 4, 32, 8, 128, 2, 16); /* fa_varlen's paged case, the dispatched mode */
         bench(false, 4, 32, 8, 128, 2, 16);

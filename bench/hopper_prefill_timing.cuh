@@ -3,10 +3,10 @@
 #ifndef AP_BENCH_HOPPER_PREFILL_TIMING_CUH
 #define AP_BENCH_HOPPER_PREFILL_TIMING_CUH
 
-/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V 128); page > 0: K/V read as a
- * paged cache of that page size through a shuffled page table. */
+/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V dv_of(dqk)); page > 0: K/V
+ * read as a paged cache of that page size through a shuffled page table. */
 static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
-    const int S = 4096, D = kDim;
+    const int S = 4096, D = dv_of(dqk);
     Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
     const Batch b = make_batch(c);
     const int sets = 2;

@@ -19,6 +19,21 @@
 #ifdef AP_KIT_HOPPER
 namespace {
 
+// Whether plans of head dims 64 / 64 take the Hopper kernel (Geo<64>: one 64-column chunk, V 64
+// wide); 0 sends them back to the mma.sync kernel. Not yet measured on the GPU.
+constexpr bool kHopperServesD64 = true;
+// The same for ragged head dims 256 / 256 (Geo<256>: 64-key tiles, a 2-stage ring). Not yet
+// measured on the GPU.
+constexpr bool kHopperServesD256 = true;
+
+// Whether the Hopper kernel serves these head dims from this K/V source: ragged 128 / 128,
+// 192 / 128 (MLA's MHA form), 64 / 64 and 256 / 256; paged 128 / 128 and 64 / 64.
+bool hopper_dims(int32_t qk, int32_t v, int paged) {
+    if (qk == 64) return kHopperServesD64 && v == 64;
+    if (qk == 256) return kHopperServesD256 && v == 256 && !paged;
+    return v == 128 && (qk == 128 || (qk == 192 && !paged));
+}
+
 // log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8), else -1.
 int ap_hopper_page_shift(int32_t page_size) {
     if (page_size < 8 || (page_size & (page_size - 1)) != 0) return -1;
@@ -54,18 +69,18 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
         return AP_ERR_UNSUPPORTED;
     }
     const int paged = p->kv_indptr == NULL;
-    if (paged != !plan->ragged || (p->head_dim_qk != 128 && p->head_dim_qk != 192) ||
-        p->head_dim_v != 128 || (paged && p->head_dim_qk != 128) ||
-        plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != 128 ||
+    if (paged != !plan->ragged || !hopper_dims(p->head_dim_qk, p->head_dim_v, paged) ||
+        plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != p->head_dim_v ||
         plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
         p->num_kv_heads <= 0 || p->num_qo_heads % p->num_kv_heads != 0 ||
         plan->causal != (p->causal != 0)) {
         ap_msgbuf_add(msg,
-                      "%s: the Hopper plan (%s, head dims %d/128, heads %d/%d, causal %d) "
+                      "%s: the Hopper plan (%s, head dims %d/%d, heads %d/%d, causal %d) "
                       "does not match the call (%s, head dims %d/%d, heads %d/%d, causal %d)",
-                      who, plan->ragged ? "ragged" : "paged", plan->head_dim_qk, plan->num_qo_heads,
-                      plan->num_kv_heads, plan->causal, paged ? "paged" : "ragged", p->head_dim_qk,
-                      p->head_dim_v, p->num_qo_heads, p->num_kv_heads, p->causal != 0);
+                      who, plan->ragged ? "ragged" : "paged", plan->head_dim_qk, plan->head_dim_v,
+                      plan->num_qo_heads, plan->num_kv_heads, plan->causal,
+                      paged ? "paged" : "ragged", p->head_dim_qk, p->head_dim_v, p->num_qo_heads,
+                      p->num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
     }
     const void *k = paged ? p->k_pages : p->k;
@@ -91,15 +106,18 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
 }
 
 // The K and V maps of the call's source: ragged rows, or the paged caches (one box per page).
-int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan, int kD,
-                   CUtensorMap *mk, CUtensorMap *mv) {
+template <int kD>
+int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan, CUtensorMap *mk,
+                   CUtensorMap *mv) {
+    using G = ap_hopper::Geo<kD>;
+    const int hkv = p->num_kv_heads;
     if (p->kv_indptr == NULL) {
-        return ap_hopper::make_paged_map(mk, p->k_pages, p->num_kv_heads, p->page_size) != 0 ||
-               ap_hopper::make_paged_map(mv, p->v_pages, p->num_kv_heads, p->page_size) != 0;
+        return ap_hopper::make_paged_map(mk, p->k_pages, hkv, p->page_size, kD, G::kKeys) != 0 ||
+               ap_hopper::make_paged_map(mv, p->v_pages, hkv, p->page_size, G::kDv, G::kKeys) != 0;
     }
     const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
-    return ap_hopper::make_map(mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
-           ap_hopper::make_map(mv, p->v, nkv, p->num_kv_heads) != 0;
+    return ap_hopper::make_map(mk, p->k, nkv, hkv, kD, G::kKeys) != 0 ||
+           ap_hopper::make_map(mv, p->v, nkv, hkv, G::kDv, G::kKeys) != 0;
 }
 
 template <typename T, int kMode, int kD, bool kPaged>
@@ -112,7 +130,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     if (st != AP_OK) return st;
     CUtensorMap mq, mk, mv;
     if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
-        hopper_kv_maps(p, plan, kD, &mk, &mv) != 0) {
+        hopper_kv_maps<kD>(p, plan, &mk, &mv) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
@@ -141,13 +159,25 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
 // The consumer mode by the ring's depth, the faster on the H100
 // (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
 // overlapped ones wait on loads), with 3 the overlapped ping-pong ones. Q/K 192 wide (MLA's
-// MHA form) has a 2-stage ring whose K tiles are released after S = Q K, so ping-pong there too.
+// MHA form) and 256 (64-key tiles) have a 2-stage ring whose K tiles are released after S = Q K,
+// so ping-pong there too.
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
+// The modes of head dims 64 (its ring as deep as 128's) and 256 (2 stages, 192's reasoning); not
+// yet measured: hopper_prefill_check times all three modes at both.
+constexpr int kHopperModeD64 = kHopperMode;
+constexpr int kHopperModeD256 = 2;
 
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192, false>(p, plan, stream, who, msg);
+    if (p->head_dim_qk == 256)
+        return hopper_launch<T, kHopperModeD256, 256, false>(p, plan, stream, who, msg);
+    if (p->head_dim_qk == 64) {
+        if (p->kv_indptr == NULL)
+            return hopper_launch<T, kHopperModeD64, 64, true>(p, plan, stream, who, msg);
+        return hopper_launch<T, kHopperModeD64, 64, false>(p, plan, stream, who, msg);
+    }
     if (p->kv_indptr == NULL)
         return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
     return hopper_launch<T, kHopperMode, 128, false>(p, plan, stream, who, msg);
@@ -157,9 +187,8 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
-        (args->kv_indptr_host == NULL &&
-         (args->head_dim_qk != 128 || ap_hopper_page_shift(args->page_size) < 0)) ||
-        (args->head_dim_qk != 128 && args->head_dim_qk != 192) || args->head_dim_v != 128 ||
+        (args->kv_indptr_host == NULL && ap_hopper_page_shift(args->page_size) < 0) ||
+        !hopper_dims(args->head_dim_qk, args->head_dim_v, args->kv_indptr_host == NULL) ||
         args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
         args->num_qo_heads % args->num_kv_heads != 0 ||
         args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||

@@ -1,13 +1,11 @@
 /* prefill_hopper.cuh: the kit's Hopper (sm_90a) prefill kernel: TMA + mbarriers + wgmma, one
- * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 x 128),
- * head dims 128 / 128 or (Q/K 192, V 128: MLA's MHA form, Geo), ragged Q and K/V by cu_seqlens
- * or (kPaged, 128 / 128) K/V from a paged NHD cache by its page table, causal aligned to the end
- * or no mask, GQA, LSE.
- *
- * Shared memory: Q [128 rows] and a 2-stage ring of K and V tiles [128 keys], each stored as two
- * 64-column halves of 128-byte rows in the 128-byte swizzle TMA writes and wgmma reads. The
- * producer's one thread loads Q once and K/V tiles from the last (diagonal) tile down, each
- * completing on its full barrier; consumers release a stage on its empty barrier after P V. */
+ * producer warpgroup and two consumer warpgroups of 64 query rows each (CTA tile 128 rows), head
+ * dims (Geo) 128, 64, 256 or Q/K 192 with V 128 (MLA's MHA form), ragged Q and K/V by cu_seqlens or
+ * (kPaged, 128 / 64) K/V from a paged NHD cache, causal aligned to the end or none, GQA, LSE.
+ * Shared memory: Q and a ring of K and V tiles (Geo), each stored as 64-column chunks of 128-byte
+ * rows in the 128-byte swizzle TMA writes and wgmma reads. The producer loads Q once and K/V
+ * tiles from the last (diagonal) tile down, each completing on its full barrier; consumers
+ * release a stage's K after S = Q K^T and its V after P V, on the empty barriers. */
 #ifndef AP_COMMON_PREFILL_HOPPER_CUH
 #define AP_COMMON_PREFILL_HOPPER_CUH
 
@@ -28,26 +26,33 @@ namespace ap_hopper {
 using namespace ap_sm90;
 
 constexpr int kRows = 128; /* query rows per CTA, 64 per consumer warpgroup */
-constexpr int kKeys = 128; /* keys per K/V tile */
-constexpr int kDim = 128;  /* head dim of Q, K and V */
+constexpr int kDim = 128;  /* head dim of Q, K and V (Geo: of the other shapes) */
 #ifndef AP_HOPPER_STAGES
 #define AP_HOPPER_STAGES 3 /* 230.5 KB of shared memory; checked and faster on the H100 */
 #endif
 constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 constexpr int kThreads = 384;
-constexpr int kHalfBytes = kKeys * 64 * 2; /* one 64-column half of a tile: 16 KB */
-constexpr int kTileBytes = 2 * kHalfBytes; /* a whole Q, K or V tile: 32 KB */
-constexpr int kSmemBytes = (1 + 2 * kStages) * kTileBytes + 1024 + 128;
+constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
 
-/* The shapes by the Q/K head dim kD (128, or 192 for MLA's MHA form; V is 128 wide): Q and each
- * K tile are kD / 64 column chunks of kHalfBytes; with kD 192 a stage is 80 KB, so the ring has 2
- * stages (48 + 2 x 80 KB). */
+/* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
+ * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
+ * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB),
+ * 64-key tiles, 2 stages of 64 KB (64 + 2 x 64 KB). */
 template <int kD> struct Geo {
+    static constexpr int kDv = kD == 192 ? 128 : kD;
+    static constexpr int kKeys = kD == 256 ? 64 : 128; /* keys per K/V tile */
     static constexpr int kChunks = kD / 64;
-    static constexpr int kQkBytes = kChunks * kHalfBytes; /* Q, or one K tile */
-    static constexpr int kStg = kD == 128 ? kStages : 2;
-    static constexpr int kSmem = kQkBytes + kStg * (kQkBytes + kTileBytes) + 1024 + 128;
+    static constexpr int kVChunks = kDv / 64;
+    static constexpr int kKChunk = kKeys * 128;          /* one 64-column chunk of a K/V tile */
+    static constexpr int kQBytes = kChunks * kHalfBytes; /* the Q tile */
+    static constexpr int kKBytes = kChunks * kKChunk;    /* one K tile */
+    static constexpr int kVBytes = kVChunks * kKChunk;   /* one V tile */
+    static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
+    static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
+    static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
+    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2;
+    static constexpr int kSmem = kQBytes + kStg * (kKBytes + kVBytes) + 1024 + 128;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -60,7 +65,7 @@ struct Params {
     const Item *items;
     const int32_t *qo_indptr;
     const int32_t *kv_indptr;
-    void *out;  /* [tokens][Hq][128] */
+    void *out;  /* [tokens][Hq][V head dim] */
     float *lse; /* [tokens][Hq] or NULL */
     int32_t num_qo_heads;
     int32_t group; /* Hq / Hkv */
@@ -68,7 +73,7 @@ struct Params {
     float scale_log2; /* sm_scale * log2(e) */
     float sm_scale;
     /* The paged source (kernel's kPaged; kv_indptr is then kv_page_indptr): the NHD caches
-     * [page][page_size][Hkv][128], page_size a power of two >= 8 (1 << page_shift). */
+     * [page][page_size][Hkv][head dim], page_size a power of two >= 8 (1 << page_shift). */
     const int32_t *kv_page_indices;
     const int32_t *kv_last_page_len;
     const void *v_pages; /* read by the producer for a tile's last, partly filled page */
@@ -87,13 +92,19 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
 }
 
 template <typename T, int kD>
-__device__ __forceinline__ void qk_gemm(float (&s)[64], const uint8_t *q, const uint8_t *k) {
+__device__ __forceinline__ void qk_gemm(float (&s)[Geo<kD>::kSn], const uint8_t *q,
+                                        const uint8_t *k) {
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-        const int off = (kk / 4) * kHalfBytes + (kk % 4) * 32;
-        const uint64_t da = make_desc(q + off, 16, 1024);
-        const uint64_t db = make_desc(k + off, 16, 1024);
-        if constexpr (std::is_same<T, __half>::value) {
+        const uint64_t da = make_desc(q + (kk / 4) * kHalfBytes + (kk % 4) * 32, 16, 1024);
+        const uint64_t db = make_desc(k + (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32, 16, 1024);
+        if constexpr (Geo<kD>::kKeys == 64) {
+            if constexpr (std::is_same<T, __half>::value) {
+                wgmma_ss_n64_f16(s, da, db, kk > 0);
+            } else {
+                wgmma_ss_n64_bf16(s, da, db, kk > 0);
+            }
+        } else if constexpr (std::is_same<T, __half>::value) {
             wgmma_ss_n128_f16(s, da, db, kk > 0);
         } else {
             wgmma_ss_n128_bf16(s, da, db, kk > 0);
@@ -101,29 +112,37 @@ __device__ __forceinline__ void qk_gemm(float (&s)[64], const uint8_t *q, const 
     }
 }
 
-/* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048. */
-template <typename T, bool kSplitN>
-__device__ __forceinline__ void pv_gemm(float (&o)[64], const uint32_t (&p)[8][4],
-                                        const uint8_t *v) {
-#pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
-        if constexpr (kSplitN) {
-#pragma unroll
-            for (int hn = 0; hn < 2; ++hn) {
-                const uint64_t db = make_desc(v + hn * kHalfBytes + kk * 2048, kHalfBytes, 1024);
-                if constexpr (std::is_same<T, __half>::value) {
-                    wgmma_rs_n64_f16(o + 32 * hn, p[kk], db);
-                } else {
-                    wgmma_rs_n64_bf16(o + 32 * hn, p[kk], db);
-                }
-            }
+/* One k16 step of P V into kCols (64 or 128) columns of O from the V descriptor db. */
+template <typename T, int kCols>
+__device__ __forceinline__ void pv_step(float *o, const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (kCols == 64) {
+        if constexpr (std::is_same<T, __half>::value) {
+            wgmma_rs_n64_f16(o, a, db);
         } else {
-            const uint64_t db = make_desc(v + kk * 2048, kHalfBytes, 1024);
-            if constexpr (std::is_same<T, __half>::value) {
-                wgmma_rs_n128_f16(o, p[kk], db);
-            } else {
-                wgmma_rs_n128_bf16(o, p[kk], db);
-            }
+            wgmma_rs_n64_bf16(o, a, db);
+        }
+    } else if constexpr (std::is_same<T, __half>::value) {
+        wgmma_rs_n128_f16(o, a, db);
+    } else {
+        wgmma_rs_n128_bf16(o, a, db);
+    }
+}
+
+/* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048 in
+ * each 64-column chunk of V (kPk * 2048 bytes). kN: O's floats per thread (kDv / 2): 32, one n64
+ * wgmma per step; 64, one n128 (or two n64 with kSplitN); 128, two n128. */
+template <typename T, bool kSplitN, int kN, int kPk>
+__device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk][4],
+                                        const uint8_t *v) {
+    static_assert(kN == 32 || kN == 64 || kN == 128, "V is 64, 128 or 256 wide");
+    constexpr int kChunk = kPk * 2048;
+    constexpr int kCols = kN == 32 || kSplitN ? 64 : 128; /* O columns per wgmma */
+#pragma unroll
+    for (int kk = 0; kk < kPk; ++kk) {
+#pragma unroll
+        for (int hn = 0; hn < 2 * kN / kCols; ++hn) {
+            const uint8_t *vb = v + hn * (kCols / 64) * kChunk + kk * 2048;
+            pv_step<T, kCols>(o + hn * (kCols / 2), p[kk], make_desc(vb, kChunk, 1024));
         }
     }
 }
@@ -132,8 +151,9 @@ struct Shape {
     int q_start, q_len, kv_start, kv_len, m0, n_blocks;
 };
 
-/* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged). */
-template <bool kPaged> __device__ __forceinline__ Shape item_shape(const Params &p) {
+/* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
+ * n_blocks: K/V tiles of kKeys. */
+template <bool kPaged, int kKeys> __device__ __forceinline__ Shape item_shape(const Params &p) {
     const Item it = p.items[blockIdx.x];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
@@ -171,7 +191,7 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
                                         const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                         uint8_t *sv, Bars *b, const Shape &sh, int h, int hk) {
     using G = Geo<kD>;
-    bar_expect_tx(&b->q_full, G::kQkBytes);
+    bar_expect_tx(&b->q_full, G::kQBytes);
 #pragma unroll
     for (int c = 0; c < G::kChunks; ++c) {
         tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
@@ -179,28 +199,32 @@ __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % G::kStg;
         const uint32_t ph = ((i / G::kStg) & 1) ^ 1;
-        const int row = sh.kv_start + (sh.n_blocks - 1 - i) * kKeys;
-        uint8_t *k = sk + s * G::kQkBytes;
-        uint8_t *v = sv + s * kTileBytes;
+        const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
+        uint8_t *k = sk + s * G::kKBytes;
+        uint8_t *v = sv + s * G::kVBytes;
         bar_wait(&b->k_empty[s], ph);
-        bar_expect_tx(&b->k_full[s], G::kQkBytes);
+        bar_expect_tx(&b->k_full[s], G::kKBytes);
 #pragma unroll
         for (int c = 0; c < G::kChunks; ++c) {
-            tma_load(tk, k + c * kHalfBytes, &b->k_full[s], 64 * c, hk, row);
+            tma_load(tk, k + c * G::kKChunk, &b->k_full[s], 64 * c, hk, row);
         }
         bar_wait(&b->v_empty[s], ph);
-        bar_expect_tx(&b->v_full[s], kTileBytes);
-        tma_load(tv, v, &b->v_full[s], 0, hk, row);
-        tma_load(tv, v + kHalfBytes, &b->v_full[s], 64, hk, row);
+        bar_expect_tx(&b->v_full[s], G::kVBytes);
+#pragma unroll
+        for (int c = 0; c < G::kVChunks; ++c) {
+            tma_load(tv, v + c * G::kKChunk, &b->v_full[s], 64 * c, hk, row);
+        }
     }
 }
 
 #include "prefill_hopper_paged.cuh" /* the paged source's producer (kPaged) */
 
-/* Masks S of key tile n for this thread's rows r0 and r0 + 8 (sequence positions). */
-__device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int causal, int n,
+/* Masks S of key tile n (kSn floats: tiles of 2 kSn keys) for this thread's rows r0 and r0 + 8
+ * (sequence positions). */
+template <int kSn>
+__device__ __forceinline__ void mask_tile(float (&s)[kSn], const Shape &sh, int causal, int n,
                                           int r0, int lane) {
-    const int col0 = n * kKeys + 2 * (lane % 4);
+    const int col0 = n * 2 * kSn + 2 * (lane % 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         int lim = sh.kv_len - 1;
@@ -208,7 +232,7 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int c
             lim = min(lim, sh.kv_len - sh.q_len + r0 + 8 * hr);
         }
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kSn / 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 if (col0 + 8 * j + e > lim) {
@@ -221,13 +245,14 @@ __device__ __forceinline__ void mask_tile(float (&s)[64], const Shape &sh, int c
 
 /* Online softmax statistics of one S tile: new row max and sum, s turned into unnormalized
  * probabilities, corr the factor the earlier O must be scaled by. */
-__device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], float (&l)[2],
+template <int kSn>
+__device__ __forceinline__ void softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
                                               float (&corr)[2], float sl2) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float mx = m[hr];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kSn / 4; ++j) {
             mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -237,7 +262,7 @@ __device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], flo
         m[hr] = mx;
         float sum = 0.f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kSn / 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
@@ -250,18 +275,18 @@ __device__ __forceinline__ void softmax_stats(float (&s)[64], float (&m)[2], flo
 }
 
 /* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
-template <typename T>
-__device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64],
-                                             const float (&corr)[2], uint32_t (&p)[8][4]) {
+template <typename T, int kSn, int kN>
+__device__ __forceinline__ void rescale_pack(const float (&s)[kSn], float (&o)[kN],
+                                             const float (&corr)[2], uint32_t (&p)[kSn / 8][4]) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+    for (int j = 0; j < kN / 4; ++j) {
         o[4 * j] *= corr[0];
         o[4 * j + 1] *= corr[0];
         o[4 * j + 2] *= corr[1];
         o[4 * j + 3] *= corr[1];
     }
 #pragma unroll
-    for (int kk = 0; kk < 8; ++kk) {
+    for (int kk = 0; kk < kSn / 8; ++kk) {
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
             p[kk][r] = pack2<T>(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
@@ -270,16 +295,16 @@ __device__ __forceinline__ void rescale_pack(const float (&s)[64], float (&o)[64
 }
 
 /* Online softmax over one S tile: rescales o, turns s into P. */
-template <typename T>
-__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&o)[64], float (&m)[2],
-                                             float (&l)[2], uint32_t (&p)[8][4], float sl2) {
+template <typename T, int kSn, int kN>
+__device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], float (&m)[2],
+                                             float (&l)[2], uint32_t (&p)[kSn / 8][4], float sl2) {
     float corr[2];
     softmax_stats(s, m, l, corr, sl2);
     rescale_pack<T>(s, o, corr, p);
 }
 
-template <typename T>
-__device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[64],
+template <typename T, int kN>
+__device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int r0,
                                          int lane) {
 #pragma unroll
@@ -293,9 +318,9 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
         }
         const float inv = sum > 0.f ? 1.f / sum : 0.f;
         const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
-        T *out = static_cast<T *>(p.out) + row * kDim + 2 * (lane % 4);
+        T *out = static_cast<T *>(p.out) + row * (2 * kN) + 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kN / 4; ++j) {
             *reinterpret_cast<uint32_t *>(out + 8 * j) =
                 pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
         }
@@ -305,6 +330,14 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
     }
 }
 
+/* Whether key tile n needs the mask: it runs past kv_len, or (causal) past the diagonal of the
+ * CTA's first row. */
+template <int kKeys>
+__device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh, int n) {
+    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
+    return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
+}
+
 template <typename T, bool kSplitN, int kD>
 __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
                                         const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
@@ -312,9 +345,9 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
     const int tid = threadIdx.x % 128;
     const int lane = tid % 32;
     const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[64];
+    float o[Geo<kD>::kOn];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < Geo<kD>::kOn; ++i) {
         o[i] = 0.f;
     }
     float m[2] = {-INFINITY, -INFINITY};
@@ -323,26 +356,25 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         bar_wait(&b->q_full, 0);
     }
     const uint8_t *q = sq + wg * 64 * 128;
-    const int diag_from = sh.kv_len - sh.q_len + sh.m0; /* tiles past this need the mask */
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % Geo<kD>::kStg;
         const uint32_t ph = (i / Geo<kD>::kStg) & 1;
         const int n = sh.n_blocks - 1 - i;
-        float sc[64];
+        float sc[Geo<kD>::kSn];
         bar_wait(&b->k_full[s], ph);
         wg_fence();
-        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kQkBytes);
+        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->k_empty[s]);
-        if ((n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from)) {
+        if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
             mask_tile(sc, sh, p.causal, n, r0, lane);
         }
-        uint32_t pf[8][4];
+        uint32_t pf[Geo<kD>::kPk][4];
         softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
         bar_wait(&b->v_full[s], ph);
         wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + s * kTileBytes);
+        pv_gemm<T, kSplitN>(o, pf, sv + s * Geo<kD>::kVBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->v_empty[s]);
@@ -350,22 +382,15 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
     epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
-/* Whether key tile n needs the mask: it runs past kv_len, or (causal) past the diagonal of the
- * CTA's first row. */
-__device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh, int n) {
-    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
-    return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
-}
-
 /* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
  * running state and P_0 (pf). */
 template <typename T, bool kPingPong, int kD>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
-                  int wg, int r0, int lane, float (&o)[64], float (&m)[2], float (&l)[2],
-                  uint32_t (&pf)[8][4]) {
+                  int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2], float (&l)[2],
+                  uint32_t (&pf)[Geo<kD>::kPk][4]) {
     const int nb = sh.n_blocks;
-    float sc[64];
+    float sc[Geo<kD>::kSn];
     bar_wait(&b->k_full[0], 0);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
@@ -378,7 +403,7 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
     }
     wg_wait0();
     release_stage(&b->k_empty[0]);
-    if (pipe_needs_mask(p, sh, nb - 1)) {
+    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, nb - 1)) {
         mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
     }
     softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
@@ -388,31 +413,31 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
  * becomes P_i. */
 template <typename T, bool kSplitN, bool kPingPong, int kD>
-__device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const uint8_t *q,
-                                          const uint8_t *sk, const uint8_t *sv, Bars *b, int i,
-                                          int wg, int r0, int lane, float (&o)[64], float (&m)[2],
-                                          float (&l)[2], uint32_t (&pf)[8][4]) {
+__device__ __forceinline__ void
+pipe_step(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, const uint8_t *sv,
+          Bars *b, int i, int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2],
+          float (&l)[2], uint32_t (&pf)[Geo<kD>::kPk][4]) {
     constexpr int kStg = Geo<kD>::kStg;
     const int s = i % kStg;
     const int sp = (i - 1) % kStg;
     const int n = sh.n_blocks - 1 - i;
-    float sc[64];
+    float sc[Geo<kD>::kSn];
     bar_wait(&b->k_full[s], (i / kStg) & 1);
     bar_wait(&b->v_full[sp], ((i - 1) / kStg) & 1);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
     }
     wg_fence();
-    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kQkBytes);
+    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
     wg_commit();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
     wg_commit();
     if constexpr (kPingPong) {
         named_arrive<256>(2 - wg);
     }
     wg_wait1();
     release_stage(&b->k_empty[s]);
-    if (pipe_needs_mask(p, sh, n)) {
+    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
         mask_tile(sc, sh, p.causal, n, r0, lane);
     }
     float corr[2];
@@ -425,14 +450,15 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
 /* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
 template <typename T, bool kSplitN, bool kPingPong, int kD>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb, int wg,
-                                             float (&o)[64], const uint32_t (&pf)[8][4]) {
+                                             float (&o)[Geo<kD>::kOn],
+                                             const uint32_t (&pf)[Geo<kD>::kPk][4]) {
     const int sp = (nb - 1) % Geo<kD>::kStg;
     bar_wait(&b->v_full[sp], ((nb - 1) / Geo<kD>::kStg) & 1);
     if constexpr (kPingPong) {
         named_sync<256>(1 + wg);
     }
     wg_fence();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * kTileBytes);
+    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
     wg_commit();
     if (kPingPong && wg == 0) {
         named_arrive<256>(2);
@@ -451,9 +477,9 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     const int tid = threadIdx.x % 128;
     const int lane = tid % 32;
     const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[64];
+    float o[Geo<kD>::kOn];
 #pragma unroll
-    for (int i = 0; i < 64; ++i) {
+    for (int i = 0; i < Geo<kD>::kOn; ++i) {
         o[i] = 0.f;
     }
     float m[2] = {-INFINITY, -INFINITY};
@@ -466,7 +492,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
         }
     }
     const uint8_t *q = sq + wg * 64 * 128;
-    uint32_t pf[8][4];
+    uint32_t pf[Geo<kD>::kPk][4];
     if (nb > 0) {
         pipe_first_scores<T, kPingPong, kD>(p, sh, q, sk, b, wg, r0, lane, o, m, l, pf);
     }
@@ -494,11 +520,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                                                 ~static_cast<uintptr_t>(1023));
     using G = Geo<kD>;
     uint8_t *sq = base;
-    uint8_t *sk = sq + G::kQkBytes;
-    uint8_t *sv = sk + G::kStg * G::kQkBytes;
-    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * kTileBytes);
+    uint8_t *sk = sq + G::kQBytes;
+    uint8_t *sv = sk + G::kStg * G::kKBytes;
+    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
     const int h = blockIdx.y;
-    const Shape sh = item_shape<kPaged>(p);
+    const Shape sh = item_shape<kPaged, G::kKeys>(p);
     if (sh.n_blocks < 0) {
         return;
     }
@@ -536,8 +562,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
- * columns x 1 head x box_rows rows (128, or a paged cache's page size), 128-byte swizzle, rows
- * past the end read as zeros. 0 on success. */
+ * columns x 1 head x box_rows rows (128; a K/V tile's Geo::kKeys; or a paged cache's page size),
+ * 128-byte swizzle, rows past the end read as zeros. 0 on success. */
 inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim,
                     int box_rows = kRows) {
     EncodeTiledFn fn = encode_tiled_fn();
@@ -557,14 +583,16 @@ inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, 
     return r == CUDA_SUCCESS ? 0 : -2;
 }
 
-/* The map of a paged NHD cache [page][page_size][heads][128] viewed as [rows][heads][128], boxes
- * of one page (or 128 rows of a larger one). The cache's page count is not in the call: the view
- * spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of listed pages. */
-inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size) {
-    const int64_t row_bytes = static_cast<int64_t>(heads) * kDim * 2;
+/* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim], boxes
+ * of one page (or `keys` rows, a K/V tile, of a larger one). The cache's page count is not in the
+ * call: the view spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of
+ * listed pages. */
+inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size,
+                          int dim = kDim, int keys = kRows) {
+    const int64_t row_bytes = static_cast<int64_t>(heads) * dim * 2;
     const int64_t rows = heads > 0 ? (static_cast<int64_t>(1) << 39) / row_bytes : 0;
-    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, kDim,
-                    page_size < kRows ? page_size : kRows);
+    return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, dim,
+                    page_size < keys ? page_size : keys);
 }
 
 } // namespace ap_hopper

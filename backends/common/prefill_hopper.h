@@ -13,8 +13,8 @@ extern "C" {
 /* Packed query rows per CTA of the Hopper kernel for this plan (128 tokens of one sequence times
  * the group, so its items are 128-token tiles), or 0 where it does not serve: today args'
  * kv_dtype BF16 or F16 (the caller says so; unset keeps the mma.sync kernel), a ragged K/V
- * source with head dims 128 / 128 or 192 / 128 (MLA's MHA form) or a paged one with head dims
- * 128 / 128 and a page size that is a power of two >= 8, a build with sm_90a code and a current
+ * source with head dims 128 / 128, 64 / 64, 256 / 256 or 192 / 128 (MLA's MHA form) or a paged
+ * one with head dims 128 / 128 or 64 / 64 and a page size that is a power of two >= 8, a build with sm_90a code and a current
  * device of compute capability 9.0. Its plans then run only calls with Q, K and V of that 16-bit type. */
 int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args);
 

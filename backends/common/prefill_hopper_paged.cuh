@@ -9,13 +9,14 @@
 #error "prefill_hopper_paged.cuh is included by prefill_hopper.cuh only"
 #endif
 
-/* Rows row0 .. kKeys - 1 of a tile in shared memory (`halves` 64-column halves of 128-byte
+/* Rows row0 .. keys - 1 of a tile in shared memory (`halves` 64-column chunks of `keys` 128-byte
  * rows, 128-byte swizzle as TMA writes it): the first `valid` copied from the cache rows src,
  * src + stride, ... (16-bit elements), the rest zeros. By the whole warp. */
-__device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int row0, int valid,
-                                               const uint16_t *src, int64_t stride, int lane) {
+__device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int keys, int row0,
+                                               int valid, const uint16_t *src, int64_t stride,
+                                               int lane) {
     const int per_row = halves * 8; /* 16-byte units */
-    const int units = (kKeys - row0) * per_row;
+    const int units = (keys - row0) * per_row;
 #pragma unroll 8
     for (int u = lane; u < units; u += 32) {
         const int r = u / per_row;
@@ -25,7 +26,7 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ro
             x = __ldg(reinterpret_cast<const uint4 *>(src + r * stride + c * 8));
         }
         const int rr = row0 + r;
-        *reinterpret_cast<uint4 *>(tile + (c / 8) * kHalfBytes + rr * 128 +
+        *reinterpret_cast<uint4 *>(tile + (c / 8) * keys * 128 + rr * 128 +
                                    (((c % 8) ^ (rr & 7)) * 16)) = x;
     }
 }
@@ -40,9 +41,10 @@ template <int kD>
 __device__ __forceinline__ void
 produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
                    int s, uint32_t ph, const Params &p, const Shape &sh, int n, int hk, int lane) {
-    const int box = min(kKeys, 1 << p.page_shift);
-    const int pos = n * kKeys + lane * box;
-    const int valid = lane * box < kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
+    using G = Geo<kD>;
+    const int box = min(G::kKeys, 1 << p.page_shift);
+    const int pos = n * G::kKeys + lane * box;
+    const int valid = lane * box < G::kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
     int row = 0;
     if (valid > 0) {
         const int page = __ldg(p.kv_page_indices + sh.kv_start + (pos >> p.page_shift));
@@ -52,33 +54,36 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
     const int full = __popc(__ballot_sync(0xffffffffu, valid == box)); /* a prefix of boxes */
     bar_wait(&b->k_empty[s], ph);
     if (lane == 0) {
-        bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * Geo<kD>::kChunks);
+        bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * G::kChunks);
     }
     __syncwarp();
     if (valid > 0) {
 #pragma unroll
-        for (int c = 0; c < Geo<kD>::kChunks; ++c) {
-            tma_load(tk, k + c * kHalfBytes + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
+        for (int c = 0; c < G::kChunks; ++c) {
+            tma_load(tk, k + c * G::kKChunk + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
         }
     }
+    constexpr int kVc = G::kVChunks;
     bar_wait(&b->v_empty[s], ph);
-    if (lane == 0 && full * box == kKeys) {
-        bar_expect_tx(&b->v_full[s], kTileBytes); /* the arrival: TMA bytes alone complete it */
+    if (lane == 0 && full * box == G::kKeys) {
+        bar_expect_tx(&b->v_full[s], G::kVBytes); /* TMA bytes alone complete it */
     } else if (lane == 0 && full > 0) {
-        expect_tx(&b->v_full[s], full * box * 256); /* the arrival comes after the copy below */
+        expect_tx(&b->v_full[s], full * box * 128 * kVc); /* the arrival comes after the copy */
     }
     __syncwarp();
     if (valid == box) {
-        tma_load(tv, v + lane * box * 128, &b->v_full[s], 0, hk, row);
-        tma_load(tv, v + kHalfBytes + lane * box * 128, &b->v_full[s], 64, hk, row);
+#pragma unroll
+        for (int c = 0; c < kVc; ++c) {
+            tma_load(tv, v + c * G::kKChunk + lane * box * 128, &b->v_full[s], 64 * c, hk, row);
+        }
     }
-    if (full * box < kKeys) {
+    if (full * box < G::kKeys) {
         const int tail_valid = __shfl_sync(0xffffffffu, valid, full);
         const int tail_row = __shfl_sync(0xffffffffu, row, full);
-        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * kDim;
+        const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * G::kDv;
         const uint16_t *src = static_cast<const uint16_t *>(p.v_pages) + tail_row * stride +
-                              static_cast<int64_t>(hk) * kDim;
-        warp_fill_rows(v, 2, full * box, tail_valid, src, stride, lane);
+                              static_cast<int64_t>(hk) * G::kDv;
+        warp_fill_rows(v, kVc, G::kKeys, full * box, tail_valid, src, stride, lane);
         fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
@@ -95,7 +100,7 @@ produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *t
     using G = Geo<kD>;
     const int lane = threadIdx.x % 32;
     if (lane == 0) {
-        bar_expect_tx(&b->q_full, G::kQkBytes);
+        bar_expect_tx(&b->q_full, G::kQBytes);
 #pragma unroll
         for (int c = 0; c < G::kChunks; ++c) {
             tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
@@ -103,7 +108,7 @@ produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *t
     }
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % G::kStg;
-        produce_paged_tile<kD>(tk, tv, sk + s * G::kQkBytes, sv + s * kTileBytes, b, s,
+        produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + s * G::kVBytes, b, s,
                                ((i / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk, lane);
     }
 }
