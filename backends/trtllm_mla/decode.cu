@@ -108,12 +108,20 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
     constexpr int kRowChunks = kRowBytes / 16;
     const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + (valid ? slot : 0) * kRowBytes;
     const uint32_t base = ap_smem_addr(stage);
+    static_assert(kRowChunks % 4 == 0, "four threads share a row's chunks");
+    if constexpr (SWZ8) {
+        // chunk part + 4 i: fp8_off's XOR touches the low two bits only, so one source and one
+        // destination address, the chunks at immediate offsets of 64 bytes
+        const uint32_t dst = base + fp8_off(row, part);
+        const uint8_t *src0 = src + part * 16;
 #pragma unroll
-    for (int c = part; c < kRowChunks; c += 4) {
-        const uint32_t dst = SWZ8  ? base + fp8_off(row, c)
-                             : FP8 ? base + row * kRowBytes + c * 16
-                                   : base + tile_off(row, c);
-        ap_cp_async_16(dst, src + c * 16, valid);
+        for (int i = 0; i < kRowChunks / 4; i++) ap_cp_async_16(dst + 64 * i, src0 + 64 * i, valid);
+    } else {
+#pragma unroll
+        for (int c = part; c < kRowChunks; c += 4) {
+            const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
+            ap_cp_async_16(dst, src + c * 16, valid);
+        }
     }
 }
 
@@ -251,18 +259,20 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_
                        float(*sb)[4]) {
         if constexpr (L::kFragFp8) {
             // fp8: token g's dims 32 k32 + 8 t4 .. + 7 (one 64-bit load), as half pairs: the
-            // first four feed the mma of a0, the last four that of a1 (Q permuted to match)
+            // first four feed the mma of a0, the last four that of a1 (Q permuted to match).
+            // fp8_off's XOR touches the chunk's low two bits only, so chunk 2 k32 + c is chunk
+            // 2 (k32 & 1) + c plus 64 (k32 >> 1) bytes: two addresses a tile, the rest immediates.
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
                 const int krow = w.cs * L::kTN + j * 8 + w.g;
-                uint32_t x, y;
-                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-                             : "=r"(x), "=r"(y)
-                             : "r"(k_base + fp8_off(krow, 2 * k32 + (w.t4 >> 1)) + 8 * (w.t4 & 1)));
-                ap_mma_16816<__half>(sa[j], a0, ap_fp8x2_to_half2_bits((uint16_t)x),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(x >> 16)));
-                ap_mma_16816<__half>(sb[j], a1, ap_fp8x2_to_half2_bits((uint16_t)y),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(y >> 16)));
+                const uint32_t addr = k_base + fp8_off(krow, 2 * (k32 & 1) + (w.t4 >> 1)) +
+                                      8 * (w.t4 & 1) + 64 * (k32 >> 1);
+                uint32_t x, y, b[4];
+                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(addr));
+                ap_fp8x4_to_half2x2(x, b[0], b[1]);
+                ap_fp8x4_to_half2x2(y, b[2], b[3]);
+                ap_mma_16816<__half>(sa[j], a0, b[0], b[1]);
+                ap_mma_16816<__half>(sb[j], a1, b[2], b[3]);
             }
         } else {
 #pragma unroll
@@ -368,6 +378,10 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[L::kTN / 8][4], ui
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) rs_.l_run[h] = rs_.l_run[h] * alpha[h] + rs[h];
+    // fp8 fragments: O is left alone when no row of the warp grew its maximum (alpha is 1 for
+    // all; most tiles of a long sequence), which skips the multiplies, exactly
+    if constexpr (L::kFragFp8)
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
     for (int i = 0; i < L::kDN / 8; i++) {
         rs_.o[i][0] *= alpha[0];
@@ -398,15 +412,12 @@ __device__ __forceinline__ void tile_pv(uint32_t p_base, uint32_t k_base, const 
                 ap_ldmatrix_x4_trans(b, k_base + fp8_off(vrow, chunk));
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    const uint32_t lo = b[2 * c], hi = b[2 * c + 1];
-                    ap_mma_16816<__half>(
-                        o[i + 2 * c], a,
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0020)),
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0020)));
-                    ap_mma_16816<__half>(
-                        o[i + 2 * c + 1], a,
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0031)),
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0031)));
+                    // one permute a register: bytes (0, 2) to its low half, (1, 3) to its high
+                    uint32_t ev[2], od[2];
+                    ap_fp8x4_to_half2x2(__byte_perm(b[2 * c], 0, 0x3120), ev[0], od[0]);
+                    ap_fp8x4_to_half2x2(__byte_perm(b[2 * c + 1], 0, 0x3120), ev[1], od[1]);
+                    ap_mma_16816<__half>(o[i + 2 * c], a, ev[0], ev[1]);
+                    ap_mma_16816<__half>(o[i + 2 * c + 1], a, od[0], od[1]);
                 }
             }
         } else {
