@@ -333,7 +333,15 @@ __device__ __forceinline__ void tile_row_max(const float (&s)[L::kTN / 8][4], fl
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     }
-    if (w.t4 == 0) {
+    if constexpr (L::kFragFp8) {
+        // a row's eight split maxima side by side: two 16-byte loads and a tree, not eight
+        // loads and a chain of eight
+        static_assert(L::kSplits == 8 && L::kRedMax % 16 == 0, "eight splits, aligned");
+        if (w.t4 == 0) {
+            red_max[w.g * 8 + w.cs] = mx[0];
+            red_max[(w.g + 8) * 8 + w.cs] = mx[1];
+        }
+    } else if (w.t4 == 0) {
         red_max[w.cs * M + w.rb * 16 + w.g] = mx[0];
         red_max[w.cs * M + w.rb * 16 + w.g + 8] = mx[1];
     }
@@ -341,9 +349,16 @@ __device__ __forceinline__ void tile_row_max(const float (&s)[L::kTN / 8][4], fl
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float tmax = -INFINITY;
+        if constexpr (L::kFragFp8) {
+            const float4 a = *reinterpret_cast<const float4 *>(red_max + (w.g + 8 * h) * 8);
+            const float4 b = *reinterpret_cast<const float4 *>(red_max + (w.g + 8 * h) * 8 + 4);
+            tmax = fmaxf(fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w)),
+                         fmaxf(fmaxf(b.x, b.y), fmaxf(b.z, b.w)));
+        } else {
 #pragma unroll
-        for (int c = 0; c < L::kSplits; c++)
-            tmax = fmaxf(tmax, red_max[c * M + w.rb * 16 + w.g + 8 * h]);
+            for (int c = 0; c < L::kSplits; c++)
+                tmax = fmaxf(tmax, red_max[c * M + w.rb * 16 + w.g + 8 * h]);
+        }
         const float m_new = fmaxf(m_run[h], tmax * scale2);
         m_use[h] = m_new == -INFINITY ? 0.f : m_new;
         alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
