@@ -188,16 +188,17 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
 #pragma unroll
         for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
             if constexpr (L::kFragFp8) {
-                // dims 32 k32 + 8 t4 .. + 7 of rows g and g + 8, as half pairs, in the order of
-                // the fp8 K fragment (see tile_scores)
+                // dims 64 (k32 >> 1) + 16 t4 + 8 (k32 & 1) .. + 7 of rows g and g + 8, as half
+                // pairs, in the order of the fp8 K fragment (see tile_scores)
                 uint32_t w[2][4];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = (lane >> 2) + 8 * h;
                     uint4 v;
-                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                                 : "r"(q_base + tile_off(r, 4 * k32 + (lane & 3))));
+                    asm volatile(
+                        "ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                        : "r"(q_base + tile_off(r, 8 * (k32 >> 1) + 2 * (lane & 3) + (k32 & 1))));
                     const uint32_t in[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
@@ -236,24 +237,29 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_
     for (int c = 0; c < kChains; c++)
 #pragma unroll
         for (int j = 0; j < kSN; j++) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+    uint32_t kw[L::kFragFp8 ? kSN : 1][4]; // fp8: 16 bytes of K a lane, for two steps
     // One step of 32 dims: the two A fragments (from registers or shared memory), then for
     // each n-tile the B fragments of both 16-dim halves and two mma.
     auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
                        float(*sb)[4]) {
         if constexpr (L::kFragFp8) {
-            // fp8: token g's dims 32 k32 + 8 t4 .. + 7 (one 64-bit load), as half pairs: the
-            // first four feed the mma of a0, the last four that of a1 (Q permuted to match).
-            // fp8_off's XOR touches the chunk's low two bits only, so chunk 2 k32 + c is chunk
-            // 2 (k32 & 1) + c plus 64 (k32 >> 1) bytes: two addresses a tile, the rest immediates.
+            // fp8: token g's dims 64 (k32 >> 1) + 16 t4 .. + 15, one 128-bit load every other
+            // step: its first eight dims feed the even step, the last eight the odd one; in a
+            // step the first four feed the mma of a0, the last four that of a1 (Q permuted to
+            // match). fp8_off's XOR touches the chunk's low two bits only, so chunk
+            // 4 (k32 >> 1) + t4 is chunk t4 plus 64 (k32 >> 1) bytes: one address, immediates.
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
-                const int krow = w.cs * L::kTN + j * 8 + w.g;
-                const uint32_t addr = k_base + fp8_off(krow, 2 * (k32 & 1) + (w.t4 >> 1)) +
-                                      8 * (w.t4 & 1) + 64 * (k32 >> 1);
-                uint32_t x, y, b[4];
-                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(x), "=r"(y) : "r"(addr));
-                ap_fp8x4_to_half2x2(x, b[0], b[1]);
-                ap_fp8x4_to_half2x2(y, b[2], b[3]);
+                if ((k32 & 1) == 0) {
+                    const int krow = w.cs * L::kTN + j * 8 + w.g;
+                    const uint32_t addr = k_base + fp8_off(krow, w.t4) + 64 * (k32 >> 1);
+                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                                 : "=r"(kw[j][0]), "=r"(kw[j][1]), "=r"(kw[j][2]), "=r"(kw[j][3])
+                                 : "r"(addr));
+                }
+                uint32_t b[4];
+                ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1)], b[0], b[1]);
+                ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1) + 1], b[2], b[3]);
                 ap_mma_16816<__half>(sa[j], a0, b[0], b[1]);
                 ap_mma_16816<__half>(sb[j], a1, b[2], b[3]);
             }
