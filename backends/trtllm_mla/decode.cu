@@ -222,6 +222,32 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
     }
 }
 
+// One S step of the fp8 fragment layout (kFragFp8): token g's dims 64 (k32 >> 1) + 16 t4 .. + 15,
+// one 128-bit load every other step into kw: its first eight dims feed the even step, the last
+// eight the odd one; in a step the first four feed the mma of a0, the last four that of a1 (Q
+// permuted to match, load_q_regs). fp8_off's XOR touches the chunk's low two bits only, so chunk
+// 4 (k32 >> 1) + t4 is chunk t4 plus 64 (k32 >> 1) bytes: one address, immediate offsets.
+template <class L>
+__device__ __forceinline__ void
+qk_step_fp8(int k32, const uint32_t *a0, const uint32_t *a1, float (*sa)[4], float (*sb)[4],
+            uint32_t (&kw)[L::kTN / 8][4], uint32_t k_base, const WarpPos &w) {
+#pragma unroll
+    for (int j = 0; j < L::kTN / 8; j++) {
+        if ((k32 & 1) == 0) {
+            const int krow = w.cs * L::kTN + j * 8 + w.g;
+            const uint32_t addr = k_base + fp8_off(krow, w.t4) + 64 * (k32 >> 1);
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(kw[j][0]), "=r"(kw[j][1]), "=r"(kw[j][2]), "=r"(kw[j][3])
+                         : "r"(addr));
+        }
+        uint32_t b[4];
+        ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1)], b[0], b[1]);
+        ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1) + 1], b[2], b[3]);
+        ap_mma_16816<__half>(sa[j], a0, b[0], b[1]);
+        ap_mma_16816<__half>(sb[j], a1, b[2], b[3]);
+    }
+}
+
 // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
 template <class L>
 __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_ROW / 32 : 1][2][4],
@@ -237,32 +263,13 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_
     for (int c = 0; c < kChains; c++)
 #pragma unroll
         for (int j = 0; j < kSN; j++) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
-    uint32_t kw[L::kFragFp8 ? kSN : 1][4]; // fp8: 16 bytes of K a lane, for two steps
+    uint32_t kw[kSN][4]; // fp8: 16 bytes of K a lane, for two steps (qk_step_fp8)
     // One step of 32 dims: the two A fragments (from registers or shared memory), then for
     // each n-tile the B fragments of both 16-dim halves and two mma.
     auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
                        float(*sb)[4]) {
         if constexpr (L::kFragFp8) {
-            // fp8: token g's dims 64 (k32 >> 1) + 16 t4 .. + 15, one 128-bit load every other
-            // step: its first eight dims feed the even step, the last eight the odd one; in a
-            // step the first four feed the mma of a0, the last four that of a1 (Q permuted to
-            // match). fp8_off's XOR touches the chunk's low two bits only, so chunk
-            // 4 (k32 >> 1) + t4 is chunk t4 plus 64 (k32 >> 1) bytes: one address, immediates.
-#pragma unroll
-            for (int j = 0; j < kSN; j++) {
-                if ((k32 & 1) == 0) {
-                    const int krow = w.cs * L::kTN + j * 8 + w.g;
-                    const uint32_t addr = k_base + fp8_off(krow, w.t4) + 64 * (k32 >> 1);
-                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                                 : "=r"(kw[j][0]), "=r"(kw[j][1]), "=r"(kw[j][2]), "=r"(kw[j][3])
-                                 : "r"(addr));
-                }
-                uint32_t b[4];
-                ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1)], b[0], b[1]);
-                ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1) + 1], b[2], b[3]);
-                ap_mma_16816<__half>(sa[j], a0, b[0], b[1]);
-                ap_mma_16816<__half>(sb[j], a1, b[2], b[3]);
-            }
+            qk_step_fp8<L>(k32, a0, a1, sa, sb, kw, k_base, w);
         } else {
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
