@@ -22,6 +22,7 @@
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
+#include "decode_finish.cuh"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla decode"
@@ -81,11 +82,6 @@ template <int M, bool FP8, int STAGES> struct Layout {
     static_assert(kBytes <= 232448, "over the H100's shared memory per block");
 };
 
-struct Seq {
-    int32_t q_begin, q_len, kv_len;
-    const int32_t *pages;
-};
-
 // The cache slot of this thread's token row of KV tile `tile` (four threads share a row), or -1
 // past kv_len. Split from the copies so the page-table load of the next tile can be issued before
 // the barrier that precedes its copies, not serialised after it.
@@ -108,12 +104,20 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
     constexpr int kRowChunks = kRowBytes / 16;
     const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + (valid ? slot : 0) * kRowBytes;
     const uint32_t base = ap_smem_addr(stage);
+    static_assert(kRowChunks % 4 == 0, "four threads share a row's chunks");
+    if constexpr (SWZ8) {
+        // chunk part + 4 i: fp8_off's XOR touches the low two bits only, so one source and one
+        // destination address, the chunks at immediate offsets of 64 bytes
+        const uint32_t dst = base + fp8_off(row, part);
+        const uint8_t *src0 = src + part * 16;
 #pragma unroll
-    for (int c = part; c < kRowChunks; c += 4) {
-        const uint32_t dst = SWZ8  ? base + fp8_off(row, c)
-                             : FP8 ? base + row * kRowBytes + c * 16
-                                   : base + tile_off(row, c);
-        ap_cp_async_16(dst, src + c * 16, valid);
+        for (int i = 0; i < kRowChunks / 4; i++) ap_cp_async_16(dst + 64 * i, src0 + 64 * i, valid);
+    } else {
+#pragma unroll
+        for (int c = part; c < kRowChunks; c += 4) {
+            const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
+            ap_cp_async_16(dst, src + c * 16, valid);
+        }
     }
 }
 
@@ -172,19 +176,6 @@ __device__ __forceinline__ Seq seq_of(const mla_decode_params &p, int seq) {
     return sq;
 }
 
-// Where this thread sits: lane (g = lane/4, t4 = lane%4) of warp (rb, cs): row block rb of the
-// CTA's rows, column split cs of the tile's tokens and of the output dims.
-struct WarpPos {
-    int lane, g, t4, rb, cs;
-};
-
-// One warp's running state over its rows: O (rows rb*16 + g, + 8; its output dims), row maxima
-// and sums, base 2.
-template <int NT> struct RowState {
-    float o[NT][4];
-    float m_run[2], l_run[2];
-};
-
 // Q's A fragments when the layout keeps them in registers: read once from the stage Q was
 // loaded into, which the pipeline then reuses.
 template <class L, int STAGES>
@@ -197,16 +188,17 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
 #pragma unroll
         for (int k32 = 0; k32 < MLA_ROW / 32; k32++) {
             if constexpr (L::kFragFp8) {
-                // dims 32 k32 + 8 t4 .. + 7 of rows g and g + 8, as half pairs, in the order of
-                // the fp8 K fragment (see tile_scores)
+                // dims 64 (k32 >> 1) + 16 t4 + 8 (k32 & 1) .. + 7 of rows g and g + 8, as half
+                // pairs, in the order of the fp8 K fragment (see tile_scores)
                 uint32_t w[2][4];
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = (lane >> 2) + 8 * h;
                     uint4 v;
-                    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                                 : "r"(q_base + tile_off(r, 4 * k32 + (lane & 3))));
+                    asm volatile(
+                        "ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                        : "r"(q_base + tile_off(r, 8 * (k32 >> 1) + 2 * (lane & 3) + (k32 & 1))));
                     const uint32_t in[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
@@ -230,6 +222,32 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
     }
 }
 
+// One S step of the fp8 fragment layout (kFragFp8): token g's dims 64 (k32 >> 1) + 16 t4 .. + 15,
+// one 128-bit load every other step into kw: its first eight dims feed the even step, the last
+// eight the odd one; in a step the first four feed the mma of a0, the last four that of a1 (Q
+// permuted to match, load_q_regs). fp8_off's XOR touches the chunk's low two bits only, so chunk
+// 4 (k32 >> 1) + t4 is chunk t4 plus 64 (k32 >> 1) bytes: one address, immediate offsets.
+template <class L>
+__device__ __forceinline__ void
+qk_step_fp8(int k32, const uint32_t *a0, const uint32_t *a1, float (*sa)[4], float (*sb)[4],
+            uint32_t (&kw)[L::kTN / 8][4], uint32_t k_base, const WarpPos &w) {
+#pragma unroll
+    for (int j = 0; j < L::kTN / 8; j++) {
+        if ((k32 & 1) == 0) {
+            const int krow = w.cs * L::kTN + j * 8 + w.g;
+            const uint32_t addr = k_base + fp8_off(krow, w.t4) + 64 * (k32 >> 1);
+            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(kw[j][0]), "=r"(kw[j][1]), "=r"(kw[j][2]), "=r"(kw[j][3])
+                         : "r"(addr));
+        }
+        uint32_t b[4];
+        ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1)], b[0], b[1]);
+        ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1) + 1], b[2], b[3]);
+        ap_mma_16816<__half>(sa[j], a0, b[0], b[1]);
+        ap_mma_16816<__half>(sb[j], a1, b[2], b[3]);
+    }
+}
+
 // S = Q K^T for rows rb*16.., tokens cs*TN.. (TN/8 n-tiles), 18 steps of 32 dims.
 template <class L>
 __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_ROW / 32 : 1][2][4],
@@ -245,25 +263,13 @@ __device__ __forceinline__ void tile_scores(const uint32_t (&qf)[L::kQReg ? MLA_
     for (int c = 0; c < kChains; c++)
 #pragma unroll
         for (int j = 0; j < kSN; j++) sc[c][j][0] = sc[c][j][1] = sc[c][j][2] = sc[c][j][3] = 0.f;
+    uint32_t kw[kSN][4]; // fp8: 16 bytes of K a lane, for two steps (qk_step_fp8)
     // One step of 32 dims: the two A fragments (from registers or shared memory), then for
     // each n-tile the B fragments of both 16-dim halves and two mma.
     auto qk_step = [&](int k32, const uint32_t *a0, const uint32_t *a1, float(*sa)[4],
                        float(*sb)[4]) {
         if constexpr (L::kFragFp8) {
-            // fp8: token g's dims 32 k32 + 8 t4 .. + 7 (one 64-bit load), as half pairs: the
-            // first four feed the mma of a0, the last four that of a1 (Q permuted to match)
-#pragma unroll
-            for (int j = 0; j < kSN; j++) {
-                const int krow = w.cs * L::kTN + j * 8 + w.g;
-                uint32_t x, y;
-                asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];"
-                             : "=r"(x), "=r"(y)
-                             : "r"(k_base + fp8_off(krow, 2 * k32 + (w.t4 >> 1)) + 8 * (w.t4 & 1)));
-                ap_mma_16816<__half>(sa[j], a0, ap_fp8x2_to_half2_bits((uint16_t)x),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(x >> 16)));
-                ap_mma_16816<__half>(sb[j], a1, ap_fp8x2_to_half2_bits((uint16_t)y),
-                                     ap_fp8x2_to_half2_bits((uint16_t)(y >> 16)));
-            }
+            qk_step_fp8<L>(k32, a0, a1, sa, sb, kw, k_base, w);
         } else {
 #pragma unroll
             for (int j = 0; j < kSN; j++) {
@@ -323,7 +329,15 @@ __device__ __forceinline__ void tile_row_max(const float (&s)[L::kTN / 8][4], fl
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     }
-    if (w.t4 == 0) {
+    if constexpr (L::kFragFp8) {
+        // a row's eight split maxima side by side: two 16-byte loads and a tree, not eight
+        // loads and a chain of eight
+        static_assert(L::kSplits == 8 && L::kRedMax % 16 == 0, "eight splits, aligned");
+        if (w.t4 == 0) {
+            red_max[w.g * 8 + w.cs] = mx[0];
+            red_max[(w.g + 8) * 8 + w.cs] = mx[1];
+        }
+    } else if (w.t4 == 0) {
         red_max[w.cs * M + w.rb * 16 + w.g] = mx[0];
         red_max[w.cs * M + w.rb * 16 + w.g + 8] = mx[1];
     }
@@ -331,9 +345,16 @@ __device__ __forceinline__ void tile_row_max(const float (&s)[L::kTN / 8][4], fl
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float tmax = -INFINITY;
+        if constexpr (L::kFragFp8) {
+            const float4 a = *reinterpret_cast<const float4 *>(red_max + (w.g + 8 * h) * 8);
+            const float4 b = *reinterpret_cast<const float4 *>(red_max + (w.g + 8 * h) * 8 + 4);
+            tmax = fmaxf(fmaxf(fmaxf(a.x, a.y), fmaxf(a.z, a.w)),
+                         fmaxf(fmaxf(b.x, b.y), fmaxf(b.z, b.w)));
+        } else {
 #pragma unroll
-        for (int c = 0; c < L::kSplits; c++)
-            tmax = fmaxf(tmax, red_max[c * M + w.rb * 16 + w.g + 8 * h]);
+            for (int c = 0; c < L::kSplits; c++)
+                tmax = fmaxf(tmax, red_max[c * M + w.rb * 16 + w.g + 8 * h]);
+        }
         const float m_new = fmaxf(m_run[h], tmax * scale2);
         m_use[h] = m_new == -INFINITY ? 0.f : m_new;
         alpha[h] = ap_exp2_approx(m_run[h] - m_use[h]);
@@ -368,6 +389,10 @@ __device__ __forceinline__ void tile_softmax(const float (&s)[L::kTN / 8][4], ui
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) rs_.l_run[h] = rs_.l_run[h] * alpha[h] + rs[h];
+    // fp8 fragments: O is left alone when no row of the warp grew its maximum (alpha is 1 for
+    // all; most tiles of a long sequence), which skips the multiplies, exactly
+    if constexpr (L::kFragFp8)
+        if (!__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
     for (int i = 0; i < L::kDN / 8; i++) {
         rs_.o[i][0] *= alpha[0];
@@ -398,15 +423,12 @@ __device__ __forceinline__ void tile_pv(uint32_t p_base, uint32_t k_base, const 
                 ap_ldmatrix_x4_trans(b, k_base + fp8_off(vrow, chunk));
 #pragma unroll
                 for (int c = 0; c < 2; c++) {
-                    const uint32_t lo = b[2 * c], hi = b[2 * c + 1];
-                    ap_mma_16816<__half>(
-                        o[i + 2 * c], a,
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0020)),
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0020)));
-                    ap_mma_16816<__half>(
-                        o[i + 2 * c + 1], a,
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(lo, 0, 0x0031)),
-                        ap_fp8x2_to_half2_bits((uint16_t)__byte_perm(hi, 0, 0x0031)));
+                    // one permute a register: bytes (0, 2) to its low half, (1, 3) to its high
+                    uint32_t ev[2], od[2];
+                    ap_fp8x4_to_half2x2(__byte_perm(b[2 * c], 0, 0x3120), ev[0], od[0]);
+                    ap_fp8x4_to_half2x2(__byte_perm(b[2 * c + 1], 0, 0x3120), ev[1], od[1]);
+                    ap_mma_16816<__half>(o[i + 2 * c], a, ev[0], ev[1]);
+                    ap_mma_16816<__half>(o[i + 2 * c + 1], a, od[0], od[1]);
                 }
             }
         } else {
@@ -418,99 +440,6 @@ __device__ __forceinline__ void tile_pv(uint32_t p_base, uint32_t k_base, const 
                 ap_mma_16816<__nv_bfloat16>(o[i], a, b[0], b[1]);
                 ap_mma_16816<__nv_bfloat16>(o[i + 1], a, b[2], b[3]);
             }
-        }
-    }
-}
-
-// rows_finish's stores for the fp8 fragment layout: o[2 c] and o[2 c + 1] hold chunk c's even and
-// odd dims, so a lane writes dims D + 4 t4 .. + 3 of chunk D (tile_pv) in one store.
-template <class L>
-__device__ __forceinline__ void
-finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 8> &st,
-             const WarpPos &w, int gr, int r, int h, float outs, float lse2, int cta) {
-    if (p.num_splits == 1) {
-        const int tok = gr / p.num_heads, head = gr % p.num_heads;
-        const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
-        uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
-#pragma unroll
-        for (int c = 0; c < L::kDN / 16; c++) {
-            const int d = w.cs * L::kDN + c * 16 + 4 * w.t4;
-            *reinterpret_cast<uint2 *>(dst + d * 2) = make_uint2(
-                ap_pack2<__nv_bfloat16>(st.o[2 * c][2 * h] * outs, st.o[2 * c + 1][2 * h] * outs),
-                ap_pack2<__nv_bfloat16>(st.o[2 * c][2 * h + 1] * outs,
-                                        st.o[2 * c + 1][2 * h + 1] * outs));
-        }
-        if (p.lse != NULL && w.cs == 0 && w.t4 == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
-    } else {
-        const int64_t prow = static_cast<int64_t>(cta) * 16 + r;
-        float *dst = p.partial_out + prow * MLA_LATENT;
-#pragma unroll
-        for (int c = 0; c < L::kDN / 16; c++) {
-            const int d = w.cs * L::kDN + c * 16 + 4 * w.t4;
-            *reinterpret_cast<float4 *>(dst + d) =
-                make_float4(st.o[2 * c][2 * h] * outs, st.o[2 * c + 1][2 * h] * outs,
-                            st.o[2 * c][2 * h + 1] * outs, st.o[2 * c + 1][2 * h + 1] * outs);
-        }
-        if (w.cs == 0 && w.t4 == 0) p.partial_lse[prow] = lse2;
-    }
-}
-
-// End: full row sums (the other column splits' through red_sum), then rows rb*16 + g (+8),
-// dims cs*DN + i*8 + 2*t4 to the output, or to the CTA's partial slot when the KV is split.
-template <int M, class L>
-__device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Seq &sq,
-                                            RowState<L::kDN / 8> &st, float *red_sum,
-                                            const WarpPos &w, int row0, int rows, int cta) {
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 1);
-        st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 2);
-    }
-    __syncthreads();
-    if (w.t4 == 0) {
-        red_sum[w.cs * M + w.rb * 16 + w.g] = st.l_run[0];
-        red_sum[w.cs * M + w.rb * 16 + w.g + 8] = st.l_run[1];
-    }
-    __syncthreads();
-    float inv[2], lse2[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        float l = 0.f;
-#pragma unroll
-        for (int c = 0; c < L::kSplits; c++) l += red_sum[c * M + w.rb * 16 + w.g + 8 * h];
-        inv[h] = l > 0.f ? 1.f / l : 0.f;
-        lse2[h] = l > 0.f ? st.m_run[h] + log2f(l) : -INFINITY;
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = w.rb * 16 + w.g + 8 * h;
-        const int gr = row0 + r;
-        if (gr >= rows) continue;
-        const float outs = inv[h] * p.kv_scale;
-        if constexpr (L::kFragFp8) {
-            finish_frag8<L>(p, sq, st, w, gr, r, h, outs, lse2[h], cta);
-        } else if (p.num_splits == 1) {
-            const int tok = gr / p.num_heads, head = gr % p.num_heads;
-            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
-            uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
-#pragma unroll
-            for (int i = 0; i < L::kDN / 8; i++) {
-                const int d = w.cs * L::kDN + i * 8 + 2 * w.t4;
-                *reinterpret_cast<uint32_t *>(dst + d * 2) =
-                    ap_pack2<__nv_bfloat16>(st.o[i][2 * h] * outs, st.o[i][2 * h + 1] * outs);
-            }
-            if (p.lse != NULL && w.cs == 0 && w.t4 == 0)
-                p.lse[orow] = lse2[h] * 0.69314718055994531f;
-        } else {
-            const int64_t prow = static_cast<int64_t>(cta) * M + r;
-            float *dst = p.partial_out + prow * MLA_LATENT;
-#pragma unroll
-            for (int i = 0; i < L::kDN / 8; i++) {
-                const int d = w.cs * L::kDN + i * 8 + 2 * w.t4;
-                *reinterpret_cast<float2 *>(dst + d) =
-                    make_float2(st.o[i][2 * h] * outs, st.o[i][2 * h + 1] * outs);
-            }
-            if (w.cs == 0 && w.t4 == 0) p.partial_lse[prow] = lse2[h];
         }
     }
 }
