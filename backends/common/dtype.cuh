@@ -98,4 +98,19 @@ template <typename IN> __device__ __forceinline__ void ap_unpack8(const uint4 &r
     }
 }
 
+// The four e4m3 bytes of one register as two half2 registers: lo = bytes 0, 1 and hi = bytes 2,
+// 3 (exact). sm_89 and later convert the high pair through the register's .H1 selector, one cvt
+// per pair and no shift; older archs go through ap_fp8x2_to_half2_bits.
+__device__ __forceinline__ void ap_fp8x4_to_half2x2(uint32_t four, uint32_t &lo, uint32_t &hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(four));
+#else
+    lo = ap_fp8x2_to_half2_bits(static_cast<uint16_t>(four));
+    hi = ap_fp8x2_to_half2_bits(static_cast<uint16_t>(four >> 16));
+#endif
+}
+
 #endif // AP_COMMON_DTYPE_CUH
