@@ -51,9 +51,10 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
     // fp8: the page-table entries of a stage are loaded a step ahead (stage_pages)
     static constexpr bool pages_ahead = is_fp8;
-    // ptxas otherwise aims fp8 D128 at 168 registers (3 CTAs), spilling at KW = 2: its ring
-    // holds 2 CTAs per SM anyway. 0: no minimum, the compiler's own choice.
-    static constexpr int min_ctas = is_fp8 ? 1 : 0;
+    // fp8 KW = 4: ptxas would aim D128 at 168 registers (3 CTAs) where the 96 KB ring holds 2
+    // CTAs per SM anyway; no cap there. 0: the compiler's own choice (fp8 D128 KW = 2: 168
+    // registers, 3 CTAs as before, 4 bytes spilled: one local load per step).
+    static constexpr int min_ctas = is_fp8 && KW == 4 ? 1 : 0;
     // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
     // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
     static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
