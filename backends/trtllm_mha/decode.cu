@@ -548,7 +548,8 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
     decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw);
-    if (v.kernel == NULL || ap_page_shift(p->page_size) < 0 || group < 1 || group > MHA_MAX_GROUP ||
+    // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
+    if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
         p->num_splits > MHA_MAX_SPLITS) {
         ap_msgbuf_add(msg,
