@@ -55,6 +55,21 @@ __device__ __forceinline__ void ap_fp8x4_trans_split(uint32_t r, uint32_t &even,
     odd = ap_fp8x2_to_half2_bits((uint16_t)(e >> 16));
 }
 
+// Four e4m3 bytes (b0 b1 b2 b3) as two half2: lo = (b0, b1), hi = (b2, b3). On sm_89 and later
+// two cvt and nothing else: the high pair is read as the register's upper half (SASS `R.H1`),
+// where ap_fp8x2_to_half2_bits((uint16_t)(w >> 16)) costs a shift first. Exact, as above.
+__device__ __forceinline__ void ap_fp8x4_to_half2x2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
+        "cvt.rn.f16x2.e4m3x2 %1, h;\n}"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+#else
+    lo = ap_fp8x2_to_half2_bits((uint16_t)w);
+    hi = ap_fp8x2_to_half2_bits((uint16_t)(w >> 16));
+#endif
+}
+
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
 // ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
@@ -96,21 +111,6 @@ template <typename IN> __device__ __forceinline__ void ap_unpack8(const uint4 &r
         x[2 * i] = f.x;
         x[2 * i + 1] = f.y;
     }
-}
-
-// The four e4m3 bytes of one register as two half2 registers: lo = bytes 0, 1 and hi = bytes 2,
-// 3 (exact). sm_89 and later convert the high pair through the register's .H1 selector, one cvt
-// per pair and no shift; older archs go through ap_fp8x2_to_half2_bits.
-__device__ __forceinline__ void ap_fp8x4_to_half2x2(uint32_t four, uint32_t &lo, uint32_t &hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\n"
-        "cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-        : "=r"(lo), "=r"(hi)
-        : "r"(four));
-#else
-    lo = ap_fp8x2_to_half2_bits(static_cast<uint16_t>(four));
-    hi = ap_fp8x2_to_half2_bits(static_cast<uint16_t>(four >> 16));
-#endif
 }
 
 #endif // AP_COMMON_DTYPE_CUH
