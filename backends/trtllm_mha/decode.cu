@@ -51,10 +51,10 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
     // fp8: the page-table entries of a stage are loaded a step ahead (stage_pages)
     static constexpr bool pages_ahead = is_fp8;
-    // fp8 KW = 4: ptxas would aim D128 at 168 registers (3 CTAs) where the 96 KB ring holds 2
-    // CTAs per SM anyway; no cap there. 0: the compiler's own choice (fp8 D128 KW = 2: 168
-    // registers, 3 CTAs as before, 4 bytes spilled: one local load per step).
-    static constexpr int min_ctas = is_fp8 && KW == 4 ? 1 : 0;
+    // fp8: KW = 4's D128 96 KB ring holds 2 CTAs per SM, so no register cap there (ptxas would
+    // aim at 168 for 3); D128 KW = 2's 64 KB ring holds 3: 168 registers as before (4 bytes
+    // spilled, one local load per step). 0: the compiler's own choice.
+    static constexpr int min_ctas = !is_fp8 ? 0 : (KW == 4 ? 1 : (D == 128 && KW == 2 ? 3 : 0));
     // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
     // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
     static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
@@ -131,15 +131,23 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
     if constexpr (S::pages_ahead) {
         static_assert(copies % kThreads == 0 && kThreads % S::raw_chunks == 0,
                       "every lane shuffles in every round");
+        // A slot fits 32 bits (K and V each hold slots * H * raw_row bytes of device memory):
+        // one wide multiply-add per address.
         const int shift = a.log2_page_size, chunk = threadIdx.x % S::raw_chunks;
+        const uint32_t stride = (uint32_t)a.num_kv_heads * S::raw_row;
+        const int64_t head = (int64_t)w.kv_head * S::raw_row + chunk * 16;
+        const uint8_t *k_src = a.k_pages + head, *v_src = a.v_pages + head;
 #pragma unroll
         for (int j = 0; j < copies / kThreads; j++) {
             const int row = threadIdx.x / S::raw_chunks + j * (kThreads / S::raw_chunks);
             const int pos = first + row;
-            const int32_t page = __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
+            const uint32_t page =
+                __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
             const bool valid = pos < w.key_end;
-            const int64_t slot = valid ? ap_page_slot<true>(page, pos, 1 << shift, shift) : 0;
-            chunk_copy<S>(w, a, stage, row, chunk, slot, valid);
+            const uint32_t slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
+            const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
+            ap_cp_async_16(stage + dst, k_src + (uint64_t)slot * stride, valid);
+            ap_cp_async_16(stage + S::raw_tile + dst, v_src + (uint64_t)slot * stride, valid);
         }
     } else {
 #pragma unroll 4
