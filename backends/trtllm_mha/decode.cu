@@ -49,6 +49,12 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int block_rows = 16 * kWarps / KW;
     static constexpr int raw_tile = keys * (raw_row + scale_row);
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
+    // fp8: the page-table entries of a stage are loaded a step ahead (stage_pages)
+    static constexpr bool pages_ahead = is_fp8;
+    // fp8: KW = 4's D128 96 KB ring holds 2 CTAs per SM, so no register cap there (ptxas would
+    // aim at 168 for 3); D128 KW = 2's 64 KB ring holds 3: 168 registers as before (4 bytes
+    // spilled, one local load per step). 0: the compiler's own choice.
+    static constexpr int min_ctas = !is_fp8 ? 0 : (KW == 4 ? 1 : (D == 128 && KW == 2 ? 3 : 0));
     // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
     // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
     static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
@@ -92,22 +98,66 @@ struct cta_work {
     const int32_t *pages;
 };
 
+// S::pages_ahead: lane j of every warp holds the page-table entry of stage `index`'s j-th page (0
+// from key_end on; a stage of <= 128 keys spans <= 9 pages of >= 16), loaded one step before the
+// stage's copies are issued, so that the page table's latency stays off the step.
+template <class S>
+__device__ __forceinline__ int32_t stage_pages(const cta_work &w, const decode_args &a, int index,
+                                               int lane) {
+    if constexpr (!S::pages_ahead) return 0;
+    const int entry = ((w.key_begin + index * S::keys) >> a.log2_page_size) + lane;
+    return (entry << a.log2_page_size) < w.key_end ? __ldg(w.pages + entry) : 0;
+}
+
+// The K and V copies of one 16-byte chunk of a stage's row (zero-filled when !valid).
+template <class S>
+__device__ __forceinline__ void chunk_copy(const cta_work &w, const decode_args &a, uint32_t stage,
+                                           int row, int chunk, int64_t slot, bool valid) {
+    const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
+    const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
+    ap_cp_async_16(stage + dst, a.k_pages + src, valid);
+    ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
+}
+
 // Issue the copies of stage `index` (keys key_begin + S::keys * index ..) into a stage buffer.
+// S::pages_ahead: `pages` is the stage's stage_pages, each copy takes its row's entry by a
+// shuffle; a thread's copies are one chunk of rows r, r + kThreads / chunks, .. (fully unrolled:
+// constant swizzle, dst offsets immediate). Else each copy reads its page-table entry.
 template <class S>
 __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args &a, int index,
-                                           uint32_t stage) {
+                                           uint32_t stage, int32_t pages) {
     const int first = w.key_begin + index * S::keys;
     constexpr int copies = S::keys * S::raw_chunks;
+    if constexpr (S::pages_ahead) {
+        static_assert(copies % kThreads == 0 && kThreads % S::raw_chunks == 0,
+                      "every lane shuffles in every round");
+        // A slot fits 32 bits (K and V each hold slots * H * raw_row bytes of device memory):
+        // one wide multiply-add per address.
+        const int shift = a.log2_page_size, chunk = threadIdx.x % S::raw_chunks;
+        const uint32_t stride = (uint32_t)a.num_kv_heads * S::raw_row;
+        const int64_t head = (int64_t)w.kv_head * S::raw_row + chunk * 16;
+        const uint8_t *k_src = a.k_pages + head, *v_src = a.v_pages + head;
+#pragma unroll
+        for (int j = 0; j < copies / kThreads; j++) {
+            const int row = threadIdx.x / S::raw_chunks + j * (kThreads / S::raw_chunks);
+            const int pos = first + row;
+            const uint32_t page =
+                __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
+            const bool valid = pos < w.key_end;
+            const uint32_t slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
+            const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
+            ap_cp_async_16(stage + dst, k_src + (uint64_t)slot * stride, valid);
+            ap_cp_async_16(stage + S::raw_tile + dst, v_src + (uint64_t)slot * stride, valid);
+        }
+    } else {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < copies; i += kThreads) {
-        const int row = i / S::raw_chunks, chunk = i % S::raw_chunks;
-        const int pos = first + row;
-        const bool valid = pos < w.key_end;
-        const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
-        const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::raw_row + chunk * 16;
-        const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
-        ap_cp_async_16(stage + dst, a.k_pages + src, valid);
-        ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
+        for (int i = threadIdx.x; i < copies; i += kThreads) {
+            const int row = i / S::raw_chunks, chunk = i % S::raw_chunks;
+            const int pos = first + row;
+            const bool valid = pos < w.key_end;
+            const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+            chunk_copy<S>(w, a, stage, row, chunk, slot, valid);
+        }
     }
     if constexpr (S::is_nvfp4) {
         for (int row = threadIdx.x; row < S::keys; row += kThreads) {
@@ -334,7 +384,8 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 // refilled. Warp w takes rows
 // (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
 template <int D, typename KV, typename QT, int KW>
-__global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args a) {
+__global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW>::min_ctas))
+    mha_decode_kernel(const decode_args a) {
     using S = decode_shape<D, KV, KW>;
     using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
@@ -347,16 +398,21 @@ __global__ void __launch_bounds__(kThreads) mha_decode_kernel(const decode_args 
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
-        if (s < steps) tile_issue<S>(w, a, s, ring + s * S::stage_bytes);
+        if (s < steps)
+            tile_issue<S>(w, a, s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
         ap_cp_async_commit();
     }
+    int32_t pages_next = stage_pages<S>(w, a, S::stages - 1, lane);
     warp_state<D> st;
     state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
         const int next = i + S::stages - 1;
-        if (next < steps) tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes);
+        if (next < steps) {
+            tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
+            pages_next = stage_pages<S>(w, a, next + 1, lane);
+        }
         ap_cp_async_commit();
         const int first_key = w.key_begin + i * S::keys + kg * kTile;
         const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
@@ -500,7 +556,8 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
     decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw);
-    if (v.kernel == NULL || ap_page_shift(p->page_size) < 0 || group < 1 || group > MHA_MAX_GROUP ||
+    // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
+    if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
         p->num_splits > MHA_MAX_SPLITS) {
         ap_msgbuf_add(msg,

@@ -139,9 +139,10 @@ __device__ __forceinline__ void tile_math(warp_state<D> &st, uint32_t tile_k, ui
 // converted to half in registers. One ldmatrix.x4 per 16-dim chunk c reads keys 0..31 (lane =
 // key): for K, lane (g, t) gets key 8n + g, dims 16c + 4t .. 4t + 3 of block n, the B fragment
 // of a permuted k (Q is loaded to match, state_begin); for V (.trans), keys 2t, 2t + 1 (and
-// + 8) of dims 16c + 2g, 2g + 1, which ap_fp8x4_trans_split cuts into the B fragments of the
-// even dims (acc[2c]) and the odd dims (acc[2c + 1]): lane (g, t) ends up holding dims
-// 16c + 4t .. 4t + 3 of rows g and g + 8 (state_finish).
+// + 8) of dims 16c + 2g, 2g + 1, which a prmt and ap_fp8x4_to_half2x2 cut into the B fragments
+// of the even dims (acc[2c]) and the odd dims (acc[2c + 1]): lane (g, t) ends up holding dims
+// 16c + 4t .. 4t + 3 of rows g and g + 8 (state_finish). Every pair is one cvt (the high pair of
+// a register through its .H1 selector): 0.5 cvt per value, V's prmt 0.25 per value.
 template <int D>
 __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v,
                                               int first_key, int key_end, float scale_log2,
@@ -156,9 +157,11 @@ __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k
         uint32_t r[4];
         ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
-        for (int n = 0; n < 4; n++)
-            ap_mma_16816<__half>(s[n], st.q[c], ap_fp8x2_to_half2_bits((uint16_t)r[n]),
-                                 ap_fp8x2_to_half2_bits((uint16_t)(r[n] >> 16)));
+        for (int n = 0; n < 4; n++) {
+            uint32_t b[2];
+            ap_fp8x4_to_half2x2(r[n], b[0], b[1]);
+            ap_mma_16816<__half>(s[n], st.q[c], b[0], b[1]);
+        }
     }
     tile_softmax<D>(st, s, first_key, key_end, scale_log2, lane & 3);
     uint32_t pa[2][4];
@@ -170,9 +173,10 @@ __device__ __forceinline__ void tile_math_fp8(warp_state<D> &st, uint32_t tile_k
         ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
+            // bytes (x0 x1) of key k, (x0 x1) of k + 1 -> (x0, x0 | x1, x1): one prmt, 2 cvt
             uint32_t even[2], odd[2];
-            ap_fp8x4_trans_split(r[2 * kk], even[0], odd[0]);
-            ap_fp8x4_trans_split(r[2 * kk + 1], even[1], odd[1]);
+            ap_fp8x4_to_half2x2(__byte_perm(r[2 * kk], 0u, 0x3120), even[0], odd[0]);
+            ap_fp8x4_to_half2x2(__byte_perm(r[2 * kk + 1], 0u, 0x3120), even[1], odd[1]);
             ap_mma_16816<__half>(st.acc[2 * c], pa[kk], even[0], even[1]);
             ap_mma_16816<__half>(st.acc[2 * c + 1], pa[kk], odd[0], odd[1]);
         }
