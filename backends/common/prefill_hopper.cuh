@@ -186,16 +186,23 @@ struct Bars {
     uint64_t v_empty[kMaxStages];
 };
 
+// The CTA's Q tile (query head h), once, by one producer thread: both sources.
+template <int kD>
+__device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
+                                          const Shape &sh, int h) {
+    bar_expect_tx(&b->q_full, Geo<kD>::kQBytes);
+#pragma unroll
+    for (int c = 0; c < Geo<kD>::kChunks; ++c) {
+        tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+    }
+}
+
 template <int kD>
 __device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap *tk,
                                         const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                         uint8_t *sv, Bars *b, const Shape &sh, int h, int hk) {
     using G = Geo<kD>;
-    bar_expect_tx(&b->q_full, G::kQBytes);
-#pragma unroll
-    for (int c = 0; c < G::kChunks; ++c) {
-        tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
-    }
+    produce_q<kD>(tq, sq, b, sh, h);
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % G::kStg;
         const uint32_t ph = ((i / G::kStg) & 1) ^ 1;

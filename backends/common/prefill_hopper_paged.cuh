@@ -99,13 +99,7 @@ produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *t
               uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const Shape &sh, int h, int hk) {
     using G = Geo<kD>;
     const int lane = threadIdx.x % 32;
-    if (lane == 0) {
-        bar_expect_tx(&b->q_full, G::kQBytes);
-#pragma unroll
-        for (int c = 0; c < G::kChunks; ++c) {
-            tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
-        }
-    }
+    if (lane == 0) produce_q<kD>(tq, sq, b, sh, h);
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = i % G::kStg;
         produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + s * G::kVBytes, b, s,

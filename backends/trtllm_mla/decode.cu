@@ -166,16 +166,6 @@ __device__ __forceinline__ void load_q(const mla_decode_params &p, const Seq &sq
     }
 }
 
-// Sequence `seq`'s query rows, length and page list.
-__device__ __forceinline__ Seq seq_of(const mla_decode_params &p, int seq) {
-    Seq sq;
-    sq.q_begin = __ldg(p.qo_indptr + seq);
-    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
-    sq.kv_len = __ldg(p.seq_lens + seq);
-    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
-    return sq;
-}
-
 // Q's A fragments when the layout keeps them in registers: read once from the stage Q was
 // loaded into, which the pipeline then reuses.
 template <class L, int STAGES>

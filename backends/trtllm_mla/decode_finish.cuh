@@ -8,14 +8,10 @@
 #include <math.h>
 
 #include "../common/dtype.cuh"
+#include "decode_seq.cuh"
 #include "mla.h"
 
 namespace {
-
-struct Seq {
-    int32_t q_begin, q_len, kv_len;
-    const int32_t *pages;
-};
 
 // Where this thread sits: lane (g = lane/4, t4 = lane%4) of warp (rb, cs): row block rb of the
 // CTA's rows, column split cs of the tile's tokens and of the output dims.
@@ -32,13 +28,12 @@ template <int NT> struct RowState {
 
 // rows_finish's stores for the fp8 fragment layout: o[2 c] and o[2 c + 1] hold chunk c's even and
 // odd dims, so a lane writes dims D + 4 t4 .. + 3 of chunk D (tile_pv) in one store.
-template <class L>
+template <int M, class L>
 __device__ __forceinline__ void
 finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 8> &st,
              const WarpPos &w, int gr, int r, int h, float outs, float lse2, int cta) {
     if (p.num_splits == 1) {
-        const int tok = gr / p.num_heads, head = gr % p.num_heads;
-        const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+        const int64_t orow = out_row(p, sq, gr);
         uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
 #pragma unroll
         for (int c = 0; c < L::kDN / 16; c++) {
@@ -50,7 +45,7 @@ finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 
         }
         if (p.lse != NULL && w.cs == 0 && w.t4 == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
     } else {
-        const int64_t prow = static_cast<int64_t>(cta) * 16 + r;
+        const int64_t prow = static_cast<int64_t>(cta) * M + r;
         float *dst = p.partial_out + prow * MLA_LATENT;
 #pragma unroll
         for (int c = 0; c < L::kDN / 16; c++) {
@@ -96,10 +91,9 @@ __device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Se
         if (gr >= rows) continue;
         const float outs = inv[h] * p.kv_scale;
         if constexpr (L::kFragFp8) {
-            finish_frag8<L>(p, sq, st, w, gr, r, h, outs, lse2[h], cta);
+            finish_frag8<M, L>(p, sq, st, w, gr, r, h, outs, lse2[h], cta);
         } else if (p.num_splits == 1) {
-            const int tok = gr / p.num_heads, head = gr % p.num_heads;
-            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+            const int64_t orow = out_row(p, sq, gr);
             uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
 #pragma unroll
             for (int i = 0; i < L::kDN / 8; i++) {

@@ -22,6 +22,7 @@
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
+#include "decode_seq.cuh"
 #include "mla.h"
 
 #ifdef AP_KIT_HOPPER
@@ -50,20 +51,6 @@ static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 struct Bars {
     uint64_t full[2], empty[2];
 };
-
-struct Seq {
-    int32_t q_begin, q_len, kv_len;
-    const int32_t *pages;
-};
-
-__device__ __forceinline__ Seq seq_of(const mla_decode_params &p, int seq) {
-    Seq sq;
-    sq.q_begin = __ldg(p.qo_indptr + seq);
-    sq.q_len = __ldg(p.qo_indptr + seq + 1) - sq.q_begin;
-    sq.kv_len = __ldg(p.seq_lens + seq);
-    sq.pages = p.kv_page_indices + __ldg(p.kv_page_indptr + seq);
-    return sq;
-}
 
 // Byte offset of (row, 16-byte chunk) in a [64][576] tile of 64-column swizzled blocks.
 __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
@@ -244,8 +231,7 @@ __device__ void finish(const mla_decode_params &p, const Seq &sq, State &st, flo
         const float outs = (l > 0.f ? 1.f / l : 0.f) * p.kv_scale;
         if (gr >= rows) continue;
         if (p.num_splits == 1) {
-            const int tok = gr / p.num_heads, head = gr % p.num_heads;
-            const int64_t orow = static_cast<int64_t>(sq.q_begin + tok) * p.num_heads + head;
+            const int64_t orow = out_row(p, sq, gr);
             uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
 #pragma unroll
             for (int j = 0; j < 32; j++) {
