@@ -11,3 +11,17 @@ gpu_deps_use() {
     export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     export CPATH=/tmp/deps/usr/include${CPATH:+:$CPATH}
 }
+
+# fi_bench DIR SECONDS ARGS...: FlashInfer's benchmark from the carried FlashInfer folder DIR
+# (DIR/whl/*.whl, DIR/fi_bench.py; ../shared/peers/flashinfer/README.md): the wheels installed
+# under /tmp/fisite, then fi_bench.py ARGS under a time limit of SECONDS. CPATH (set by
+# gpu_deps_use) is dropped for it: it would put DLPack 0.6's header before the one tvm_ffi ships,
+# and FlashInfer's JIT build fails on that.
+fi_bench() {
+    local dir=$1 secs=$2
+    shift 2
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/fisite "$dir"/whl/*.whl || return $?
+    env -u CPATH PATH="$(dirname "$(which python3)"):$PATH" PYTHONPATH=/tmp/fisite \
+        PYTHONUNBUFFERED=1 timeout "$secs" python3 "$dir/fi_bench.py" "$@"
+}

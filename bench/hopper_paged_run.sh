@@ -17,12 +17,8 @@ t0=$(date +%s)
 stamp() { echo "[$(($(date +%s) - t0))s] $*" | tee -a "$L/summary.txt"; }
 FI_PID=
 if ls .fi/whl/*.whl >/dev/null 2>&1; then
-    (python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/fisite .fi/whl/*.whl &&
-        env -u CPATH PATH="$(dirname "$(which python3)"):$PATH" PYTHONPATH=/tmp/fisite \
-            PYTHONUNBUFFERED=1 timeout 300 python3 .fi/fi_bench.py --only prefill \
-            --labels prefill_fa3,prefill_paged_fa3 --no-extra --build-budget 200 \
-            --out "$L/fi") >"$L/fi.log" 2>&1 &
+    fi_bench .fi 300 --only prefill --labels prefill_fa3,prefill_paged_fa3 --no-extra \
+        --build-budget 200 --out "$L/fi" >"$L/fi.log" 2>&1 &
     FI_PID=$!
 fi
 meson setup "$B" -Dbuildtype=debugoptimized -Dcuda=enabled >"$L/build.log" 2>&1 &&

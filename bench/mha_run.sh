@@ -92,11 +92,8 @@ if [ $BENCH = 1 ]; then
     for d in .fi ../../.fi; do [ -f $d/fi_bench.py ] && FI=$d && break; done
     if [ -n "$FI" ]; then
         stamp flashinfer
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/fisite $FI/whl/*.whl >/dev/null 2>&1
-        env -u CPATH PATH=$(dirname "$(which python3)"):$PATH PYTHONPATH=/tmp/fisite \
-            PYTHONUNBUFFERED=1 timeout 200 python3 $FI/fi_bench.py --only decode --no-extra \
-            --build-budget 150 --out /tmp/fi >"$OUT/fi.log" 2>&1 || echo "fi_bench exit $?"
+        fi_bench "$FI" 200 --only decode --no-extra --build-budget 150 --out /tmp/fi \
+            >"$OUT/fi.log" 2>&1 || echo "fi_bench exit $?"
         sed -n '/==== FlashInfer/,$p' "$OUT/fi.log" | head -n 14
     fi
 fi
