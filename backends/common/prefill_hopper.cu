@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "cuda_status.cuh"
+#include "paged_kv.cuh"
 #include "prefill.h"
 #include "prefill_hopper.h"
 #include "prefill_internal.h"
@@ -35,12 +36,11 @@ bool hopper_dims(int32_t qk, int32_t v, int paged) {
     return v == 128 && (qk == 128 || (qk == 192 && !paged));
 }
 
-// log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8), else -1.
+// log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8: page boxes
+// of >= 8 rows build the 128-byte swizzle's layout), else -1.
 int ap_hopper_page_shift(int32_t page_size) {
-    if (page_size < 8 || (page_size & (page_size - 1)) != 0) return -1;
-    int shift = 0;
-    while ((1 << shift) < page_size) ++shift;
-    return shift;
+    const int shift = ap_page_shift(page_size);
+    return shift >= 3 ? shift : -1;
 }
 
 // 1 when the current device is an sm_90 part (the kernel's sm_90a code runs there only).
