@@ -20,6 +20,8 @@ typedef struct bench_case {
     int32_t prefix;
     int32_t q_len;
     int32_t rotary_dim; /* > 0: time the append_kv/1 hook (neox RoPE of this width) instead */
+    int32_t save_kv;    /* extend: 1 passes the new tokens' k / v with save_kv, as an engine's
+                         * prefill calls it (the save is timed too); 0: they are in the cache */
 } bench_case;
 
 extern const bench_case bench_cases[];

@@ -18,6 +18,7 @@
 /* One input set: a whole KV cache (one "layer"), its queries and outputs; nvfp4's block scales. */
 typedef struct bench_set {
     void *k_pages, *v_pages, *q, *out, *k_scales, *v_scales;
+    void *k, *v; /* the new tokens' k / v (save_kv cases) */
 } bench_set;
 
 typedef struct bench_state {
@@ -25,7 +26,7 @@ typedef struct bench_state {
     gpu_layout layout;
     ap_model model;
     ap_instance *instance;
-    size_t page_bytes, scale_bytes, q_bytes, out_bytes;
+    size_t page_bytes, scale_bytes, q_bytes, out_bytes, kv_new_bytes;
     int num_sets;
     bench_set sets[BENCH_MAX_SETS];
     int32_t *device_ints;
@@ -80,13 +81,15 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
     float kv_bound = fp8 ? 2.0f / BENCH_FP8_SCALE : 2.0f;
     st->q_bytes = (size_t)bench_new_tokens(c) * c->num_qo_heads * c->head_dim * q_bytes;
     st->out_bytes = st->q_bytes;
+    st->kv_new_bytes =
+        c->save_kv ? (size_t)bench_new_tokens(c) * c->num_kv_heads * c->head_dim * q_bytes : 0;
     /* nvfp4: random bytes (every e2m1 code is finite) and e4m3 block scales in +-8 */
     const int nvfp4 = c->kv_dtype == AP_DTYPE_NVFP4;
     const ap_dtype fill_dtype = nvfp4 ? AP_DTYPE_FP8_E4M3 : c->kv_dtype;
     size_t cache_elems = cache_bytes / gpu_dtype_bytes(fill_dtype);
     size_t scale_bytes = nvfp4 ? (size_t)st->layout.num_pages_pool * st->scale_bytes : 0;
-    st->num_sets =
-        bench_num_sets(ctx, 2 * (cache_bytes + scale_bytes) + st->q_bytes + st->out_bytes);
+    st->num_sets = bench_num_sets(ctx, 2 * (cache_bytes + scale_bytes + st->kv_new_bytes) +
+                                           st->q_bytes + st->out_bytes);
     size_t q_elems = st->q_bytes / q_bytes;
     for (int s = 0; s < st->num_sets; s++) {
         bench_set *set = &st->sets[s];
@@ -109,6 +112,15 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
         }
         GPU_CHECK((cudaError_t)bench_fill_random(set->q, q_elems, c->q_dtype, 2.0f, seed + 2,
                                                  ctx->stream));
+        if (c->save_kv) {
+            size_t kv_elems = st->kv_new_bytes / q_bytes;
+            GPU_CHECK(cudaMalloc(&set->k, st->kv_new_bytes));
+            GPU_CHECK(cudaMalloc(&set->v, st->kv_new_bytes));
+            GPU_CHECK((cudaError_t)bench_fill_random(set->k, kv_elems, c->q_dtype, 2.0f, seed + 6,
+                                                     ctx->stream));
+            GPU_CHECK((cudaError_t)bench_fill_random(set->v, kv_elems, c->q_dtype, 2.0f, seed + 7,
+                                                     ctx->stream));
+        }
     }
     size_t int_bytes = st->layout.num_ints * sizeof(int32_t);
     GPU_CHECK(cudaMalloc((void **)&st->device_ints, int_bytes));
@@ -117,7 +129,8 @@ static ap_status bench_alloc(const bench_ctx *ctx, bench_state *st) {
     return AP_OK;
 }
 
-/* One layer's forward on input set `s` (the new tokens' K/V are already in the cache). */
+/* One layer's forward on input set `s` (the new tokens' K/V are already in the cache, or, for a
+ * save_kv case, passed and saved by the call). */
 static ap_status bench_forward(const bench_ctx *ctx, const void *state, int s) {
     const bench_state *st = state;
     const bench_case *c = st->c;
@@ -143,6 +156,14 @@ static ap_status bench_forward(const bench_ctx *ctx, const void *state, int s) {
     gpu_tensor_make(&q, set->q, c->q_dtype, 1, 3, tokens, c->num_qo_heads, c->head_dim);
     gpu_tensor_make(&out, set->out, c->q_dtype, 1, 3, tokens, c->num_qo_heads, c->head_dim);
     ap_forward_args args = {.struct_size = sizeof args, .q = &q.dl, .out = &out.dl};
+    gpu_tensor k, v;
+    if (c->save_kv) {
+        gpu_tensor_make(&k, set->k, c->q_dtype, 1, 3, tokens, c->num_kv_heads, c->head_dim);
+        gpu_tensor_make(&v, set->v, c->q_dtype, 1, 3, tokens, c->num_kv_heads, c->head_dim);
+        args.k = &k.dl;
+        args.v = &v.dl;
+        args.save_kv = 1;
+    }
     if (c->mode == AP_MODE_DECODE)
         return ap_instance_forward_decode(st->instance, &layer, &args, ctx->stream);
     return ap_instance_forward_extend(st->instance, &layer, &args, ctx->stream);
@@ -194,6 +215,8 @@ static void bench_free(bench_state *st) {
         cudaFree(st->sets[s].out);
         cudaFree(st->sets[s].k_scales);
         cudaFree(st->sets[s].v_scales);
+        cudaFree(st->sets[s].k);
+        cudaFree(st->sets[s].v);
     }
     cudaFree(st->device_ints);
     if (st->instance != NULL) ap_instance_close(st->instance);

@@ -65,6 +65,9 @@ typedef struct fil_batch_plan {
     const int32_t *slots;       /* device [num_tokens]: cache slot of each new token */
     fil_decode_plan decode;     /* mode DECODE */
     ap_kit_prefill_plan extend; /* mode EXTEND (extend.h: fil_extend_plan) */
+    int32_t extend_fresh;       /* EXTEND: 1 when no sequence has a cached prefix (every KV length
+                                 * equals its new tokens): the saved k / v are then the whole K/V,
+                                 * readable as a ragged source (extend.c) */
 } fil_batch_plan;
 
 /* Warps that run at once on `sm_count` SMs for this shape (the planner's budget), after raising

@@ -90,6 +90,9 @@ static const gpu_case gpu_named_cases[] = {
                "4095:1x8", 128, 1),
     GPU_ATTN("extend_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 0, 1, 0,
              "100:77,0:33"),
+    /* No prefix anywhere and save_kv: flashinfer_like reads the saved k / v in place (ragged) */
+    GPU_ATTN("extend_fresh_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 128, 8, 2, 0, 1, 0,
+             "0:300,0:65,0:1"),
     /* No cache: the ragged source (k / v rows by kv_indptr) over head dims 64 / 128 / 256 and
      * MLA's 192 / 128, groups 1 / 4 / 8, batches mixing 1, 17, 1000 and 4097 tokens, causal
      * (aligned to the end, so a prefix works) and not, fp8 K/V; then embedding skip-KV. The CPU
