@@ -49,8 +49,8 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int block_rows = 16 * kWarps / KW;
     static constexpr int raw_tile = keys * (raw_row + scale_row);
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
-    // fp8: the page-table entries of a stage are loaded a step ahead (stage_pages)
-    static constexpr bool pages_ahead = is_fp8;
+    // fp8 and 16-bit: the page-table entries of a stage are loaded a step ahead (stage_pages)
+    static constexpr bool pages_ahead = !is_nvfp4;
     // fp8: KW = 4's D128 96 KB ring holds 2 CTAs per SM, so no register cap there (ptxas would
     // aim at 168 for 3); D128 KW = 2's 64 KB ring holds 3: 168 registers as before (4 bytes
     // spilled, one local load per step). 0: the compiler's own choice.
