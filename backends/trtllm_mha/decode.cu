@@ -371,11 +371,16 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     w.seq = blockIdx.z;
     w.kv_head = blockIdx.y / a.row_blocks;
     w.block = blockIdx.y % a.row_blocks;
+    // The four loads at once (seq < num_seqs): one latency before the page table, not two. The
+    // early return tests the last two as well (never true for a valid batch), so that the
+    // compiler cannot sink them below it.
     w.q_start = __ldg(a.qo_indptr + w.seq);
-    w.q_len = __ldg(a.qo_indptr + w.seq + 1) - w.q_start;
+    const int q_end = __ldg(a.qo_indptr + w.seq + 1), seq_len = __ldg(a.seq_lens + w.seq);
+    const int page_start = __ldg(a.kv_page_indptr + w.seq);
+    w.q_len = q_end - w.q_start;
     w.rows = w.q_len * a.group;
-    if (w.block * block_rows >= w.rows) return false;
-    const int seq_len = __ldg(a.seq_lens + w.seq);
+    if (w.block * block_rows >= w.rows || (seq_len | page_start) < 0) return false;
+    w.pages = a.kv_page_indices + page_start;
     w.prefix = seq_len - w.q_len;
     const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
     const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
@@ -383,7 +388,6 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     const int per = (stages + a.num_splits - 1) / a.num_splits;
     w.key_begin = min(keys, (int)blockIdx.x * per * stage_keys);
     w.key_end = min(keys, ((int)blockIdx.x + 1) * per * stage_keys);
-    w.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + w.seq);
     return true;
 }
 
