@@ -26,13 +26,14 @@ static_assert(MHA_MAX_SPLITS <= 64, "a warp reads a row's split LSEs in two load
 template <typename QT>
 __global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine_params p) {
     __shared__ float weight[MHA_BLOCK_ROWS][MHA_MAX_SPLITS];
-    ap_pdl_wait(); // launched while the decode grid drains: its partial states first
+    // The batch's arrays are inputs of the decode grid, not its outputs: read before the wait.
     const int seq = blockIdx.z, kv_head = blockIdx.y / p.row_blocks,
               block = blockIdx.y % p.row_blocks;
     const int q_start = __ldg(p.qo_indptr + seq);
     const int rows_all = (__ldg(p.qo_indptr + seq + 1) - q_start) * p.group;
     const int rows = min(p.block_rows, rows_all - block * p.block_rows);
     if (rows <= 0) return; // uniform over the CTA
+    ap_pdl_wait();         // launched while the decode grid drains: its partial states next
     const int64_t first = ((int64_t)seq * gridDim.y + blockIdx.y) * p.num_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int local = warp; local < rows; local += kThreads / 32) {

@@ -49,8 +49,9 @@ template <int D, typename KV, int KW> struct decode_shape {
     static constexpr int block_rows = 16 * kWarps / KW;
     static constexpr int raw_tile = keys * (raw_row + scale_row);
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
-    // fp8: the page-table entries of a stage are loaded a step ahead (stage_pages)
-    static constexpr bool pages_ahead = is_fp8;
+    // The page-table entries of a stage are loaded a step ahead (stage_pages) wherever every
+    // thread takes the same number of a stage's copies (all but nvfp4 D64 with one key warp).
+    static constexpr bool pages_ahead = keys * raw_chunks % kThreads == 0;
     // fp8: KW = 4's D128 96 KB ring holds 2 CTAs per SM, so no register cap there (ptxas would
     // aim at 168 for 3); D128 KW = 2's 64 KB ring holds 3: 168 registers as before (4 bytes
     // spilled, one local load per step). 0: the compiler's own choice.
@@ -159,11 +160,18 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
             chunk_copy<S>(w, a, stage, row, chunk, slot, valid);
         }
     }
-    if constexpr (S::is_nvfp4) {
+    if constexpr (S::is_nvfp4) { // whole warps take a row each (S::keys: a multiple of 32)
         for (int row = threadIdx.x; row < S::keys; row += kThreads) {
-            const int pos = first + row;
+            const int pos = first + row, shift = a.log2_page_size;
             const bool valid = pos < w.key_end;
-            const int64_t slot = valid ? ap_paged_slot(w.pages, pos, a.log2_page_size) : 0;
+            int64_t slot = 0;
+            if constexpr (S::pages_ahead) {
+                const uint32_t page =
+                    __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
+                slot = valid ? (int64_t)((page << shift) + (pos & ((1 << shift) - 1))) : 0;
+            } else {
+                slot = valid ? ap_paged_slot(w.pages, pos, shift) : 0;
+            }
             const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
             const uint32_t dst = S::keys * S::raw_row + row * S::scale_row;
             cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
@@ -363,11 +371,16 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     w.seq = blockIdx.z;
     w.kv_head = blockIdx.y / a.row_blocks;
     w.block = blockIdx.y % a.row_blocks;
+    // The four loads at once (seq < num_seqs): one latency before the page table, not two. The
+    // early return tests the last two as well (never true for a valid batch), so that the
+    // compiler cannot sink them below it.
     w.q_start = __ldg(a.qo_indptr + w.seq);
-    w.q_len = __ldg(a.qo_indptr + w.seq + 1) - w.q_start;
+    const int q_end = __ldg(a.qo_indptr + w.seq + 1), seq_len = __ldg(a.seq_lens + w.seq);
+    const int page_start = __ldg(a.kv_page_indptr + w.seq);
+    w.q_len = q_end - w.q_start;
     w.rows = w.q_len * a.group;
-    if (w.block * block_rows >= w.rows) return false;
-    const int seq_len = __ldg(a.seq_lens + w.seq);
+    if (w.block * block_rows >= w.rows || (seq_len | page_start) < 0) return false;
+    w.pages = a.kv_page_indices + page_start;
     w.prefix = seq_len - w.q_len;
     const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
     const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
@@ -375,7 +388,6 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     const int per = (stages + a.num_splits - 1) / a.num_splits;
     w.key_begin = min(keys, (int)blockIdx.x * per * stage_keys);
     w.key_end = min(keys, ((int)blockIdx.x + 1) * per * stage_keys);
-    w.pages = a.kv_page_indices + __ldg(a.kv_page_indptr + w.seq);
     return true;
 }
 

@@ -17,11 +17,14 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warp
 }
 
 /* The CTAs of one wave: `slots` = CTAs resident per SM x SMs. A batch with fewer CTAs than a wave,
- * or whose last wave would run mostly empty, has each CTA's KV tiles cut into s splits: the
- * smallest s that fills at least one wave with the last wave >= 85% full (B64 L4096 H8: 512 CTAs
- * on 396 slots run 1.3 waves; 2 splits make 2.6, 3 make 3.9). The count depends on the batch's
- * shape, never its lengths, so a captured graph stays valid; each CTA finds its tiles on the
- * device. ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
+ * or whose last wave would run mostly empty, has each CTA's KV tiles cut into s splits. When one
+ * wave of s = slots / ctas splits is >= 85% full, that s: every CTA fills and drains its ring
+ * once, so a second wave of smaller CTAs only adds fills (B1 L8192 H8 on 132 slots: 16 splits of
+ * 4 stages in one wave, not 29 of 2-3 stages in 1.76 waves). Else the smallest s that fills at
+ * least one wave with the last wave >= 85% full (B64 L4096 H8: 512 CTAs on 396 slots run 1.3
+ * waves; 2 splits make 2.6, 3 make 3.9). The count depends on the batch's shape, never its
+ * lengths, so a captured graph stays valid; each CTA finds its tiles on the device.
+ * ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
                               int32_t max_q_len, int32_t head_dim, int32_t slots,
                               int32_t max_splits) {
@@ -29,6 +32,10 @@ int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t gr
     const int64_t ctas =
         (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len, kw);
     if (ctas <= 0 || slots <= 0) return 1;
+    if (ctas < slots) {
+        const int64_t one_wave = slots / ctas < max_splits ? slots / ctas : max_splits;
+        if (one_wave > 1 && ctas * one_wave * 100 >= (int64_t)slots * 85) return (int32_t)one_wave;
+    }
     int32_t best = 1;
     double best_fill = 0.0;
     for (int32_t s = 1; s <= max_splits; s++) {

@@ -506,6 +506,11 @@ static const mh_case mh_named[] = {
             "19999:1,333:1", NULL, 0, 0),
     MH_CASE("nosplit_b2_l20000_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "19999:1,333:1",
             NULL, 1, 0),
+    /* one wave of splits (plan.c): 40 CTAs of lengths 1..12345 in 3 (bf16) or 6 (fp8) splits */
+    MH_CASE("split_mixed_b5_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8,
+            "0:1,699:1,4096:1,8999:1,12344:1", NULL, 0, 1),
+    MH_CASE("split_mixed_b5_fp8", AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, 32, 128, 32, 8,
+            "12344:1,0:1,4096:1,699:1,8999:1", NULL, 0, 0),
     MH_CASE("many_b64_l1031_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "1030:1x64", NULL,
             0, 0),
     MH_CASE("graph_bf16_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_DECODE_SEQS,

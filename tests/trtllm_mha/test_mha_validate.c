@@ -83,8 +83,14 @@ static void test_plan(void) {
            "row blocks");
     /* one wave is 132 slots (one CTA per SM) */
     EXPECT(mha_decode_num_splits(256, 8, 4, 1, 128, 132, 64) == 1, "B256: 15.5 waves");
-    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 132, 64) == 4, "B8: 64 CTAs x 4");
-    EXPECT(mha_decode_num_splits(1, 8, 4, 1, 128, 132, 64) == 29, "B1: 8 CTAs x 29 (232 of 264)");
+    /* one wave of splits when it is >= 85% full: every CTA fills its ring once */
+    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 132, 64) == 2, "B8: 64 CTAs x 2 (128 of 132)");
+    EXPECT(mha_decode_num_splits(1, 8, 4, 1, 128, 132, 64) == 16, "B1: 8 CTAs x 16 (128 of 132)");
+    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 132, 64) == 3, "B5: 40 CTAs x 3 (120 of 132)");
+    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 264, 64) == 6, "B5: 40 CTAs x 6 (240 of 264)");
+    EXPECT(mha_decode_num_splits(2, 1, 32, 1, 128, 132, 64) == 64, "B2 g32: 2 CTAs x 64");
+    /* else the smallest count whose last wave is >= 85% full */
+    EXPECT(mha_decode_num_splits(10, 8, 4, 1, 128, 132, 64) == 3, "B10: 80 CTAs x 3 (1.8 waves)");
     EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64) == 1, "empty batch");
     /* the workspace bound: ctas * splits <= MHA_SPLIT_WAVES * slots whenever splits > 1 */
     for (int b = 1; b <= 300; b += 7)
