@@ -500,6 +500,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
 
+    // Split: the grid is one wave (ctas x splits <= SMs) and the combine's wait holds until it
+    // is done, so the combine may launch now (its CTAs placed as SMs free), not after the loop.
+    if (p.num_splits > 1) ap_pdl_launch_dependents();
     const Seq sq = seq_of(p, seq);
     const int row0 = rb_cta * M;
     const int rows = sq.q_len * p.num_heads;
@@ -549,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
         tile_pv<L>(ap_smem_addr(smem + L::kP), k_base, w, st.o);
     }
     ap_cp_async_wait<0>();
-    ap_pdl_launch_dependents();
+    if (p.num_splits == 1) ap_pdl_launch_dependents(); // a PDL successor of the caller's
     rows_finish<M, L>(p, sq, st, reinterpret_cast<float *>(smem + L::kRedSum), w, row0, rows, cta);
 }
 
