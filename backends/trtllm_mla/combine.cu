@@ -152,3 +152,17 @@ extern "C" ap_status mla_combine_run(const mla_decode_params *p, int32_t block_r
                   static_cast<int>(block_rows));
     return AP_ERR_INTERNAL;
 }
+
+// The combine takes the decode kernels' shared-memory carveout (the most shared memory): with its
+// own (the driver picked 102 KB for its 4 KB) every SM would switch configuration between the
+// decode grid and the combine, and back for the next decode.
+extern "C" ap_status mla_combine_setup(ap_msgbuf *msg) {
+    const cudaError_t errs[] = {
+        cudaFuncSetAttribute(mla_combine_kernel<16>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared),
+        cudaFuncSetAttribute(mla_combine_kernel<64>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared)};
+    for (cudaError_t err : errs)
+        if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
+    return AP_OK;
+}

@@ -581,7 +581,7 @@ extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
                                 raise_smem<16, false, 3>(), raise_smem<16, true, 3>()};
     for (cudaError_t err : errs)
         if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
-    return AP_OK;
+    return mla_combine_setup(msg);
 }
 
 // Three stages (with Q in registers) exist for the 16-row kernels only: the 64-row ones have no
