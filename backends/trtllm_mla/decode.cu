@@ -450,6 +450,48 @@ __device__ __forceinline__ void tile_mask(float (&s)[L::kTN / 8][4], const Seq &
     }
 }
 
+// Prologue: Q, then tiles t_begin .. + STAGES - 2, a commit group each (even when empty). QREG:
+// Q to registers, then tile t_begin + STAGES - 1 into Q's stage (one group more), not after tile
+// t_begin landed: STAGES tiles in flight from the start (a B1 split has ~4 tiles).
+template <int M, bool FP8, int STAGES, class L = Layout<M, FP8, STAGES>>
+__device__ __forceinline__ void
+load_prologue(const mla_decode_params &p, const Seq &sq, int row0, int t_begin, int t_end,
+              uint8_t *smem, uint32_t (&qf)[L::kQReg ? MLA_ROW / 32 : 1][2][4], int lane) {
+    load_q<M>(p, sq, row0, smem + L::kQStage);
+    ap_cp_async_commit();
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (t_begin + i < t_end)
+            load_tile<FP8, L::kFragFp8>(p, tile_slot(p, sq, t_begin + i),
+                                        smem + L::kStage0 + i * L::kStageBytes);
+        ap_cp_async_commit();
+    }
+    const int pre = t_begin + STAGES - 1;
+    const int64_t pre_slot = L::kQReg && pre < t_end ? tile_slot(p, sq, pre) : -1;
+    load_q_regs<L, STAGES>(qf, ap_smem_addr(smem + L::kQStage), lane);
+    if constexpr (L::kQReg) {
+        if (pre < t_end) load_tile<FP8, L::kFragFp8>(p, pre_slot, smem + L::kQStage);
+        ap_cp_async_commit();
+    }
+}
+
+// Iteration `tile`: wait until it landed and every warp is done with tile - 1, then load tile +
+// STAGES - 1 into tile - 1's stage. QREG's first: the prologue's extra group holds that tile.
+template <int M, bool FP8, int STAGES, class L = Layout<M, FP8, STAGES>>
+__device__ __forceinline__ void load_advance(const mla_decode_params &p, const Seq &sq, int tile,
+                                             int stage, int t_begin, int t_end, uint8_t *smem) {
+    const int ahead = tile + STAGES - 1;
+    const bool first_pre = L::kQReg && tile == t_begin;
+    const int64_t next_slot = ahead < t_end && !first_pre ? tile_slot(p, sq, ahead) : -1;
+    first_pre ? ap_cp_async_wait<STAGES - 1>() : ap_cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (first_pre) return;
+    if (ahead < t_end) // into tile - 1's stage
+        load_tile<FP8, L::kFragFp8>(
+            p, next_slot, smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
+    ap_cp_async_commit();
+}
+
 template <int M, bool FP8, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
     using L = Layout<M, FP8, STAGES>;
@@ -458,6 +500,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
 
+    // Split: the grid is one wave (ctas x splits <= SMs) and the combine's wait holds until it
+    // is done, so the combine may launch now (its CTAs placed as SMs free), not after the loop.
+    if (p.num_splits > 1) ap_pdl_launch_dependents();
     const Seq sq = seq_of(p, seq);
     const int row0 = rb_cta * M;
     const int rows = sq.q_len * p.num_heads;
@@ -468,20 +513,9 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     const int per = (tiles + p.num_splits - 1) / p.num_splits;
     const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
 
-    // Prologue: Q, then tiles t_begin .. t_begin + STAGES - 2, one commit group each (a group is
-    // committed even when empty, so "tile t landed" is always wait_group<STAGES - 2>).
-    load_q<M>(p, sq, row0, smem + L::kQStage);
-    ap_cp_async_commit();
-#pragma unroll
-    for (int i = 0; i < STAGES - 1; i++) {
-        if (t_begin + i < t_end)
-            load_tile<FP8, L::kFragFp8>(p, tile_slot(p, sq, t_begin + i),
-                                        smem + L::kStage0 + i * L::kStageBytes);
-        ap_cp_async_commit();
-    }
-    const uint32_t q_base = ap_smem_addr(smem + L::kQStage);
     uint32_t qf[L::kQReg ? MLA_ROW / 32 : 1][2][4]; // QREG: A fragments of 32 dims per step
-    load_q_regs<L, STAGES>(qf, q_base, lane);
+    load_prologue<M, FP8, STAGES>(p, sq, row0, t_begin, t_end, smem, qf, lane);
+    const uint32_t q_base = ap_smem_addr(smem + L::kQStage);
 
     // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
     int limit[2];
@@ -501,16 +535,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
     for (int tile = t_begin; tile < t_end; tile++) {
         const int stage = (tile - t_begin) % STAGES;
         uint8_t *cur = smem + L::kStage0 + stage * L::kStageBytes;
-        const int ahead = tile + STAGES - 1; // the tile this iteration starts loading
-        const int64_t next_slot = ahead < t_end ? tile_slot(p, sq, ahead) : -1;
-        ap_cp_async_wait<STAGES - 2>();
-        // Tile `tile` landed for everyone, and every warp is done with tile - 1, whose stage
-        // takes tile + STAGES - 1.
-        __syncthreads();
-        if (ahead < t_end)
-            load_tile<FP8, L::kFragFp8>(
-                p, next_slot, smem + L::kStage0 + ((stage + STAGES - 1) % STAGES) * L::kStageBytes);
-        ap_cp_async_commit();
+        load_advance<M, FP8, STAGES>(p, sq, tile, stage, t_begin, t_end, smem);
         uint8_t *kt = cur;
         if (FP8 && !L::kFragFp8) {
             convert_tile(cur, smem + L::kConv);
@@ -527,7 +552,7 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
         tile_pv<L>(ap_smem_addr(smem + L::kP), k_base, w, st.o);
     }
     ap_cp_async_wait<0>();
-    ap_pdl_launch_dependents();
+    if (p.num_splits == 1) ap_pdl_launch_dependents(); // a PDL successor of the caller's
     rows_finish<M, L>(p, sq, st, reinterpret_cast<float *>(smem + L::kRedSum), w, row0, rows, cta);
 }
 
@@ -556,7 +581,7 @@ extern "C" ap_status mla_decode_setup(ap_msgbuf *msg) {
                                 raise_smem<16, false, 3>(), raise_smem<16, true, 3>()};
     for (cudaError_t err : errs)
         if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);
-    return AP_OK;
+    return mla_combine_setup(msg);
 }
 
 // Three stages (with Q in registers) exist for the 16-row kernels only: the 64-row ones have no

@@ -61,6 +61,9 @@ ap_status mla_decode_run(const mla_decode_params *params, void *stream, ap_msgbu
  * and lse; PDL when params->use_pdl. */
 ap_status mla_combine_run(const mla_decode_params *params, int32_t block_rows, void *stream,
                           ap_msgbuf *msg);
+/* The combine's carveout set to the decode kernels' (no per-SM reconfiguration between them);
+ * once per instance, from mla_decode_setup. */
+ap_status mla_combine_setup(ap_msgbuf *msg);
 
 /* The wgmma decode for 64-row blocks (decode_wgmma.cu, sm_90a builds on an sm_90 device): 1 when it
  * serves these params (bf16 cache, 64-row blocks, pages 32 / 64), else 0 (decode.cu serves them).

@@ -140,6 +140,11 @@ static const mt_decode_case mt_decode_cases[] = {
     /* fp8 16 rows, 3 stages (fragment-converted K/V) without splits: the direct output stores */
     {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0},
     {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
+    /* splits of 2 and 3 tiles on the 3-stage kernel (its prologue issues a third tile, the loop
+     * none in its first step): 66 splits over 125 / 132 tiles of two pages of 32; 132 over 396
+     * tiles, the last one 59 rows (fp8) */
+    {"mla-decode-bf16-h16-b2-p32-split-2tiles", 16, 32, AP_DTYPE_BF16, 2, {8000, 8447}, {0}, 1, 0, 0, 0, 0},
+    {"mla-decode-fp8-h16-b1-split-3tiles", 16, 64, AP_DTYPE_FP8_E4M3, 1, {25339}, {0}, 0, 0, 0, 0, 0},
     /* the quick subset, run under compute-sanitizer */
     {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0},
@@ -147,6 +152,7 @@ static const mt_decode_case mt_decode_cases[] = {
     {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0},
     {"quick-mla-decode-bf16-h16-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 2},
     {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0},
+    {"quick-mla-decode-bf16-h16-split-2tiles", 16, 64, AP_DTYPE_BF16, 1, {16833}, {0}, 0, 0, 1, 1, 0},
     {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2},
 };
 // clang-format on
