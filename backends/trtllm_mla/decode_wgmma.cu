@@ -268,7 +268,9 @@ __device__ __forceinline__ void tile_p(float (&s)[32], float (&m)[2], float (&al
     fence_proxy_async();
 }
 
+// O *= alpha per row; skipped by a warp none of whose rows' maximum grew (alpha exactly 1: ex2(0)).
 __device__ __forceinline__ void scale_o(State &st, const float (&alpha)[2]) {
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
     for (int i = 0; i < 128; i++) st.o[i] *= alpha[(i >> 1) & 1];
 }
