@@ -201,8 +201,8 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 //        block, m_b and alpha_B into xch, zero V_B's tail rows of columns 256..511; arrive B;
 //        wait: release stage 0; sync W1; O_R *= alpha_B; O_R += P_B V_B[R]; wait: release
 //        stage 1.
-// Every thread fences (fence.proxy.async) its P / zero writes before the barrier that precedes
-// the wgmma reading them. Safety of reuse: xch[A] is rewritten by WG0 in pair k+1 only after it
+// Every thread fences (fence.proxy.async) its P / xch / zero writes before the barrier that
+// precedes their readers (the other warpgroup's loads, either warpgroup's wgmma). Safety of reuse: xch[A] is rewritten by WG0 in pair k+1 only after it
 // synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is rewritten by WG1 only
 // after sync A of pair k+1, which WG0 arrives at after reading xch[B] of pair k. A stage is
 // refilled only after all 8 consumer warps released it (both P V of its tile completed: P sits in
@@ -231,7 +231,7 @@ __device__ __forceinline__ void qk64(float (&s)[32], const uint8_t *q, const uin
 
 // One whole tile's softmax step by one warpgroup: mask, row maxima over the 64 keys, the running
 // maximum m (in: before the tile; out: with it), alpha = 2^(m_in - m_out), P (bf16) into pm (one
-// 64 x 64 swizzled block), this thread's part of the row sums. Fences P for the async proxy.
+// 64 x 64 swizzled block), this thread's part of the row sums. The caller fences P.
 __device__ __forceinline__ void tile_p(float (&s)[32], float (&m)[2], float (&alpha)[2],
                                        float (&rs)[2], const Pos &ps, const Seq &sq, int tile,
                                        const int (&limit)[2], float scale2, uint8_t *pm) {
@@ -265,7 +265,6 @@ __device__ __forceinline__ void tile_p(float (&s)[32], float (&m)[2], float (&al
             rs[h] += a + b2;
             store_p2(pm, r0 + 8 * h, j * 8 + 2 * ps.t4, a, b2);
         }
-    fence_proxy_async();
 }
 
 // O *= alpha per row; skipped by a warp none of whose rows' maximum grew (alpha exactly 1: ex2(0)).
@@ -300,10 +299,8 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
             pr.xch[64 + r0 + 8 * h] = alpha[h];
         }
     const int va = sq.kv_len - pr.ta * MLA_TILE;
-    if (va < MLA_TILE) {
-        zero_v_tail(ka, va, 0, tid);
-        fence_proxy_async();
-    }
+    if (va < MLA_TILE) zero_v_tail(ka, va, 0, tid);
+    fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
     named_arrive<256>(kBarA);
     named_sync<128>(kBarW);
 #pragma unroll
@@ -361,10 +358,7 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
     pv_issue(st.o, ka + 8 * kBlockBytes, ka, 1);
     if (pr.has_b) {
         tile_p(s, st.m_run, alpha_b, rs, ps, sq, pr.ta + 1, limit, scale2, kb + 8 * kBlockBytes);
-        if (va - MLA_TILE < MLA_TILE) {
-            zero_v_tail(kb, va - MLA_TILE, 1, tid);
-            fence_proxy_async();
-        }
+        if (va - MLA_TILE < MLA_TILE) zero_v_tail(kb, va - MLA_TILE, 1, tid);
     }
     if (ps.t4 == 0)
 #pragma unroll
@@ -372,6 +366,7 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
             pr.xch[128 + r0 + 8 * h] = st.m_run[h];
             pr.xch[192 + r0 + 8 * h] = alpha_b[h];
         }
+    fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
     named_arrive<256>(kBarB);
     wg_wait0();
     release_stage(&b->empty[0]);
