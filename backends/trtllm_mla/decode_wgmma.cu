@@ -202,9 +202,11 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 //        wait: release stage 0; sync W1; O_R *= alpha_B; O_R += P_B V_B[R]; wait: release
 //        stage 1.
 // Every thread fences (fence.proxy.async) its P / xch / zero writes before the barrier that
-// precedes their readers (the other warpgroup's loads, either warpgroup's wgmma). Safety of reuse: xch[A] is rewritten by WG0 in pair k+1 only after it
-// synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is rewritten by WG1 only
-// after sync A of pair k+1, which WG0 arrives at after reading xch[B] of pair k. A stage is
+// precedes their readers (the other warpgroup's loads, either warpgroup's wgmma). A warp skips
+// an O rescale when none of its rows' maxima grew. Safety of reuse: xch[A] is rewritten by WG0 in
+// pair k+1 only after it synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is
+// rewritten by WG1 only after sync A of pair k+1, which WG0 arrives at after reading xch[B] of
+// pair k. A stage is
 // refilled only after all 8 consumer warps released it (both P V of its tile completed: P sits in
 // the stage). A pair without B (odd tile count): WG1 skips S_B and P_B V_B, hands over m_b = m_a
 // and alpha_B = 1; WG0 skips P_B V_B. Row sums: each warpgroup sums its own P (WG0 tile A, WG1 B),
