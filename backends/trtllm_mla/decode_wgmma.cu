@@ -32,6 +32,13 @@
 
 #define MLA_WG_WHO "trtllm_mla decode (wgmma)"
 
+// 1 (default): the seesaw schedule (two tiles in flight, one per consumer warpgroup, see
+// seesaw_loop); 0: the schedule before it (both warpgroups on one tile, S split by keys). Build
+// the other with -DMLA_WG_SEESAW=0 to compare.
+#ifndef MLA_WG_SEESAW
+#define MLA_WG_SEESAW 1
+#endif
+
 #ifdef AP_KIT_HOPPER
 namespace {
 
@@ -44,13 +51,22 @@ constexpr int kOffK = kTileBytes;
 constexpr int kOffP = kOffK + 2 * kTileBytes;
 constexpr int kOffRed = kOffP + kBlockBytes; // red_max [2][64], red_sum [2][64]
 constexpr int kOffBar = kOffRed + 4 * 64 * 4;
-constexpr int kSmemBytes = kOffBar + 64 + 1024; // + alignment slack
+constexpr int kSmemBytes = kOffBar + 160 + 1024; // + alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
+// full[stage][kb]: 64-column block kb of the stage's tile landed (both 32-row halves), so S can
+// start on the first block while the others are in flight; empty[stage]: the 8 consumer warps
+// released the stage.
 struct Bars {
-    uint64_t full[2], empty[2];
+    uint64_t full[2][9], empty[2];
 };
+
+// Every block of a stage's tile landed (phase `ph`).
+__device__ __forceinline__ void wait_tile(uint64_t (&full)[9], uint32_t ph) {
+#pragma unroll
+    for (int kb = 0; kb < 9; kb++) bar_wait(&full[kb], ph);
+}
 
 // Byte offset of (row, 16-byte chunk) in a [64][576] tile of 64-column swizzled blocks.
 __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
@@ -59,29 +75,32 @@ __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
 }
 
 // The producer's one thread: tiles t_begin..t_end into the ring, each 18 boxes (nine 64-column
-// blocks x two 32-row halves) completing on full[stage]; a stage is reused once the 8 consumer
-// warps released it.
+// blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage is reused once the
+// 8 consumer warps released it.
 __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, const Seq &sq,
                         uint8_t *k, Bars *b, int t_begin, int t_end) {
     const int npages = (sq.kv_len + p.page_size - 1) / p.page_size;
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, st = i & 1;
         if (i >= 2) bar_wait(&b->empty[st], ((i >> 1) + 1) & 1);
-        bar_expect_tx(&b->full[st], kTileBytes);
+        int slot[2];
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            int slot;
             if (p.page_size == 64) {
-                slot = __ldg(sq.pages + tile) * 64 + half * 32;
+                slot[half] = __ldg(sq.pages + tile) * 64 + half * 32;
             } else {
                 int pi = 2 * tile + half;
                 if (pi >= npages) pi = 2 * tile; // past the sequence: any loaded page, masked
-                slot = __ldg(sq.pages + pi) * 32;
+                slot[half] = __ldg(sq.pages + pi) * 32;
             }
+        }
 #pragma unroll
-            for (int kb = 0; kb < 9; kb++)
-                tma_load(map, k + st * kTileBytes + kb * kBlockBytes + half * 4096, &b->full[st],
-                         kb * 64, 0, slot);
+        for (int kb = 0; kb < 9; kb++) {
+            bar_expect_tx(&b->full[st][kb], kBlockBytes);
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+                tma_load(map, k + st * kTileBytes + kb * kBlockBytes + half * 4096,
+                         &b->full[st][kb], kb * 64, 0, slot[half]);
         }
     }
 }
@@ -121,23 +140,9 @@ struct State {
     float m_run[2], l_run[2];
 };
 
-// S = Q K^T over keys 32c.. of the tile: 36 k-steps of 16.
-__device__ __forceinline__ void qk(float (&s)[16], const uint8_t *q, const uint8_t *k, int c) {
-    wg_fence();
-#pragma unroll
-    for (int kb = 0; kb < 9; kb++)
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            const uint64_t da = make_desc(q + kb * kBlockBytes + kk * 32, 16, 1024);
-            const uint64_t db = make_desc(k + kb * kBlockBytes + c * 4096 + kk * 32, 16, 1024);
-            wgmma_ss_n32_bf16(s, da, db, kb + kk > 0);
-        }
-    wg_commit();
-    wg_wait0();
-}
-
-// O[:, 256c..] += P V over the tile's 64 keys.
-__device__ __forceinline__ void pv(float (&o)[128], const uint8_t *pm, const uint8_t *k, int c) {
+// O[:, 256c..] += P V over the tile's 64 keys, issued as one commit group (not awaited).
+__device__ __forceinline__ void pv_issue(float (&o)[128], const uint8_t *pm, const uint8_t *k,
+                                         int c) {
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < 4; kk++) {
@@ -146,70 +151,251 @@ __device__ __forceinline__ void pv(float (&o)[128], const uint8_t *pm, const uin
         wgmma_ss_n256t_bf16(o, da, db, 1);
     }
     wg_commit();
+}
+
+__device__ __forceinline__ void pv(float (&o)[128], const uint8_t *pm, const uint8_t *k, int c) {
+    pv_issue(o, pm, k, c);
     wg_wait0();
 }
 
-// Online softmax of one tile: mask, row maxima exchanged between the warpgroups, P (bf16) into
-// shared memory, row sums and O rescaled. Ends with P complete for both warpgroups.
-__device__ __forceinline__ void softmax(float (&s)[16], State &st, const Pos &ps, const Seq &sq,
-                                        int tile, const int (&limit)[2], float scale2,
-                                        float *red_max, uint8_t *pm, uint8_t *k) {
+// Keys past the sequence in its last tile (valid < 64 of them are real): zero warpgroup c's V
+// columns (256c..) of those rows (the page may hold anything there, and 0 x NaN is NaN). tid: the
+// thread's index in its warpgroup. The caller fences and syncs before a wgmma reads them.
+__device__ __forceinline__ void zero_v_tail(uint8_t *k, int valid, int c, int tid) {
+    for (int i = tid; i < (MLA_TILE - valid) * 32; i += 128) {
+        const int row = valid + i / 32, blk = 4 * c + (i % 32) / 8, ch = i % 8;
+        *reinterpret_cast<uint4 *>(k + blk * kBlockBytes + row * 128 + ch * 16) =
+            make_uint4(0, 0, 0, 0);
+    }
+}
+
+// Two adjacent keys' P of one row (bf16) into a 64 x 64 P block (128-byte swizzle).
+__device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a, float b) {
+    *reinterpret_cast<uint32_t *>(pm + row * 128 + (((key >> 3) ^ (row & 7)) << 4) +
+                                  (key & 7) * 2) = ap_pack2<__nv_bfloat16>(a, b);
+}
+
+#if !MLA_WG_SEESAW
+#include "decode_wgmma_serial.cuh"
+#endif
+
+#if MLA_WG_SEESAW
+// ---- The seesaw schedule (MLA_WG_SEESAW 1, the default) ----
+// Tiles come in pairs (A = t_begin + 2k in stage 0, B = A + 1 in stage 1, both stages' k-th use,
+// so one mbarrier parity for the pair). Warpgroup 0 computes the whole S_A = Q K_A^T (wgmma
+// m64n64, 36 k-steps), warpgroup 1 the whole S_B, each in its own registers; O is split by columns
+// (warpgroup c holds O[:, 256c..256c+255]). One running row maximum m, handed over in a fixed
+// order through shared memory (xch): m_prev -> WG0 (tile A) -> m_a -> WG1 (tile B) -> m_b -> WG0
+// (next pair). Per pair, barriers named: A (WG0 arrives, WG1 syncs), B (WG1 arrives, WG0 syncs),
+// W0 / W1 (one warpgroup's 128 threads):
+//   WG0: S_A (block kb's 4 k-steps issued once full[0][kb] completed, so S starts while the
+//        tile is still landing); P_A = 2^(S_A - m_a) (bf16) into K_A's rope block (columns
+//        512..575, no longer read once S_A is done); m_a, alpha_A = 2^(m_prev - m_a) into xch;
+//        zero V_A's tail rows of columns 0..255; arrive A; sync W0; O_L *= alpha_A; O_L += P_A
+//        V_A[L]; wait: release stage 0 (the producer refills it during tile B); sync B (m_b,
+//        alpha_B = 2^(m_a - m_b) from xch); wait full[1][*]; zero V_B's tail rows of columns
+//        0..255, sync W0; O_L *= alpha_B; O_L += P_B V_B[L]; wait: release stage 1.
+//   WG1: S_B (as WG0's S_A, on full[1][*]; it runs while WG0 does its softmax); sync A (m_a,
+//        alpha_A); wait full[0][*]; zero V_A's tail rows of columns 256..511, sync W1; O_R *=
+//        alpha_A; issue O_R += P_A V_A[R]; while it runs: P_B = 2^(S_B - m_b) into K_B's rope
+//        block, m_b and alpha_B into xch, zero V_B's tail rows of columns 256..511; arrive B;
+//        wait: release stage 0; sync W1; O_R *= alpha_B; O_R += P_B V_B[R]; wait: release
+//        stage 1.
+// Every thread fences (fence.proxy.async) its P / xch / zero writes before the barrier that
+// precedes their readers (the other warpgroup's loads, either warpgroup's wgmma). A warp skips
+// an O rescale when none of its rows' maxima grew. Safety of reuse: xch[A] is rewritten by WG0 in
+// pair k+1 only after it synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is
+// rewritten by WG1 only after sync A of pair k+1, which WG0 arrives at after reading xch[B] of
+// pair k. A stage is
+// refilled only after all 8 consumer warps released it (both P V of its tile completed: P sits in
+// the stage). A pair without B (odd tile count): WG1 skips S_B and P_B V_B, hands over m_b = m_a
+// and alpha_B = 1; WG0 skips P_B V_B. Row sums: each warpgroup sums its own P (WG0 tile A, WG1 B),
+// rescaled by every alpha; finish() adds the two.
+constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 threads
+
+// S = Q K^T over all 64 keys of the tile, by one warpgroup.
+__device__ __forceinline__ void qk64(float (&s)[32], const uint8_t *q, const uint8_t *k,
+                                     uint64_t (&full)[9], uint32_t ph) {
+    wg_fence();
+#pragma unroll
+    for (int kb = 0; kb < 9; kb++) {
+        bar_wait(&full[kb], ph); // block kb landed; the earlier blocks' wgmma run meanwhile
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            const uint64_t da = make_desc(q + kb * kBlockBytes + kk * 32, 16, 1024);
+            const uint64_t db = make_desc(k + kb * kBlockBytes + kk * 32, 16, 1024);
+            wgmma_ss_n64_bf16(s, da, db, kb + kk > 0);
+        }
+    }
+    wg_commit();
+    wg_wait0();
+}
+
+// One whole tile's softmax step by one warpgroup: mask, row maxima over the 64 keys, the running
+// maximum m (in: before the tile; out: with it), alpha = 2^(m_in - m_out), P (bf16) into pm (one
+// 64 x 64 swizzled block), this thread's part of the row sums. The caller fences P.
+__device__ __forceinline__ void tile_p(float (&s)[32], float (&m)[2], float (&alpha)[2],
+                                       float (&rs)[2], const Pos &ps, const Seq &sq, int tile,
+                                       const int (&limit)[2], float scale2, uint8_t *pm) {
     if (tile * MLA_TILE + MLA_TILE - 1 > sq.kv_len - sq.q_len) {
 #pragma unroll
-        for (int e = 0; e < 16; e++) {
-            const int pos = tile * MLA_TILE + ps.c * 32 + (e >> 2) * 8 + 2 * ps.t4 + (e & 1);
+        for (int e = 0; e < 32; e++) {
+            const int pos = tile * MLA_TILE + (e >> 2) * 8 + 2 * ps.t4 + (e & 1);
             if (pos > limit[(e >> 1) & 1]) s[e] = -INFINITY;
         }
     }
-    float mx[2] = {-INFINITY, -INFINITY};
+    float mx[2] = {-INFINITY, -INFINITY}, m_use[2];
 #pragma unroll
-    for (int e = 0; e < 16; e++) mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
-    const int r0 = ps.w * 16 + ps.g;
+    for (int e = 0; e < 32; e++) mx[(e >> 1) & 1] = fmaxf(mx[(e >> 1) & 1], s[e]);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        if (ps.t4 == 0) red_max[ps.c * 64 + r0 + 8 * h] = mx[h];
-    }
-    named_sync<256>(1); // both S done (so both P V of the last tile too): maxima, P, V rows free
-    float m_use[2], alpha[2], rs[2] = {0.f, 0.f};
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float t = fmaxf(red_max[r0 + 8 * h], red_max[64 + r0 + 8 * h]);
-        const float m_new = fmaxf(st.m_run[h], t * scale2);
+        const float m_new = fmaxf(m[h], mx[h] * scale2);
         m_use[h] = m_new == -INFINITY ? 0.f : m_new;
-        alpha[h] = ex2(st.m_run[h] - m_use[h]);
-        st.m_run[h] = m_new;
+        alpha[h] = ex2(m[h] - m_use[h]);
+        m[h] = m_new;
+        rs[h] = 0.f;
     }
-    // Keys past the sequence in its last tile: zero this warpgroup's V columns of those rows (the
-    // page may hold anything there, and 0 x NaN is NaN).
-    const int valid = sq.kv_len - tile * MLA_TILE;
-    if (valid < MLA_TILE) {
-        const int tid = ps.w * 32 + ps.g * 4 + ps.t4;
-        for (int i = tid; i < (MLA_TILE - valid) * 32; i += 128) {
-            const int row = valid + i / 32, blk = 4 * ps.c + (i % 32) / 8, ch = i % 8;
-            *reinterpret_cast<uint4 *>(k + blk * kBlockBytes + row * 128 + ch * 16) =
-                make_uint4(0, 0, 0, 0);
-        }
-    }
+    const int r0 = ps.w * 16 + ps.g;
 #pragma unroll
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 8; j++)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const float a = ex2(s[4 * j + 2 * h] * scale2 - m_use[h]);
             const float b2 = ex2(s[4 * j + 2 * h + 1] * scale2 - m_use[h]);
             rs[h] += a + b2;
-            const int row = r0 + 8 * h, key = ps.c * 32 + j * 8 + 2 * ps.t4;
-            *reinterpret_cast<uint32_t *>(pm + row * 128 + (((key >> 3) ^ (row & 7)) << 4) +
-                                          (key & 7) * 2) = ap_pack2<__nv_bfloat16>(a, b2);
+            store_p2(pm, r0 + 8 * h, j * 8 + 2 * ps.t4, a, b2);
         }
-#pragma unroll
-    for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha[h] + rs[h];
+}
+
+// O *= alpha per row; skipped by a warp none of whose rows' maximum grew (alpha exactly 1: ex2(0)).
+__device__ __forceinline__ void scale_o(State &st, const float (&alpha)[2]) {
+    if (__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
     for (int i = 0; i < 128; i++) st.o[i] *= alpha[(i >> 1) & 1];
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    named_sync<256>(1); // P and the zeroed rows visible to both warpgroups' wgmma
 }
+
+// What both warpgroups know of a pair.
+struct Pair {
+    int ta;      // tile A (B = ta + 1)
+    uint32_t ph; // mbarrier parity of both stages
+    bool has_b;  // tile B exists
+    uint8_t *ka; // stage 0 (tile A); stage 1 follows
+    float *xch;  // [0, 64): m_a, [64, 128): alpha_A, [128, 192): m_b, [192, 256): alpha_B
+};
+
+// Warpgroup 0's share of a pair (see the protocol above).
+__device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &ps, const Seq &sq,
+                                         const uint8_t *q, Bars *b, const int (&limit)[2],
+                                         float scale2) {
+    uint8_t *ka = pr.ka, *kb = pr.ka + kTileBytes;
+    const int r0 = ps.w * 16 + ps.g, tid = ps.w * 32 + ps.g * 4 + ps.t4;
+    float s[32], alpha[2], rs[2];
+    qk64(s, q, ka, b->full[0], pr.ph);
+    tile_p(s, st.m_run, alpha, rs, ps, sq, pr.ta, limit, scale2, ka + 8 * kBlockBytes);
+    if (ps.t4 == 0)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            pr.xch[r0 + 8 * h] = st.m_run[h];
+            pr.xch[64 + r0 + 8 * h] = alpha[h];
+        }
+    const int va = sq.kv_len - pr.ta * MLA_TILE;
+    if (va < MLA_TILE) zero_v_tail(ka, va, 0, tid);
+    fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
+    named_arrive<256>(kBarA);
+    named_sync<128>(kBarW);
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha[h] + rs[h];
+    scale_o(st, alpha);
+    pv(st.o, ka + 8 * kBlockBytes, ka, 0);
+    release_stage(&b->empty[0]); // early: the producer refills stage 0 while tile B is worked
+    named_sync<256>(kBarB);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        st.m_run[h] = pr.xch[128 + r0 + 8 * h];
+        alpha[h] = pr.xch[192 + r0 + 8 * h];
+    }
+    if (!pr.has_b) return;
+    wait_tile(b->full[1], pr.ph); // the TMA bytes of V_B visible to this warpgroup too
+    const int vb = va - MLA_TILE;
+    if (vb < MLA_TILE) {
+        zero_v_tail(kb, vb, 0, tid);
+        fence_proxy_async();
+        named_sync<128>(kBarW);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l_run[h] *= alpha[h];
+    scale_o(st, alpha);
+    pv(st.o, kb + 8 * kBlockBytes, kb, 0);
+    release_stage(&b->empty[1]);
+}
+
+// Warpgroup 1's share of a pair (see the protocol above).
+__device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &ps, const Seq &sq,
+                                         const uint8_t *q, Bars *b, const int (&limit)[2],
+                                         float scale2) {
+    uint8_t *ka = pr.ka, *kb = pr.ka + kTileBytes;
+    const int r0 = ps.w * 16 + ps.g, tid = ps.w * 32 + ps.g * 4 + ps.t4;
+    float s[32], alpha[2], rs[2] = {0.f, 0.f}, alpha_b[2] = {1.f, 1.f};
+    if (pr.has_b) {
+        qk64(s, q, kb, b->full[1], pr.ph);
+    }
+    named_sync<256>(kBarA);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        st.m_run[h] = pr.xch[r0 + 8 * h];
+        alpha[h] = pr.xch[64 + r0 + 8 * h];
+    }
+    wait_tile(b->full[0], pr.ph); // the TMA bytes of V_A visible to this warpgroup too
+    const int va = sq.kv_len - pr.ta * MLA_TILE;
+    if (va < MLA_TILE) {
+        zero_v_tail(ka, va, 1, tid);
+        fence_proxy_async();
+        named_sync<128>(kBarW + 1);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l_run[h] *= alpha[h];
+    scale_o(st, alpha);
+    pv_issue(st.o, ka + 8 * kBlockBytes, ka, 1);
+    if (pr.has_b) {
+        tile_p(s, st.m_run, alpha_b, rs, ps, sq, pr.ta + 1, limit, scale2, kb + 8 * kBlockBytes);
+        if (va - MLA_TILE < MLA_TILE) zero_v_tail(kb, va - MLA_TILE, 1, tid);
+    }
+    if (ps.t4 == 0)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            pr.xch[128 + r0 + 8 * h] = st.m_run[h];
+            pr.xch[192 + r0 + 8 * h] = alpha_b[h];
+        }
+    fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
+    named_arrive<256>(kBarB);
+    wg_wait0();
+    release_stage(&b->empty[0]);
+    if (!pr.has_b) return;
+    named_sync<128>(kBarW + 1);
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha_b[h] + rs[h];
+    scale_o(st, alpha_b);
+    pv(st.o, kb + 8 * kBlockBytes, kb, 1);
+    release_stage(&b->empty[1]);
+}
+
+// The consumers' main loop over the CTA's tiles, in pairs.
+template <int C>
+__device__ __forceinline__ void seesaw_loop(State &st, const Pos &ps, const Seq &sq, uint8_t *base,
+                                            Bars *b, const int (&limit)[2], float scale2,
+                                            int t_begin, int t_end) {
+    for (int ta = t_begin; ta < t_end; ta += 2) {
+        const Pair pr = {ta, static_cast<uint32_t>(((ta - t_begin) >> 1) & 1), ta + 1 < t_end,
+                         base + kOffK, reinterpret_cast<float *>(base + kOffP)};
+        if constexpr (C == 0)
+            pair_wg0(pr, st, ps, sq, base, b, limit, scale2);
+        else
+            pair_wg1(pr, st, ps, sq, base, b, limit, scale2);
+    }
+}
+#endif
 
 // End: row sums of both warpgroups, then this warpgroup's 256 columns of the rows to out, or to
 // the CTA's partial slot when the KV is split (as decode.cu's rows_finish).
@@ -254,11 +440,14 @@ __device__ void finish(const mla_decode_params &p, const Seq &sq, State &st, flo
     }
 }
 
+// Consumer warpgroup C (one instantiation each, so no accumulator crosses a divergent branch:
+// ptxas would serialize the wgmma, C7520).
+template <int C>
 __device__ void consume(const mla_decode_params &p, const Seq &sq, uint8_t *base, Bars *b, int row0,
                         int rows, int cta, int t_begin, int t_end) {
     const int ct = threadIdx.x - 128, lane = ct & 31;
-    const Pos ps = {ct >> 7, (ct >> 5) & 3, lane >> 2, lane & 3};
-    uint8_t *q = base, *pm = base + kOffP;
+    const Pos ps = {C, (ct >> 5) & 3, lane >> 2, lane & 3};
+    uint8_t *q = base;
     float *red = reinterpret_cast<float *>(base + kOffRed);
     load_q(p, sq, row0, q, ct);
     named_sync<256>(1);
@@ -274,16 +463,11 @@ __device__ void consume(const mla_decode_params &p, const Seq &sq, uint8_t *base
     for (int i = 0; i < 128; i++) st.o[i] = 0.f;
     st.m_run[0] = st.m_run[1] = -INFINITY;
     st.l_run[0] = st.l_run[1] = 0.f;
-    for (int tile = t_begin; tile < t_end; tile++) {
-        const int i = tile - t_begin, stg = i & 1;
-        uint8_t *k = base + kOffK + stg * kTileBytes;
-        bar_wait(&b->full[stg], (i >> 1) & 1);
-        float s[16];
-        qk(s, q, k, ps.c);
-        softmax(s, st, ps, sq, tile, limit, scale2, red, pm, k);
-        pv(st.o, pm, k, ps.c);
-        release_stage(&b->empty[stg]);
-    }
+#if MLA_WG_SEESAW
+    seesaw_loop<C>(st, ps, sq, base, b, limit, scale2, t_begin, t_end);
+#else
+    serial_loop(st, ps, sq, base, b, limit, scale2, red, t_begin, t_end);
+#endif
     ap_pdl_launch_dependents();
     finish(p, sq, st, red + 128, ps, row0, rows, cta);
 }
@@ -306,7 +490,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
     if (threadIdx.x == 0) {
         for (int s = 0; s < 2; s++) {
-            bar_init(&b->full[s], 1);
+            for (int kb = 0; kb < 9; kb++) bar_init(&b->full[s][kb], 1);
             bar_init(&b->empty[s], 8); // one arrival per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -317,7 +501,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) produce(&map, p, sq, base + kOffK, b, t_begin, t_end);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-        consume(p, sq, base, b, row0, rows, cta, t_begin, t_end);
+        if (threadIdx.x < 256)
+            consume<0>(p, sq, base, b, row0, rows, cta, t_begin, t_end);
+        else
+            consume<1>(p, sq, base, b, row0, rows, cta, t_begin, t_end);
     }
 #endif
 }
