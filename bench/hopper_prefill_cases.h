@@ -158,6 +158,22 @@ static std::vector<Case> check_cases() {
          {5, 17, 1300, 2000},
          256},
         {"d256 fp16 causal prefix g1", true, true, 2, 2, {64, 200, 129}, {1000, 333, 129}, 256},
+        /* scores growing toward the first keys: the running max moves past the lazy margin */
+        {"grow bf16 causal g4",
+         false,
+         true,
+         8,
+         2,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         128,
+         0,
+         3.f},
+        {"grow fp16 noncausal prefix g1", true, false, 2, 2, {17, 300}, {1000, 2000}, 128, 0, 3.f},
+        {"grow paged16 fp16 causal g8", true, true, 8, 1, {200, 1000}, {333, 4097}, 128, 16, 3.f},
+        {"grow mla bf16 causal", false, true, 2, 2, {300, 1000}, {1300, 1000}, 192, 0, 3.f},
+        {"grow d64 fp16 causal g4", true, true, 8, 2, {1, 1000, 2000}, {1, 1000, 2000}, 64, 0, 3.f},
+        {"grow d256 bf16 causal g1", false, true, 2, 2, {17, 1000}, {17, 2000}, 256, 0, 3.f},
     };
 }
 

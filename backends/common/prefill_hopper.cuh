@@ -94,10 +94,12 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
 template <typename T, int kD>
 __device__ __forceinline__ void qk_gemm(float (&s)[Geo<kD>::kSn], const uint8_t *q,
                                         const uint8_t *k) {
+    const uint64_t dq = make_desc(q, 16, 1024);
+    const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t da = make_desc(q + (kk / 4) * kHalfBytes + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = make_desc(k + (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32, 16, 1024);
+        const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
+        const uint64_t db = desc_add(dk, (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32);
         if constexpr (Geo<kD>::kKeys == 64) {
             if constexpr (std::is_same<T, __half>::value) {
                 wgmma_ss_n64_f16(s, da, db, kk > 0);
@@ -137,12 +139,13 @@ __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk]
     static_assert(kN == 32 || kN == 64 || kN == 128, "V is 64, 128 or 256 wide");
     constexpr int kChunk = kPk * 2048;
     constexpr int kCols = kN == 32 || kSplitN ? 64 : 128; /* O columns per wgmma */
+    const uint64_t dv = make_desc(v, kChunk, 1024);
 #pragma unroll
     for (int kk = 0; kk < kPk; ++kk) {
 #pragma unroll
         for (int hn = 0; hn < 2 * kN / kCols; ++hn) {
-            const uint8_t *vb = v + hn * (kCols / 64) * kChunk + kk * 2048;
-            pv_step<T, kCols>(o + hn * (kCols / 2), p[kk], make_desc(vb, kChunk, 1024));
+            const uint32_t off = hn * (kCols / 64) * kChunk + kk * 2048;
+            pv_step<T, kCols>(o + hn * (kCols / 2), p[kk], desc_add(dv, off));
         }
     }
 }
@@ -250,47 +253,71 @@ __device__ __forceinline__ void mask_tile(float (&s)[kSn], const Shape &sh, int 
     }
 }
 
-/* Online softmax statistics of one S tile: new row max and sum, s turned into unnormalized
- * probabilities, corr the factor the earlier O must be scaled by. */
+/* The running max moves only when a row's grows by more than 2^kLazyLog2 (in exp2 units) over
+ * the one its O and sum are scaled to, and then for the whole warp: until then probabilities
+ * are up to 2^8 (bf16 / fp16 and the fp32 sums hold that), O and l need no rescale, and O / l
+ * and the LSE (from the max in use) are the same up to rounding. After the first tiles a row's
+ * max rarely grows that much, so the 2 x (kDv / 2) multiplies of O's rescale are skipped. */
+constexpr float kLazyLog2 = 8.f;
+
+/* Online softmax statistics of one S tile: s turned into unnormalized probabilities against the
+ * running max m, whose sum is added to l; returns whether the warp moved m (then corr is the
+ * factor the earlier O must be scaled by, already applied to l). */
 template <int kSn>
-__device__ __forceinline__ void softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
+__device__ __forceinline__ bool softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
                                               float (&corr)[2], float sl2) {
+    float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-        float mx = m[hr];
+        mx[hr] = m[hr];
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
-            mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
+            mx[hr] = fmaxf(mx[hr], fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mu = mx == -INFINITY ? 0.f : mx * sl2;
-        corr[hr] = ex2(m[hr] * sl2 - mu);
-        m[hr] = mx;
-        float sum = 0.f;
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    }
+    /* -inf - -inf is NaN: a row with no key yet does not ask for a move */
+    const bool grows = (mx[0] - m[0]) * sl2 > kLazyLog2 || (mx[1] - m[1]) * sl2 > kLazyLog2;
+    const bool move = __any_sync(0xffffffffu, grows);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        if (move) {
+            corr[hr] = ex2((m[hr] - mx[hr]) * sl2); /* 0 from -inf; NaN only if both are */
+            corr[hr] = mx[hr] == -INFINITY ? 0.f : corr[hr];
+            m[hr] = mx[hr];
+        }
+        const float mu = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
+        float part[4] = {0.f, 0.f, 0.f, 0.f}; /* four short chains of adds, not one long one */
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
                 s[4 * j + 2 * hr + e] = x;
-                sum += x;
+                part[2 * (j % 2) + e] += x;
             }
         }
-        l[hr] = l[hr] * corr[hr] + sum;
+        const float sum = (part[0] + part[1]) + (part[2] + part[3]);
+        l[hr] = move ? l[hr] * corr[hr] + sum : l[hr] + sum;
     }
+    return move;
 }
 
-/* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
+/* Scales O by corr (where the warp moved its max) and packs the probabilities into P's A
+ * fragments (bf16/fp16). */
 template <typename T, int kSn, int kN>
 __device__ __forceinline__ void rescale_pack(const float (&s)[kSn], float (&o)[kN],
-                                             const float (&corr)[2], uint32_t (&p)[kSn / 8][4]) {
+                                             const float (&corr)[2], bool move,
+                                             uint32_t (&p)[kSn / 8][4]) {
+    if (move) {
 #pragma unroll
-    for (int j = 0; j < kN / 4; ++j) {
-        o[4 * j] *= corr[0];
-        o[4 * j + 1] *= corr[0];
-        o[4 * j + 2] *= corr[1];
-        o[4 * j + 3] *= corr[1];
+        for (int j = 0; j < kN / 4; ++j) {
+            o[4 * j] *= corr[0];
+            o[4 * j + 1] *= corr[0];
+            o[4 * j + 2] *= corr[1];
+            o[4 * j + 3] *= corr[1];
+        }
     }
 #pragma unroll
     for (int kk = 0; kk < kSn / 8; ++kk) {
@@ -306,8 +333,8 @@ template <typename T, int kSn, int kN>
 __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], float (&m)[2],
                                              float (&l)[2], uint32_t (&p)[kSn / 8][4], float sl2) {
     float corr[2];
-    softmax_stats(s, m, l, corr, sl2);
-    rescale_pack<T>(s, o, corr, p);
+    const bool move = softmax_stats(s, m, l, corr, sl2);
+    rescale_pack<T>(s, o, corr, move, p);
 }
 
 template <typename T, int kN>
@@ -448,10 +475,10 @@ pipe_step(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk,
         mask_tile(sc, sh, p.causal, n, r0, lane);
     }
     float corr[2];
-    softmax_stats(sc, m, l, corr, p.scale_log2);
+    const bool move = softmax_stats(sc, m, l, corr, p.scale_log2);
     wg_wait0();
     release_stage(&b->v_empty[sp]);
-    rescale_pack<T>(sc, o, corr, pf);
+    rescale_pack<T>(sc, o, corr, move, pf);
 }
 
 /* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
