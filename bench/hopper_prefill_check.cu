@@ -133,8 +133,10 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<kD>::kSmem));
         attr = true;
     }
+    Params pn = p;
+    pn.num_items = num_items;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<dim3(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, p);
+        <<<launch_grid(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -444,7 +446,8 @@ static bool run_case(const Case &c, unsigned seed) {
              nullptr,
              nullptr,
              0,
-             c.hkv};
+             c.hkv,
+             static_cast<int32_t>(b.items.size())};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;
