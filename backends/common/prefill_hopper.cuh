@@ -432,30 +432,19 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     if (kMode == 2 && wg == 1) {
         named_arrive<256>(1);
     }
-    /* the next tile's shape is read a tile ahead, its loads in flight while this one runs */
     int ring = 0, qn = 0, item = 0, h = 0;
-    bool more = tile_at(p, 0, item, h);
-    Shape sh = {};
-    if (more) {
-        sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
-    }
-    for (int r = 1; more; ++r) {
-        const int hc = h;
-        const Shape cur = sh;
-        more = tile_at(p, r, item, h);
-        if (more) {
-            sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
-        }
-        if (cur.n_blocks < 0) {
+    for (int r = 0; tile_at(p, r, item, h); ++r) {
+        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+        if (sh.n_blocks < 0) {
             continue; /* not a tile start: another tile covers these tokens */
         }
         if constexpr (kMode == 0) {
-            consume<T, false, kD>(p, cur, sq, sk, sv, b, hc, ring, qn);
+            consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
         } else {
-            consume_pipe<T, false, kMode == 2, kD>(p, cur, sq, sk, sv, b, hc, ring, qn);
+            consume_pipe<T, false, kMode == 2, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
         }
-        if (cur.n_blocks > 0) {
-            ring += cur.n_blocks;
+        if (sh.n_blocks > 0) {
+            ring += sh.n_blocks;
             ++qn;
         }
     }
