@@ -158,6 +158,40 @@ static std::vector<Case> check_cases() {
          {5, 17, 1300, 2000},
          256},
         {"d256 fp16 causal prefix g1", true, true, 2, 2, {64, 200, 129}, {1000, 333, 129}, 256},
+        /* scores growing toward the first keys: the running max moves past the lazy margin */
+        {"grow bf16 causal g4",
+         false,
+         true,
+         8,
+         2,
+         {1, 17, 1000, 4097},
+         {1, 17, 1000, 4097},
+         128,
+         0,
+         3.f},
+        {"grow fp16 noncausal prefix g1", true, false, 2, 2, {17, 300}, {1000, 2000}, 128, 0, 3.f},
+        {"grow paged16 fp16 causal g8", true, true, 8, 1, {200, 1000}, {333, 2500}, 128, 16, 3.f},
+        {"grow mla bf16 causal", false, true, 2, 2, {300, 1000}, {1300, 1000}, 192, 0, 3.f},
+        {"grow d64 fp16 causal g4", true, true, 8, 2, {1, 1000, 2000}, {1, 1000, 2000}, 64, 0, 3.f},
+        /* tiles (items x heads) outnumbering the SMs 7 times, of mixed lengths: the persistent
+         * schedule's rounds */
+        {"sched bf16 causal g4 H16/4",
+         false,
+         true,
+         16,
+         4,
+         {1, 130, 255, 256, 257, 500, 640, 777, 900, 1024, 1100, 1300},
+         {1, 130, 255, 256, 257, 500, 640, 777, 900, 1024, 1100, 1300}},
+        {"sched paged16 fp16 prefix g4",
+         true,
+         true,
+         16,
+         4,
+         {1, 130, 255, 256, 257, 500, 640, 777, 900, 1024, 1100, 1300},
+         {9, 130, 300, 256, 1000, 500, 700, 777, 901, 1024, 1500, 1300},
+         128,
+         16},
+        {"grow d256 bf16 causal g1", false, true, 2, 2, {17, 1000}, {17, 2000}, 256, 0, 3.f},
     };
 }
 
@@ -172,6 +206,14 @@ static std::vector<Case> quick_cases() {
         {"d64 paged16 fp16 noncausal small", true, false, 4, 2, {17, 200}, {29, 129}, 64, 16},
         {"d256 bf16 causal small", false, true, 4, 1, {1, 17, 300}, {1, 40, 300}, 256},
         {"d256 fp16 noncausal small", true, false, 4, 2, {17, 3, 200}, {300, 0, 129}, 256},
+        /* 336 tiles: a persistent CTA runs two or three, its ring and Q reused across them */
+        {"sched bf16 causal small g4",
+         false,
+         true,
+         16,
+         4,
+         {1, 17, 300, 700, 1200},
+         {1, 17, 300, 700, 1200}},
     };
 }
 

@@ -39,6 +39,9 @@ struct Case {
     std::vector<int> q_lens, kv_lens;
     int dqk = 128; /* Q/K head dim; V is Geo's kDv wide (dv_of: kDim with dqk 192, else dqk) */
     int page = 0;  /* > 0: K/V from a paged cache of this page size, pages shuffled */
+    /* > 0: a sequence's key t scaled by 1 + grow * (kv_len - 1 - t) / kv_len, so the scores grow
+     * tile after tile (the kernel runs them from the last down) and the running max moves */
+    float grow = 0.f;
 };
 
 struct Batch {
@@ -130,8 +133,10 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<kD>::kSmem));
         attr = true;
     }
+    Params pn = p;
+    pn.num_items = num_items;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<dim3(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, p);
+        <<<launch_grid(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -378,6 +383,16 @@ static bool run_case(const Case &c, unsigned seed) {
             x = round16(2.f * u(rng), c.fp16);
         }
     }
+    for (size_t i = 0; c.grow > 0.f && i + 1 < b.kv.size(); ++i) {
+        const int len = b.kv[i + 1] - b.kv[i];
+        for (int r = 0; r < len; ++r) {
+            const float f = 1.f + c.grow * static_cast<float>(len - 1 - r) / len;
+            float *row = &k[static_cast<size_t>(b.kv[i] + r) * c.hkv * DK];
+            for (int e = 0; e < c.hkv * DK; ++e) {
+                row[e] = round16(row[e] * f, c.fp16);
+            }
+        }
+    }
     std::vector<uint16_t> hq16, hk16, hv16;
     to16(q, hq16, c.fp16);
     to16(k, hk16, c.fp16);
@@ -431,7 +446,8 @@ static bool run_case(const Case &c, unsigned seed) {
              nullptr,
              nullptr,
              0,
-             c.hkv};
+             c.hkv,
+             static_cast<int32_t>(b.items.size())};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;

@@ -63,7 +63,8 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
              nullptr,
              nullptr,
              0,
-             hkv};
+             hkv,
+             static_cast<int32_t>(b.items.size())};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
         std::mt19937 rng(7);

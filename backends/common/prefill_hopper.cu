@@ -151,7 +151,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.causal = p->causal != 0;
     kp.scale_log2 = p->sm_scale * ap_log2e;
     kp.sm_scale = p->sm_scale;
-    const dim3 grid((unsigned)plan->num_items, (unsigned)p->num_qo_heads);
+    kp.num_items = plan->num_items;
+    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);

@@ -31,6 +31,10 @@ constexpr int kDim = 128;  /* head dim of Q, K and V (Geo: of the other shapes) 
 #define AP_HOPPER_STAGES 3 /* 230.5 KB of shared memory; checked and faster on the H100 */
 #endif
 constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
+#ifndef AP_HOPPER_PERSISTENT
+#define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
+#endif
+constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
@@ -79,6 +83,7 @@ struct Params {
     const void *v_pages; /* read by the producer for a tile's last, partly filled page */
     int32_t page_shift;
     int32_t num_kv_heads;
+    int32_t num_items; /* the plan's items (the persistent schedule's tiles: items x heads) */
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -94,10 +99,12 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
 template <typename T, int kD>
 __device__ __forceinline__ void qk_gemm(float (&s)[Geo<kD>::kSn], const uint8_t *q,
                                         const uint8_t *k) {
+    const uint64_t dq = make_desc(q, 16, 1024);
+    const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t da = make_desc(q + (kk / 4) * kHalfBytes + (kk % 4) * 32, 16, 1024);
-        const uint64_t db = make_desc(k + (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32, 16, 1024);
+        const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
+        const uint64_t db = desc_add(dk, (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32);
         if constexpr (Geo<kD>::kKeys == 64) {
             if constexpr (std::is_same<T, __half>::value) {
                 wgmma_ss_n64_f16(s, da, db, kk > 0);
@@ -137,12 +144,13 @@ __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk]
     static_assert(kN == 32 || kN == 64 || kN == 128, "V is 64, 128 or 256 wide");
     constexpr int kChunk = kPk * 2048;
     constexpr int kCols = kN == 32 || kSplitN ? 64 : 128; /* O columns per wgmma */
+    const uint64_t dv = make_desc(v, kChunk, 1024);
 #pragma unroll
     for (int kk = 0; kk < kPk; ++kk) {
 #pragma unroll
         for (int hn = 0; hn < 2 * kN / kCols; ++hn) {
-            const uint8_t *vb = v + hn * (kCols / 64) * kChunk + kk * 2048;
-            pv_step<T, kCols>(o + hn * (kCols / 2), p[kk], make_desc(vb, kChunk, 1024));
+            const uint32_t off = hn * (kCols / 64) * kChunk + kk * 2048;
+            pv_step<T, kCols>(o + hn * (kCols / 2), p[kk], desc_add(dv, off));
         }
     }
 }
@@ -153,8 +161,9 @@ struct Shape {
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
  * n_blocks: K/V tiles of kKeys. */
-template <bool kPaged, int kKeys> __device__ __forceinline__ Shape item_shape(const Params &p) {
-    const Item it = p.items[blockIdx.x];
+template <bool kPaged, int kKeys>
+__device__ __forceinline__ Shape item_shape(const Params &p, int item) {
+    const Item it = p.items[item];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
@@ -180,6 +189,7 @@ template <bool kPaged, int kKeys> __device__ __forceinline__ Shape item_shape(co
  * so the next K load need not wait for the P V that reads the same stage's V. */
 struct Bars {
     uint64_t q_full;
+    uint64_t q_empty; /* both consumer warpgroups' last S = Q K of a tile done: Q may be reloaded */
     uint64_t k_full[kMaxStages];
     uint64_t v_full[kMaxStages];
     uint64_t k_empty[kMaxStages];
@@ -189,7 +199,8 @@ struct Bars {
 // The CTA's Q tile (query head h), once, by one producer thread: both sources.
 template <int kD>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
-                                          const Shape &sh, int h) {
+                                          const Shape &sh, int h, int qn) {
+    bar_wait(&b->q_empty, (qn & 1) ^ 1);
     bar_expect_tx(&b->q_full, Geo<kD>::kQBytes);
 #pragma unroll
     for (int c = 0; c < Geo<kD>::kChunks; ++c) {
@@ -198,14 +209,14 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
 }
 
 template <int kD>
-__device__ __forceinline__ void produce(const CUtensorMap *tq, const CUtensorMap *tk,
-                                        const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
-                                        uint8_t *sv, Bars *b, const Shape &sh, int h, int hk) {
+__device__ __forceinline__ void
+produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
+        uint8_t *sk, uint8_t *sv, Bars *b, const Shape &sh, int h, int hk, int ring, int qn) {
     using G = Geo<kD>;
-    produce_q<kD>(tq, sq, b, sh, h);
+    produce_q<kD>(tq, sq, b, sh, h, qn);
     for (int i = 0; i < sh.n_blocks; ++i) {
-        const int s = i % G::kStg;
-        const uint32_t ph = ((i / G::kStg) & 1) ^ 1;
+        const int s = (ring + i) % G::kStg;
+        const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
         const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
         uint8_t *k = sk + s * G::kKBytes;
         uint8_t *v = sv + s * G::kVBytes;
@@ -250,47 +261,71 @@ __device__ __forceinline__ void mask_tile(float (&s)[kSn], const Shape &sh, int 
     }
 }
 
-/* Online softmax statistics of one S tile: new row max and sum, s turned into unnormalized
- * probabilities, corr the factor the earlier O must be scaled by. */
+/* The running max moves only when a row's grows by more than 2^kLazyLog2 (in exp2 units) over
+ * the one its O and sum are scaled to, and then for the whole warp: until then probabilities
+ * are up to 2^8 (bf16 / fp16 and the fp32 sums hold that), O and l need no rescale, and O / l
+ * and the LSE (from the max in use) are the same up to rounding. After the first tiles a row's
+ * max rarely grows that much, so the 2 x (kDv / 2) multiplies of O's rescale are skipped. */
+constexpr float kLazyLog2 = 8.f;
+
+/* Online softmax statistics of one S tile: s turned into unnormalized probabilities against the
+ * running max m, whose sum is added to l; returns whether the warp moved m (then corr is the
+ * factor the earlier O must be scaled by, already applied to l). */
 template <int kSn>
-__device__ __forceinline__ void softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
+__device__ __forceinline__ bool softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
                                               float (&corr)[2], float sl2) {
+    float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-        float mx = m[hr];
+        mx[hr] = m[hr];
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
-            mx = fmaxf(mx, fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
+            mx[hr] = fmaxf(mx[hr], fmaxf(s[4 * j + 2 * hr], s[4 * j + 2 * hr + 1]));
         }
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float mu = mx == -INFINITY ? 0.f : mx * sl2;
-        corr[hr] = ex2(m[hr] * sl2 - mu);
-        m[hr] = mx;
-        float sum = 0.f;
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 1));
+        mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
+    }
+    /* -inf - -inf is NaN: a row with no key yet does not ask for a move */
+    const bool grows = (mx[0] - m[0]) * sl2 > kLazyLog2 || (mx[1] - m[1]) * sl2 > kLazyLog2;
+    const bool move = __any_sync(0xffffffffu, grows);
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        if (move) {
+            corr[hr] = ex2((m[hr] - mx[hr]) * sl2); /* 0 from -inf; NaN only if both are */
+            corr[hr] = mx[hr] == -INFINITY ? 0.f : corr[hr];
+            m[hr] = mx[hr];
+        }
+        const float mu = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
+        float part[4] = {0.f, 0.f, 0.f, 0.f}; /* four short chains of adds, not one long one */
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
                 const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
                 s[4 * j + 2 * hr + e] = x;
-                sum += x;
+                part[2 * (j % 2) + e] += x;
             }
         }
-        l[hr] = l[hr] * corr[hr] + sum;
+        const float sum = (part[0] + part[1]) + (part[2] + part[3]);
+        l[hr] = move ? l[hr] * corr[hr] + sum : l[hr] + sum;
     }
+    return move;
 }
 
-/* Scales O by corr and packs the probabilities into P's A fragments (bf16/fp16). */
+/* Scales O by corr (where the warp moved its max) and packs the probabilities into P's A
+ * fragments (bf16/fp16). */
 template <typename T, int kSn, int kN>
 __device__ __forceinline__ void rescale_pack(const float (&s)[kSn], float (&o)[kN],
-                                             const float (&corr)[2], uint32_t (&p)[kSn / 8][4]) {
+                                             const float (&corr)[2], bool move,
+                                             uint32_t (&p)[kSn / 8][4]) {
+    if (move) {
 #pragma unroll
-    for (int j = 0; j < kN / 4; ++j) {
-        o[4 * j] *= corr[0];
-        o[4 * j + 1] *= corr[0];
-        o[4 * j + 2] *= corr[1];
-        o[4 * j + 3] *= corr[1];
+        for (int j = 0; j < kN / 4; ++j) {
+            o[4 * j] *= corr[0];
+            o[4 * j + 1] *= corr[0];
+            o[4 * j + 2] *= corr[1];
+            o[4 * j + 3] *= corr[1];
+        }
     }
 #pragma unroll
     for (int kk = 0; kk < kSn / 8; ++kk) {
@@ -306,8 +341,8 @@ template <typename T, int kSn, int kN>
 __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], float (&m)[2],
                                              float (&l)[2], uint32_t (&p)[kSn / 8][4], float sl2) {
     float corr[2];
-    softmax_stats(s, m, l, corr, sl2);
-    rescale_pack<T>(s, o, corr, p);
+    const bool move = softmax_stats(s, m, l, corr, sl2);
+    rescale_pack<T>(s, o, corr, move, p);
 }
 
 template <typename T, int kN>
@@ -337,184 +372,97 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
     }
 }
 
-/* Whether key tile n needs the mask: it runs past kv_len, or (causal) past the diagonal of the
- * CTA's first row. */
-template <int kKeys>
-__device__ __forceinline__ bool pipe_needs_mask(const Params &p, const Shape &sh, int n) {
-    const int diag_from = sh.kv_len - sh.q_len + sh.m0;
-    return (n + 1) * kKeys > sh.kv_len || (p.causal && (n + 1) * kKeys - 1 > diag_from);
+#include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
+
+/* Work tile r of this CTA: (plan item, query head). Without kPersistent one, the CTA's own (grid
+ * items x heads). With it the grid is at most one CTA per SM (launch_grid) and the tiles, items x
+ * heads in the plan's order (longest first; heads fastest, so a group's heads run together on
+ * the same K/V), go round by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 -
+ * c (r odd), a snake that gives the CTA with a round's longest tile the next round's shortest. A
+ * static order: no counter to reset between calls, so a captured graph replays it as it is. */
+__device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
+    if constexpr (!kPersistent) {
+        item = blockIdx.x;
+        h = blockIdx.y;
+        return r == 0;
+    }
+    const int g = gridDim.x;
+    const int c = blockIdx.x;
+    const int t = r * g + ((r & 1) ? g - 1 - c : c);
+    if (t >= p.num_items * p.num_qo_heads) {
+        return false;
+    }
+    item = t / p.num_qo_heads;
+    h = t - item * p.num_qo_heads;
+    return true;
 }
 
-template <typename T, bool kSplitN, int kD>
-__device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
-                                        const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
-    const int wg = threadIdx.x / 128 - 1;
-    const int tid = threadIdx.x % 128;
-    const int lane = tid % 32;
-    const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[Geo<kD>::kOn];
-#pragma unroll
-    for (int i = 0; i < Geo<kD>::kOn; ++i) {
-        o[i] = 0.f;
-    }
-    float m[2] = {-INFINITY, -INFINITY};
-    float l[2] = {0.f, 0.f};
-    if (sh.n_blocks > 0) {
-        bar_wait(&b->q_full, 0);
-    }
-    const uint8_t *q = sq + wg * 64 * 128;
-    for (int i = 0; i < sh.n_blocks; ++i) {
-        const int s = i % Geo<kD>::kStg;
-        const uint32_t ph = (i / Geo<kD>::kStg) & 1;
-        const int n = sh.n_blocks - 1 - i;
-        float sc[Geo<kD>::kSn];
-        bar_wait(&b->k_full[s], ph);
-        wg_fence();
-        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
-        wg_commit();
-        wg_wait0();
-        release_stage(&b->k_empty[s]);
-        if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
-            mask_tile(sc, sh, p.causal, n, r0, lane);
+/* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
+ * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
+ * last tile's (so the next tile's loads start while the consumers finish this one). */
+template <int kD, bool kPaged>
+__device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
+                                              const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
+                                              uint8_t *sv, Bars *b, const Params &p) {
+    int ring = 0, qn = 0, item = 0, h = 0;
+    for (int r = 0; tile_at(p, r, item, h); ++r) {
+        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+        if (sh.n_blocks <= 0) {
+            continue; /* no load: the consumers write zeros and -inf without waiting */
         }
-        uint32_t pf[Geo<kD>::kPk][4];
-        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
-        bar_wait(&b->v_full[s], ph);
-        wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + s * Geo<kD>::kVBytes);
-        wg_commit();
-        wg_wait0();
-        release_stage(&b->v_empty[s]);
+        if constexpr (kPaged) {
+            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, sh, h, h / p.group, ring, qn);
+        } else {
+            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h, h / p.group, ring, qn);
+        }
+        ring += sh.n_blocks;
+        ++qn;
     }
-    epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
-/* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
- * running state and P_0 (pf). */
-template <typename T, bool kPingPong, int kD>
-__device__ __forceinline__ void
-pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
-                  int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2], float (&l)[2],
-                  uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    const int nb = sh.n_blocks;
-    float sc[Geo<kD>::kSn];
-    bar_wait(&b->k_full[0], 0);
-    if constexpr (kPingPong) {
-        named_sync<256>(1 + wg);
-    }
-    wg_fence();
-    qk_gemm<T, kD>(sc, q, sk);
-    wg_commit();
-    if constexpr (kPingPong) {
-        named_arrive<256>(2 - wg);
-    }
-    wg_wait0();
-    release_stage(&b->k_empty[0]);
-    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, nb - 1)) {
-        mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
-    }
-    softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
-}
-
-/* Step i of the pipeline: S_i = Q K_i and O += P_(i-1) V_(i-1) issued back to back in this
- * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
- * becomes P_i. */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
-__device__ __forceinline__ void
-pipe_step(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, const uint8_t *sv,
-          Bars *b, int i, int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2],
-          float (&l)[2], uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    constexpr int kStg = Geo<kD>::kStg;
-    const int s = i % kStg;
-    const int sp = (i - 1) % kStg;
-    const int n = sh.n_blocks - 1 - i;
-    float sc[Geo<kD>::kSn];
-    bar_wait(&b->k_full[s], (i / kStg) & 1);
-    bar_wait(&b->v_full[sp], ((i - 1) / kStg) & 1);
-    if constexpr (kPingPong) {
-        named_sync<256>(1 + wg);
-    }
-    wg_fence();
-    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
-    wg_commit();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
-    wg_commit();
-    if constexpr (kPingPong) {
-        named_arrive<256>(2 - wg);
-    }
-    wg_wait1();
-    release_stage(&b->k_empty[s]);
-    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
-        mask_tile(sc, sh, p.causal, n, r0, lane);
-    }
-    float corr[2];
-    softmax_stats(sc, m, l, corr, p.scale_log2);
-    wg_wait0();
-    release_stage(&b->v_empty[sp]);
-    rescale_pack<T>(sc, o, corr, pf);
-}
-
-/* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); warpgroup 0 then hands its turn on. */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
-__device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int nb, int wg,
-                                             float (&o)[Geo<kD>::kOn],
-                                             const uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    const int sp = (nb - 1) % Geo<kD>::kStg;
-    bar_wait(&b->v_full[sp], ((nb - 1) / Geo<kD>::kStg) & 1);
-    if constexpr (kPingPong) {
-        named_sync<256>(1 + wg);
-    }
-    wg_fence();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
-    wg_commit();
-    if (kPingPong && wg == 0) {
-        named_arrive<256>(2);
-    }
-    wg_wait0();
-    release_stage(&b->v_empty[sp]);
-}
-
-/* The pipelined consumer: in its turn (named barriers 1 + wg, ping-pong between the two
- * warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to back, hands the
- * tensor cores to the other warpgroup, then runs softmax i while the other one's GEMMs run. */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
-__device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, const uint8_t *sq,
-                                             const uint8_t *sk, const uint8_t *sv, Bars *b, int h) {
+/* The consumer warpgroups over the CTA's work tiles, in the producer's order. Ping-pong (kMode
+ * 2): warpgroup 1's first hand-over lets warpgroup 0 start; after that every GEMM issue of one
+ * warpgroup hands the turn to the other, across tiles too, so one's epilogue runs under the
+ * other's GEMMs; warpgroup 0's final wait takes warpgroup 1's last hand-over, so every named
+ * barrier arrival is matched before the CTA exits. */
+template <typename T, int kMode, int kD, bool kPaged>
+__device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *sk,
+                                              const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
-    const int tid = threadIdx.x % 128;
-    const int lane = tid % 32;
-    const int r0 = sh.m0 + wg * 64 + (tid / 32) * 16 + lane / 4;
-    float o[Geo<kD>::kOn];
-#pragma unroll
-    for (int i = 0; i < Geo<kD>::kOn; ++i) {
-        o[i] = 0.f;
+    if (kMode == 2 && wg == 1) {
+        named_arrive<256>(1);
     }
-    float m[2] = {-INFINITY, -INFINITY};
-    float l[2] = {0.f, 0.f};
-    const int nb = sh.n_blocks;
-    if (nb > 0) {
-        bar_wait(&b->q_full, 0);
-        if (kPingPong && wg == 1) {
-            named_arrive<256>(1);
+    int ring = 0, qn = 0, item = 0, h = 0;
+    for (int r = 0; tile_at(p, r, item, h); ++r) {
+        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+        if (sh.n_blocks < 0) {
+            continue; /* not a tile start: another tile covers these tokens */
+        }
+        if constexpr (kMode == 0) {
+            consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+        } else {
+            consume_pipe<T, false, kMode == 2, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+        }
+        if (sh.n_blocks > 0) {
+            ring += sh.n_blocks;
+            ++qn;
         }
     }
-    const uint8_t *q = sq + wg * 64 * 128;
-    uint32_t pf[Geo<kD>::kPk][4];
-    if (nb > 0) {
-        pipe_first_scores<T, kPingPong, kD>(p, sh, q, sk, b, wg, r0, lane, o, m, l, pf);
+    if (kMode == 2 && wg == 0) {
+        named_sync<256>(1);
     }
-    for (int i = 1; i < nb; ++i) {
-        pipe_step<T, kSplitN, kPingPong, kD>(p, sh, q, sk, sv, b, i, wg, r0, lane, o, m, l, pf);
-    }
-    if (nb > 0) {
-        pipe_last_pv<T, kSplitN, kPingPong, kD>(sv, b, nb, wg, o, pf);
-    }
-    epilogue<T>(p, sh, o, m, l, h, r0, lane);
 }
 
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
- * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo). */
+ * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo).
+ * Barriers (mbarriers in shared memory, phases counted per CTA across its work tiles): q_full
+ * (producer's expect_tx + TMA; consumers wait phase qn & 1), q_empty (8 consumer warps arrive
+ * after their tile's last S = Q K; the producer waits phase (qn & 1) ^ 1 before the next Q),
+ * k_full / v_full of stage g % kStg (consumers wait phase (g / kStg) & 1) and k_empty / v_empty
+ * (8 warps arrive after S / after P V; the producer waits the flipped phase). A tile with no key
+ * tile (n_blocks 0) loads nothing and is skipped by both sides alike, since both derive n_blocks
+ * from the same plan item. */
 template <typename T, int kMode, int kD = 128, bool kPaged = false>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
@@ -530,42 +478,51 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sk = sq + G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
-    const int h = blockIdx.y;
-    const Shape sh = item_shape<kPaged, G::kKeys>(p);
-    if (sh.n_blocks < 0) {
-        return;
-    }
     if (threadIdx.x == 0) {
         bar_init(&b->q_full, 1);
+        bar_init(&b->q_empty, 8); /* one arrival per consumer warp */
         for (int s = 0; s < G::kStg; ++s) {
             bar_init(&b->k_full[s], 1);
             bar_init(&b->v_full[s], 1);
-            bar_init(&b->k_empty[s], 8); /* one arrival per consumer warp */
+            bar_init(&b->k_empty[s], 8);
             bar_init(&b->v_empty[s], 8);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        /* 24: the registers this frees are exactly those the consumers' 240 take (the pool
-         * setmaxnreg.inc draws from is the CTA's own; a producer at 32 deadlocked them) */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n");
-        if constexpr (kPaged) {
-            if (threadIdx.x < 32 && sh.n_blocks > 0) {
-                produce_paged<kD>(&tq, &tk, &tv, sq, sk, sv, b, p, sh, h, h / p.group);
-            }
-        } else if (threadIdx.x == 0 && sh.n_blocks > 0) {
-            produce<kD>(&tq, &tk, &tv, sq, sk, sv, b, sh, h, h / p.group);
+        /* 40: the registers this frees (128 x (168 - 40)) are exactly those the consumers'
+         * 232 take (256 x (232 - 168)); the pool setmaxnreg.inc draws from is the CTA's own (a
+         * producer at 32 beside consumers at 240 deadlocked them). 24 / 240 before the
+         * persistent loop: the paged producer warp spilled at 24. */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (threadIdx.x < (kPaged ? 32 : 1)) {
+            producer_loop<kD, kPaged>(&tq, &tk, &tv, sq, sk, sv, b, p);
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
-        if constexpr (kMode == 0) {
-            consume<T, false, kD>(p, sh, sq, sk, sv, b, h);
-        } else {
-            consume_pipe<T, false, kMode == 2, kD>(p, sh, sq, sk, sv, b, h);
-        }
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        consumer_loop<T, kMode, kD, kPaged>(sq, sk, sv, b, p);
     }
 #endif
+}
+
+/* The grid of a launch over num_items plan items and `heads` query heads: (items, heads), or
+ * (kPersistent) one CTA per SM of the current device, no more than the tiles (all the tiles
+ * where the SM count cannot be read: each CTA then takes one, as without kPersistent). */
+inline dim3 launch_grid(int num_items, int heads) {
+    if (!kPersistent) {
+        return dim3(static_cast<unsigned>(num_items), static_cast<unsigned>(heads));
+    }
+    const long long tiles = static_cast<long long>(num_items) * heads;
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms <= 0) {
+        cudaGetLastError();
+        sms = 0;
+    }
+    const long long n = sms > 0 && sms < tiles ? sms : tiles;
+    return dim3(static_cast<unsigned>(n > 0 ? n : 1)); /* a CTA with no tile exits at once */
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64

@@ -17,7 +17,7 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
                                                int lane) {
     const int per_row = halves * 8; /* 16-byte units */
     const int units = (keys - row0) * per_row;
-#pragma unroll 8
+#pragma unroll 2 /* 8 spilled the producer warp's 40 registers */
     for (int u = lane; u < units; u += 32) {
         const int r = u / per_row;
         const int c = u % per_row;
@@ -92,18 +92,21 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
     }
 }
 
-/* The producer warp over a paged source: Q once (lane 0), then the K/V tiles from the last down. */
+/* The producer warp over a paged source: the tile's Q (lane 0), then its K/V tiles from the last
+ * down, at ring position `ring` (the CTA's K/V tiles so far); qn: the CTA's Q loads so far. */
 template <int kD>
-__device__ __forceinline__ void
-produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
-              uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const Shape &sh, int h, int hk) {
+__device__ __forceinline__ void produce_paged(const CUtensorMap *tq, const CUtensorMap *tk,
+                                              const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
+                                              uint8_t *sv, Bars *b, const Params &p,
+                                              const Shape &sh, int h, int hk, int ring, int qn) {
     using G = Geo<kD>;
     const int lane = threadIdx.x % 32;
-    if (lane == 0) produce_q<kD>(tq, sq, b, sh, h);
+    if (lane == 0) produce_q<kD>(tq, sq, b, sh, h, qn);
     for (int i = 0; i < sh.n_blocks; ++i) {
-        const int s = i % G::kStg;
+        const int s = (ring + i) % G::kStg;
         produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + s * G::kVBytes, b, s,
-                               ((i / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk, lane);
+                               (((ring + i) / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk,
+                               lane);
     }
 }
 

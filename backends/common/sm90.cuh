@@ -81,6 +81,14 @@ __device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint3
     return d;
 }
 
+/* The descriptor d moved `bytes` on in shared memory: the start address field (bits 0-13, 16-byte
+ * units) plus bytes / 16, one 32-bit add. Shared memory ends below 256 KB, so the field never
+ * carries into the leading byte offset above it. */
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
+    const uint32_t lo = static_cast<uint32_t>(d) + (bytes >> 4);
+    return (d & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void wg_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
