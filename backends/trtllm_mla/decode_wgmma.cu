@@ -38,6 +38,12 @@
 #ifndef MLA_WG_SEESAW
 #define MLA_WG_SEESAW 1
 #endif
+// 1: the seesaw's two hand-overs (barriers A and B) wait in the arriving warpgroup too (bar.sync
+// for bar.arrive): slower, for comparing compute-sanitizer's racecheck / synccheck reports, which
+// may not model bar.arrive as the release the PTX memory model makes it. 0 (default): bar.arrive.
+#ifndef MLA_WG_ARRIVE_SYNC
+#define MLA_WG_ARRIVE_SYNC 0
+#endif
 
 #ifdef AP_KIT_HOPPER
 namespace {
@@ -213,6 +219,15 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 // rescaled by every alpha; finish() adds the two.
 constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 threads
 
+// Hand a pair's values over to the other warpgroup (it syncs on the same barrier).
+__device__ __forceinline__ void hand_over(int bar) {
+#if MLA_WG_ARRIVE_SYNC
+    named_sync<256>(bar);
+#else
+    named_arrive<256>(bar);
+#endif
+}
+
 // S = Q K^T over all 64 keys of the tile, by one warpgroup.
 __device__ __forceinline__ void qk64(float (&s)[32], const uint8_t *q, const uint8_t *k,
                                      uint64_t (&full)[9], uint32_t ph) {
@@ -303,7 +318,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
     const int va = sq.kv_len - pr.ta * MLA_TILE;
     if (va < MLA_TILE) zero_v_tail(ka, va, 0, tid);
     fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
-    named_arrive<256>(kBarA);
+    hand_over(kBarA);
     named_sync<128>(kBarW);
 #pragma unroll
     for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha[h] + rs[h];
@@ -369,7 +384,7 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
             pr.xch[192 + r0 + 8 * h] = alpha_b[h];
         }
     fence_proxy_async(); // P, xch and zeroed rows: before the arrive and before any wgmma reads
-    named_arrive<256>(kBarB);
+    hand_over(kBarB);
     wg_wait0();
     release_stage(&b->empty[0]);
     if (!pr.has_b) return;
