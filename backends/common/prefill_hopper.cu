@@ -163,10 +163,16 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
 // overlapped ones wait on loads), with 3 the overlapped ping-pong ones. Q/K 192 wide (MLA's
 // MHA form) and 256 (64-key tiles) have a 2-stage ring whose K tiles are released after S = Q K,
 // so ping-pong there too.
+// The persistent kernel's ragged head dims 128 and 64 take the overlapped consumers without
+// ping-pong (mode 1): causal B4 S4096 H32/8 587 TFLOP/s against 570 with ping-pong, non-causal
+// 644 / 630, D64 causal 399 / 388 (hopper_prefill_check, H100, 2026-11-26); the paged source
+// stays on ping-pong (the one mode timed there).
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
-// The modes of head dims 64 (its ring as deep as 128's) and 256 (2 stages, 192's reasoning); not
-// yet measured: hopper_prefill_check times all three modes at both.
-constexpr int kHopperModeD64 = kHopperMode;
+constexpr int kHopperModeRagged =
+    ap_hopper::kPersistent && ap_hopper::kStages >= 3 ? 1 : kHopperMode;
+// Head dims 64 (its ring as deep as 128's) and 256 (2 stages, 192's reasoning: ping-pong, 641
+// TFLOP/s causal against 602 overlapped, the same day).
+constexpr int kHopperModeD64 = kHopperModeRagged;
 constexpr int kHopperModeD256 = 2;
 
 template <typename T>
@@ -177,12 +183,12 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
         return hopper_launch<T, kHopperModeD256, 256, false>(p, plan, stream, who, msg);
     if (p->head_dim_qk == 64) {
         if (p->kv_indptr == NULL)
-            return hopper_launch<T, kHopperModeD64, 64, true>(p, plan, stream, who, msg);
+            return hopper_launch<T, kHopperMode, 64, true>(p, plan, stream, who, msg);
         return hopper_launch<T, kHopperModeD64, 64, false>(p, plan, stream, who, msg);
     }
     if (p->kv_indptr == NULL)
         return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
-    return hopper_launch<T, kHopperMode, 128, false>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperModeRagged, 128, false>(p, plan, stream, who, msg);
 }
 
 } // namespace

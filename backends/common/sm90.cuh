@@ -116,6 +116,16 @@ template <int kCount> __device__ __forceinline__ void named_sync(int id) {
 template <int kCount> __device__ __forceinline__ void named_arrive(int id) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
+/* The same without .aligned (barrier.sync / barrier.arrive): for a barrier the participating warps
+ * reach through different instructions (two warpgroups in their own code, or one function's two
+ * template instances). The aligned form requires every thread to execute the same instruction
+ * (compute-sanitizer's synccheck reports "Divergent thread(s) in block" otherwise). */
+template <int kCount> __device__ __forceinline__ void named_sync_split(int id) {
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+template <int kCount> __device__ __forceinline__ void named_arrive_split(int id) {
+    asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
 
 /* Host: the driver's cuTensorMapEncodeTiled through the runtime (nothing links libcuda). */
 typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *,
