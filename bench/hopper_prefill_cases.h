@@ -192,11 +192,11 @@ static std::vector<Case> check_cases() {
          128,
          16},
         {"grow d256 bf16 causal g1", false, true, 2, 2, {17, 1000}, {17, 2000}, 256, 0, 3.f},
-        /* the persistent schedule's bands of 8 K/V heads: three (8, 8, 4 heads), and two of 4
-         * groups of 4 with a ragged last one (g4 H40/10: 32 + 8 heads) */
-        {"bands bf16 causal g1 H20/20", false, true, 20, 20, {1, 300, 1000}, {1, 300, 1000}},
+        /* the persistent schedule's bands of 8 K/V heads (GQA only): g2 H24/12 (16 + 8 heads),
+         * g4 H40/10 with a prefix (32 + 8), D64 g2 H20/10 (16 + 4) */
+        {"bands bf16 causal g2 H24/12", false, true, 24, 12, {1, 300, 1000}, {1, 300, 1000}},
         {"bands fp16 causal prefix g4 H40/10", true, true, 40, 10, {17, 700}, {100, 1500}},
-        {"bands mla bf16 causal H12", false, true, 12, 12, {129, 1000}, {129, 1000}, 192},
+        {"bands d64 bf16 causal g2 H20/10", false, true, 20, 10, {129, 1000}, {129, 1000}, 64},
     };
 }
 

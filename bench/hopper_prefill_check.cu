@@ -135,8 +135,10 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     }
     Params pn = p;
     pn.num_items = num_items;
+    const bool persistent = use_persistent(kD, kPaged, hq / hkv); /* the dispatch's rule */
+    pn.persistent = persistent ? 1 : 0;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<launch_grid(num_items, hq), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, pn);
+        <<<launch_grid(num_items, hq, persistent), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 

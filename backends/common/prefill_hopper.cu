@@ -123,7 +123,8 @@ int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *pl
 
 template <typename T, int kMode, int kD, bool kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
-                        cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+                        cudaStream_t stream, const char *who, ap_msgbuf *msg,
+                        bool persistent = false) {
     static std::atomic<uint64_t> ready{0};
     constexpr int kSmem = ap_hopper::Geo<kD>::kSmem;
     ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>,
@@ -152,7 +153,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.scale_log2 = p->sm_scale * ap_log2e;
     kp.sm_scale = p->sm_scale;
     kp.num_items = plan->num_items;
-    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads);
+    kp.persistent = persistent ? 1 : 0;
+    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
@@ -160,20 +162,24 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
 
 // The consumer mode by the ring's depth, the faster on the H100
 // (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
-// overlapped ones wait on loads), with 3 the overlapped ping-pong ones. Q/K 192 wide (MLA's
-// MHA form) and 256 (64-key tiles) have a 2-stage ring whose K tiles are released after S = Q K,
-// so ping-pong there too.
-// The persistent kernel's ragged head dims 128 and 64 take the overlapped consumers without
-// ping-pong (mode 1): causal B4 S4096 H32/8 587 TFLOP/s against 570 with ping-pong, non-causal
-// 644 / 630, D64 causal 399 / 388 (hopper_prefill_check, H100, 2026-11-26); the paged source
-// stays on ping-pong (the one mode timed there).
+// overlapped ones wait on loads), with 3 the overlapped ping-pong ones; on the persistent grid
+// (ap_hopper::use_persistent) the overlapped ones without ping-pong (mode 1): causal B4 S4096
+// H32/8 D128 587 TFLOP/s against 570 with ping-pong, non-causal 644 / 630, D64 causal 399 / 388
+// (hopper_prefill_check, H100, 2026-11-26). Q/K 192 wide (MLA's MHA form) and 256 (64-key tiles)
+// have a 2-stage ring whose K tiles are released after S = Q K, so ping-pong there too (D256:
+// 651 TFLOP/s causal against 602 overlapped, the same day).
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
-constexpr int kHopperModeRagged =
-    ap_hopper::kPersistent && ap_hopper::kStages >= 3 ? 1 : kHopperMode;
-// Head dims 64 (its ring as deep as 128's) and 256 (2 stages, 192's reasoning: ping-pong, 641
-// TFLOP/s causal against 602 overlapped, the same day).
-constexpr int kHopperModeD64 = kHopperModeRagged;
+constexpr int kHopperModePersistent = ap_hopper::kStages >= 3 ? 1 : kHopperMode;
 constexpr int kHopperModeD256 = 2;
+
+// A ragged head dim 128 or 64 source: the persistent grid (its mode) or one CTA per tile.
+template <typename T, int kD>
+ap_status hopper_ragged(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                        cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    if (ap_hopper::use_persistent(kD, false, p->num_qo_heads / p->num_kv_heads))
+        return hopper_launch<T, kHopperModePersistent, kD, false>(p, plan, stream, who, msg, true);
+    return hopper_launch<T, kHopperMode, kD, false>(p, plan, stream, who, msg);
+}
 
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
@@ -184,11 +190,11 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
     if (p->head_dim_qk == 64) {
         if (p->kv_indptr == NULL)
             return hopper_launch<T, kHopperMode, 64, true>(p, plan, stream, who, msg);
-        return hopper_launch<T, kHopperModeD64, 64, false>(p, plan, stream, who, msg);
+        return hopper_ragged<T, 64>(p, plan, stream, who, msg);
     }
     if (p->kv_indptr == NULL)
         return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
-    return hopper_launch<T, kHopperModeRagged, 128, false>(p, plan, stream, who, msg);
+    return hopper_ragged<T, 128>(p, plan, stream, who, msg);
 }
 
 } // namespace

@@ -83,7 +83,8 @@ struct Params {
     const void *v_pages; /* read by the producer for a tile's last, partly filled page */
     int32_t page_shift;
     int32_t num_kv_heads;
-    int32_t num_items; /* the plan's items (the persistent schedule's tiles: items x heads) */
+    int32_t num_items;  /* the plan's items (the persistent schedule's tiles: items x heads) */
+    int32_t persistent; /* the grid is launch_grid(.., true)'s: CTAs take tiles round by round */
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -374,8 +375,8 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
 
-/* Work tile r of this CTA: (plan item, query head). Without kPersistent one, the CTA's own (grid
- * items x heads). With it the grid is at most one CTA per SM (launch_grid) and the tiles go round
+/* Work tile r of this CTA: (plan item, query head). Without persistence one, the CTA's own (grid
+ * items x heads). With it (use_persistent) the grid is at most one CTA per SM (launch_grid) and the tiles go round
  * by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 - c (r odd), a snake that
  * gives the CTA with a round's longest tile the next round's shortest. The tiles: the query heads
  * in bands of kBandKv K/V heads (a band's heads are whole groups), band after band; in a band,
@@ -386,7 +387,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
  * order: no counter to reset between calls, so a captured graph replays it as it is. */
 constexpr int kBandKv = 8;
 __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
-    if constexpr (!kPersistent) {
+    if (!kPersistent || !p.persistent) {
         item = blockIdx.x;
         h = blockIdx.y;
         return r == 0;
@@ -516,11 +517,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/* Whether a launch takes the persistent grid (kPersistent builds only): the ragged source with
+ * head dims 128 and 64 and GQA (group >= 2). Measured on the H100 (2026-11-26, same calls): there
+ * it gains (causal B4 S4096 H32/8 D128 587 TFLOP/s against 565, D64 399 against 365, the varlen
+ * mix 436 against 363); one CTA per tile stays ahead without GQA (H32/32: 571 against 484 even in
+ * bands), for MLA's 192/128 (616 against 381), the paged source (506 / 496) and D256 (651 / 641). */
+inline bool use_persistent(int head_dim_qk, bool paged, int group) {
+    return kPersistent && !paged && (head_dim_qk == 128 || head_dim_qk == 64) && group >= 2;
+}
+
 /* The grid of a launch over num_items plan items and `heads` query heads: (items, heads), or
- * (kPersistent) one CTA per SM of the current device, no more than the tiles (all the tiles
- * where the SM count cannot be read: each CTA then takes one, as without kPersistent). */
-inline dim3 launch_grid(int num_items, int heads) {
-    if (!kPersistent) {
+ * (persistent, which Params.persistent must match) one CTA per SM of the current device, no more
+ * than the tiles (all the tiles where the SM count cannot be read: each CTA then takes one). */
+inline dim3 launch_grid(int num_items, int heads, bool persistent) {
+    if (!kPersistent || !persistent) {
         return dim3(static_cast<unsigned>(num_items), static_cast<unsigned>(heads));
     }
     const long long tiles = static_cast<long long>(num_items) * heads;

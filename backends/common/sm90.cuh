@@ -118,8 +118,12 @@ template <int kCount> __device__ __forceinline__ void named_arrive(int id) {
 }
 /* The same without .aligned (barrier.sync / barrier.arrive): for a barrier the participating warps
  * reach through different instructions (two warpgroups in their own code, or one function's two
- * template instances). The aligned form requires every thread to execute the same instruction
- * (compute-sanitizer's synccheck reports "Divergent thread(s) in block" otherwise). */
+ * template instances). The aligned form wants one instruction for every participating thread
+ * (compute-sanitizer's synccheck reports "Divergent thread(s) in block" otherwise), but ptxas
+ * treats the code after a non-aligned barrier as divergent and may serialize the wgmma that
+ * follows (C7520): trtllm_mla's H128 decode fell from 492 to 363 TFLOP/s with its hand-overs in
+ * this form (H100, 2026-11-26). Use it where no wgmma follows in the same warpgroup's path, and
+ * check ptxas for C7520. */
 template <int kCount> __device__ __forceinline__ void named_sync_split(int id) {
     asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }

@@ -222,9 +222,9 @@ constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 t
 // Hand a pair's values over to the other warpgroup (it syncs on the same barrier).
 __device__ __forceinline__ void hand_over(int bar) {
 #if MLA_WG_ARRIVE_SYNC
-    named_sync_split<256>(bar);
+    named_sync<256>(bar);
 #else
-    named_arrive_split<256>(bar);
+    named_arrive<256>(bar);
 #endif
 }
 
@@ -325,7 +325,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
     scale_o(st, alpha);
     pv(st.o, ka + 8 * kBlockBytes, ka, 0);
     release_stage(&b->empty[0]); // early: the producer refills stage 0 while tile B is worked
-    named_sync_split<256>(kBarB);
+    named_sync<256>(kBarB);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         st.m_run[h] = pr.xch[128 + r0 + 8 * h];
@@ -356,7 +356,7 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
     if (pr.has_b) {
         qk64(s, q, kb, b->full[1], pr.ph);
     }
-    named_sync_split<256>(kBarA);
+    named_sync<256>(kBarA);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         st.m_run[h] = pr.xch[r0 + 8 * h];
@@ -423,6 +423,9 @@ __device__ void finish(const mla_decode_params &p, const Seq &sq, State &st, flo
         st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 2);
         if (ps.t4 == 0) red_sum[ps.c * 64 + r0 + 8 * h] = st.l_run[h];
     }
+    // Both warpgroups reach this through their own consume<C>: the non-aligned barrier (no wgmma
+    // follows). The hand-overs before wgmma (Q loaded, A, B) stay aligned: ptxas serializes the
+    // wgmma after a non-aligned one (sm90.cuh), so synccheck reports those as divergent.
     named_sync_split<256>(1);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -465,7 +468,7 @@ __device__ void consume(const mla_decode_params &p, const Seq &sq, uint8_t *base
     uint8_t *q = base;
     float *red = reinterpret_cast<float *>(base + kOffRed);
     load_q(p, sq, row0, q, ct);
-    named_sync_split<256>(1);
+    named_sync<256>(1);
     int limit[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
