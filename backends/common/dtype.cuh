@@ -70,6 +70,31 @@ __device__ __forceinline__ void ap_fp8x4_to_half2x2(uint32_t w, uint32_t &lo, ui
 #endif
 }
 
+// n / d for 0 <= n < 2^31 and 1 <= d <= 2^31 without a division: with l = ceil(log2 d) and
+// m = floor(2^32 (2^l - d) / d) + 1 (the host computes both once), n / d = (umulhi(m, n) + n) >> l
+// (Granlund and Montgomery's round-up method; n < 2^31 keeps the sum within 32 bits).
+// tests/cpu_ref/test_div_rcp.cu checks it against plain division.
+struct ap_div_rcp {
+    uint32_t mul;
+    uint32_t shift;
+};
+
+static inline ap_div_rcp ap_div_rcp_make(uint32_t d) {
+    uint32_t l = 0;
+    while (l < 32 && (uint64_t{1} << l) < d) l++;
+    const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1;
+    return {static_cast<uint32_t>(m), l};
+}
+
+__host__ __device__ __forceinline__ uint32_t ap_div_rcp_apply(uint32_t n, ap_div_rcp r) {
+#if defined(__CUDA_ARCH__)
+    const uint32_t hi = __umulhi(r.mul, n);
+#else
+    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(r.mul) * n) >> 32);
+#endif
+    return (hi + n) >> r.shift;
+}
+
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
 // ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
