@@ -101,16 +101,26 @@ __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// Two floats rounded to T and packed into one register, the first in the low half (the order
+// the A and B fragments expect).
+template <typename T> __device__ __forceinline__ uint32_t ap_pack2(float lo, float hi);
+
+template <> __device__ __forceinline__ uint32_t ap_pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <> __device__ __forceinline__ uint32_t ap_pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
 // 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
 template <typename KV> struct ap_store8 {
     __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
-        uint32_t w[4];
+        uint32_t w[4]; // one cvt.rn.{bf16,f16}x2.f32 a pair: each value RNE as on its own
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
-            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
-                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
-        }
+        for (int i = 0; i < 4; i++) w[i] = ap_pack2<KV>(x[2 * i], x[2 * i + 1]);
         *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 };
@@ -118,12 +128,14 @@ template <typename KV> struct ap_store8 {
 // ap_float_to_fp8_e4m3(x / scale).
 template <> struct ap_store8<ap_fp8_e4m3> {
     __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
-        uint32_t w[2] = {0u, 0u};
+        uint32_t pairs[4]; // cvt.rn.satfinite.e4m3x2.f32, as the one-value conversion issues it
 #pragma unroll
-        for (int i = 0; i < 8; i++)
-            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                         << (8 * (i & 3));
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+        for (int i = 0; i < 4; i++)
+            pairs[i] = __nv_cvt_float2_to_fp8x2(
+                make_float2(__fdiv_rn(x[2 * i], scale), __fdiv_rn(x[2 * i + 1], scale)),
+                __NV_SATFINITE, __NV_E4M3);
+        *reinterpret_cast<uint2 *>(dst) =
+            make_uint2(pairs[0] | pairs[1] << 16, pairs[2] | pairs[3] << 16);
     }
 };
 
