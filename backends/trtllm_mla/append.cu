@@ -15,7 +15,6 @@
 
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
-#include "../common/mma.cuh"
 #include "../common/pdl.cuh"
 #include "mla.h"
 
@@ -64,33 +63,15 @@ template <int N> __device__ __forceinline__ void load_f(const float *p, bool vec
     for (int i = 0; i < N; i++) out[i] = __ldg(p + i);
 }
 
-__device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) w[i] = ap_pack2<__nv_bfloat16>(x[2 * i], x[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// Pairs through cvt.rn.satfinite.e4m3x2.f32, the instruction the one-value conversion issues
-// with a zero partner, so the bytes are the same; 4 conversions for 8 values, not 8.
-__device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
-    uint32_t pairs[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        pairs[i] = __nv_cvt_float2_to_fp8x2(
-            make_float2(__fdiv_rn(x[2 * i], scale), __fdiv_rn(x[2 * i + 1], scale)), __NV_SATFINITE,
-            __NV_E4M3);
-    *reinterpret_cast<uint2 *>(dst) =
-        make_uint2(pairs[0] | pairs[1] << 16, pairs[2] | pairs[3] << 16);
-}
-
 // Writes 8 rotated-or-copied values to cache slot `slot` at value offset d.
 __device__ __forceinline__ void store_latent(const mla_append_params &p, int64_t slot, int d,
                                              const float x[8]) {
     if (p.kv_dtype == AP_DTYPE_FP8_E4M3)
-        store8_fp8(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x, p.k_scale);
+        ap_store8<ap_fp8_e4m3>::run(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x,
+                                    p.k_scale);
     else
-        store8_bf16(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2, x);
+        ap_store8<__nv_bfloat16>::run(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2,
+                                      x, 1.0f);
 }
 
 // The cos and sin of the pairs a rope unit at rotary offset r0 (a multiple of 8) rotates: under
@@ -235,8 +216,8 @@ __device__ __forceinline__ void q_part(const mla_append_params &p, const q_shape
             }
         }
         uint8_t *dst = reinterpret_cast<uint8_t *>(out + k * p.qo_stride_h);
-        store8_bf16(dst, v);
-        if (kNeox && r0 >= 0) store8_bf16(dst + 64, w);
+        ap_store8<__nv_bfloat16>::run(dst, v, 1.0f);
+        if (kNeox && r0 >= 0) ap_store8<__nv_bfloat16>::run(dst + 64, w, 1.0f);
     }
 }
 
@@ -269,6 +250,12 @@ cudaError_t mla_append_launch(const mla_append_params &p, const q_shape &g, dim3
 
 extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr, ap_msgbuf *msg) {
     if (p->num_tokens == 0) return AP_OK;
+    if (p->rotary_dim != MLA_ROPE ||
+        (p->q != NULL && p->q_dim != MLA_ROPE && p->q_dim != MLA_ROW)) {
+        ap_msgbuf_add(msg, MLA_WHO ": rotary_dim %d / q_dim %d: the kernel takes 64 and 64 or 576",
+                      p->rotary_dim, p->q_dim);
+        return AP_ERR_UNSUPPORTED;
+    }
     const int64_t rope = p->is_neox ? 4 : 8;
     const int64_t latent = p->num_tokens * ((MLA_ROW - MLA_ROPE) / 8 + rope);
     constexpr int64_t per_latent_block = int64_t{kThreads} * kUnitsPerThread;
