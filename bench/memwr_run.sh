@@ -2,8 +2,7 @@
 # memwr_run.sh: on the GPU machine, one call for the memory-bound writers (issues 9 and 11):
 # build, trtllm_mla's pack and append cases in gpu-mla, gpu-append for both MHA backends, the nvfp4
 # tests, mla-bench's pack/append beside torch's eager pack, nvfp4-bench and attnplug-bench's append
-# cases (nvfp4-bench's nvfp4 rows come from flashinfer_like: trtllm_mha refuses the bench's
-# nvfp4 model), memcheck on the changed kernels. Usage (repo root, .deps carried; logs under $OUT):
+# cases, memcheck on the changed kernels. Usage (repo root, .deps carried; logs under $OUT):
 #   OUT=... AP_COMMIT=sha bash bench/memwr_run.sh
 set -o pipefail
 B=/tmp/memwr-build
@@ -35,8 +34,6 @@ stamp memcheck
 { timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-pack "${M[@]}"; echo "memcheck pack exit $?"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-append-fp8-h16-p64-gptj-strided "${M[@]}"; echo "memcheck append gptj exit $?"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter mla-append-bf16-h128-p64-neox-strided "${M[@]}"; echo "memcheck append neox exit $?"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-mla --filter latentq "${M[@]}"; echo "memcheck append latent-width q exit $?"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-fil-nvfp4 "${C[@]}" --plugin-dir $B/backends/flashinfer_like; echo "memcheck fil-nvfp4 exit $?"
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 --print-limit 10 $B/tests/gpu/gpu-append trtllm_mha --filter append_ "${C[@]}" --plugin-dir $B/backends/trtllm_mha; echo "memcheck gpu-append exit $?"
 } > $OUT/sanitize.log 2>&1
 grep -E "ERROR SUMMARY|exit [0-9]" $OUT/sanitize.log

@@ -79,8 +79,8 @@ template <typename KV> struct kv_write8 {
 
 // nvfp4: a block of 16 values lies in two neighbouring lanes (head_dim / 8 lanes per row, an even
 // number, and every row starts on an even lane), 8 each. nvfp4_host.h's quantizer in its three
-// steps: each lane takes the largest magnitude of its 8 by max.NaN (NaN when one is NaN), the
-// pair combines them by one shuffle, both lanes derive the same scale byte and reciprocal, and
+// steps: each lane takes the largest magnitude of its 8 (and whether one is NaN), the pair
+// combines them by one shuffle each, both lanes derive the same scale byte and reciprocal, and
 // each lane codes its own 8 values into 4 bytes (ap_nvfp4_codes8); the even lane also writes the scale byte. The
 // bytes are those of ap_nvfp4_quantize_block on the 16 (max and or are exact in any order).
 // Warps holding no K/V row skip it.
@@ -88,8 +88,13 @@ template <> struct kv_write8<ap_nvfp4> {
     __device__ __forceinline__ static void run(uint8_t *pages, uint8_t *scales, int64_t elem,
                                                const float (&x)[kVec], float scale, bool write) {
         if (!__any_sync(0xffffffffu, write)) return;
-        uint32_t codes;
-        const uint8_t s = ap_nvfp4_quantize_pair8(x, scale, &codes);
+        int has_nan = 0;
+        float amax = ap_nvfp4_block_amax(x, kVec, &has_nan);
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+        has_nan |= __shfl_xor_sync(0xffffffffu, has_nan, 1);
+        float inv;
+        const uint8_t s = ap_nvfp4_block_scale(amax, has_nan, scale, &inv);
+        const uint32_t codes = ap_nvfp4_codes8(x, inv, has_nan);
         if (!write) return;
         *reinterpret_cast<uint32_t *>(pages + elem / 2) = codes;
         if ((elem & (AP_NVFP4_BLOCK - 1)) == 0) scales[elem / AP_NVFP4_BLOCK] = s;
@@ -230,7 +235,7 @@ __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, in
 }
 
 template <typename IN, typename KV, bool kNeox>
-__global__ void __launch_bounds__(kThreads, 4) ap_append_rope_rows_kernel(const rope_args a) {
+__global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rope_args a) {
     const int lane = threadIdx.x & (a.lanes_per_row - 1);
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
@@ -240,10 +245,6 @@ __global__ void __launch_bounds__(kThreads, 4) ap_append_rope_rows_kernel(const 
         (int)blockIdx.y * kRowsPerThread * rows_per_pass + (int)(threadIdx.x >> a.lanes_shift);
     const int32_t pos = a.rotary_dim > 0 ? __ldg(a.positions + token * a.positions_stride) : 0;
     const int32_t slot = __ldg(a.out_loc + token * a.out_loc_stride);
-    // passes holding no row of the token at all (e.g. 48 rows: the 4th of 16-row passes) are
-    // skipped whole; the count is the same for the whole CTA, so no shuffle is split
-    const int live_rows = rows_per_token - (int)blockIdx.y * kRowsPerThread * rows_per_pass;
-    const int passes = (live_rows + rows_per_pass - 1) / rows_per_pass;
     uint4 raw[kRowsPerThread];
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; j++) {
@@ -268,9 +269,8 @@ __global__ void __launch_bounds__(kThreads, 4) ap_append_rope_rows_kernel(const 
         !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; j++)
-        if (j < passes)
-            rows_piece<IN, KV, kNeox>(a, token, slot, first_row + j * rows_per_pass, d0, raw[j],
-                                      partner_lane, rotates, first, c, s);
+        rows_piece<IN, KV, kNeox>(a, token, slot, first_row + j * rows_per_pass, d0, raw[j],
+                                  partner_lane, rotates, first, c, s);
 }
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin

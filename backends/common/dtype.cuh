@@ -70,57 +70,22 @@ __device__ __forceinline__ void ap_fp8x4_to_half2x2(uint32_t w, uint32_t &lo, ui
 #endif
 }
 
-// n / d for 0 <= n < 2^31 and 1 <= d <= 2^31 without a division: with l = ceil(log2 d) and
-// m = floor(2^32 (2^l - d) / d) + 1 (the host computes both once), n / d = (umulhi(m, n) + n) >> l
-// (Granlund and Montgomery's round-up method; n < 2^31 keeps the sum within 32 bits).
-// tests/cpu_ref/test_div_rcp.cu checks it against plain division.
-struct ap_div_rcp {
-    uint32_t mul;
-    uint32_t shift;
-};
-
-static inline ap_div_rcp ap_div_rcp_make(uint32_t d) {
-    uint32_t l = 0;
-    while (l < 32 && (uint64_t{1} << l) < d) l++;
-    const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1;
-    return {static_cast<uint32_t>(m), l};
-}
-
-__host__ __device__ __forceinline__ uint32_t ap_div_rcp_apply(uint32_t n, ap_div_rcp r) {
-#if defined(__CUDA_ARCH__)
-    const uint32_t hi = __umulhi(r.mul, n);
-#else
-    const uint32_t hi = static_cast<uint32_t>((static_cast<uint64_t>(r.mul) * n) >> 32);
-#endif
-    return (hi + n) >> r.shift;
-}
-
 // float -> e4m3 byte: round to nearest even, saturating to +-448, NaN -> 0x7f. The host's
 // ap_float_to_fp8_e4m3 (backends/numeric/host_numeric.h) gives the same bits.
 __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
-// Two floats rounded to T and packed into one register, the first in the low half (the order
-// the A and B fragments expect).
-template <typename T> __device__ __forceinline__ uint32_t ap_pack2(float lo, float hi);
-
-template <> __device__ __forceinline__ uint32_t ap_pack2<__nv_bfloat16>(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-template <> __device__ __forceinline__ uint32_t ap_pack2<__half>(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
 // 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
 template <typename KV> struct ap_store8 {
     __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
-        uint32_t w[4]; // one cvt.rn.{bf16,f16}x2.f32 a pair: each value RNE as on its own
+        uint32_t w[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) w[i] = ap_pack2<KV>(x[2 * i], x[2 * i + 1]);
+        for (int i = 0; i < 4; i++) {
+            const KV lo = ap_from_float<KV>(x[2 * i]), hi = ap_from_float<KV>(x[2 * i + 1]);
+            w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
+                   (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
+        }
         *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 };
@@ -128,14 +93,12 @@ template <typename KV> struct ap_store8 {
 // ap_float_to_fp8_e4m3(x / scale).
 template <> struct ap_store8<ap_fp8_e4m3> {
     __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
-        uint32_t pairs[4]; // cvt.rn.satfinite.e4m3x2.f32, as the one-value conversion issues it
+        uint32_t w[2] = {0u, 0u};
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            pairs[i] = __nv_cvt_float2_to_fp8x2(
-                make_float2(__fdiv_rn(x[2 * i], scale), __fdiv_rn(x[2 * i + 1], scale)),
-                __NV_SATFINITE, __NV_E4M3);
-        *reinterpret_cast<uint2 *>(dst) =
-            make_uint2(pairs[0] | pairs[1] << 16, pairs[2] | pairs[3] << 16);
+        for (int i = 0; i < 8; i++)
+            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                         << (8 * (i & 3));
+        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
     }
 };
 

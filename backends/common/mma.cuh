@@ -6,8 +6,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#include "dtype.cuh" // ap_pack2
-
 // Fragment layouts of mma.sync.m16n8k16 (g = lane / 4, t = lane % 4), which callers rely on:
 //   A 16x16: a[0] = (g, 2t..2t+1)  a[1] = (g+8, 2t..)  a[2] = (g, 2t+8..)  a[3] = (g+8, 2t+8..)
 //   B 16x8:  b[0] = (k 2t..2t+1, n g)  b[1] = (k 2t+8.., n g)
@@ -53,6 +51,20 @@ __device__ __forceinline__ void ap_mma_16816<__half>(float c[4], const uint32_t 
                  "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T and packed into one register, the first in the low half (the order
+// the A and B fragments expect).
+template <typename T> __device__ __forceinline__ uint32_t ap_pack2(float lo, float hi);
+
+template <> __device__ __forceinline__ uint32_t ap_pack2<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <> __device__ __forceinline__ uint32_t ap_pack2<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
 }
 
 // 2^x on the special-function unit (about 2 ulp; -inf gives 0).

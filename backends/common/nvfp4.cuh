@@ -154,26 +154,6 @@ __host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
     return (ap_float_bits(r) - 0x4b000000u + off) | ((ap_float_bits(y) >> 28) & 8u);
 }
 
-// max(a, b) that is NaN when either is (max.NaN.f32, sm_80 and later); the host's the same.
-__host__ __device__ __forceinline__ float ap_fmax_nan(float a, float b) {
-#if defined(__CUDA_ARCH__)
-    float m;
-    asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
-    return m;
-#else
-    return a != a || b != b ? a + b : fmaxf(a, b);
-#endif
-}
-
-// ap_nvfp4_block_amax on 8 values with the NaN folded in: NaN when one of them is NaN, else
-// max |x_i| (+inf counts, +-0 gives 0), the same as the host's amax then. One max.NaN a value
-// (|x| is an operand modifier), where the host's form spends a compare and a select on each.
-__host__ __device__ __forceinline__ float ap_nvfp4_amax8_nan(const float x[8]) {
-    float m = 0.0f;
-    for (int i = 0; i < 8; i++) m = ap_fmax_nan(m, fabsf(x[i]));
-    return m;
-}
-
 // ap_nvfp4_block_codes on 8 values (n = 8) as one word, value i in nibble i, by
 // ap_e2m1_code_fast (tests/cpu_ref/test_nvfp4_decode.cu checks both against the host functions).
 __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], float inv,
@@ -188,22 +168,6 @@ __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], f
         w |= ap_e2m1_code_fast(y) << (4 * i);
     }
     return has_nan ? 0u : w;
-}
-
-// A block of 16 held by a lane pair (lanes 2i and 2i + 1, 8 values each, the even lane holding
-// values 0..7): nvfp4_host.h's quantizer with the pair's amax combined by one shuffle. Both lanes
-// get the block's scale byte (returned) and each its own 8 codes (*codes, value i in nibble i);
-// the bytes are ap_nvfp4_quantize_block's (max is exact in any order, and a NaN anywhere in the
-// 16 makes amax NaN, so has_nan is the host's). Every lane of the warp must call it.
-__device__ __forceinline__ uint8_t ap_nvfp4_quantize_pair8(const float x[8], float g,
-                                                           uint32_t *codes) {
-    float amax = ap_nvfp4_amax8_nan(x);
-    amax = ap_fmax_nan(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    const int has_nan = amax != amax;
-    float inv;
-    const uint8_t scale = ap_nvfp4_block_scale(has_nan ? 0.0f : amax, has_nan, g, &inv);
-    *codes = ap_nvfp4_codes8(x, inv, has_nan);
-    return scale;
 }
 
 // A shorter decode for kernels that multiply by the block scale anyway (decode on fragment

@@ -1,20 +1,18 @@
 // append.cu: MLA's append_kv/1: RoPE on the new k_pe (the last 64 values of each latent row) and
 // on q's rope part, quantize, and write the latent rows [c | k_pe] into their cache slots, in one
-// kernel whose grid has two kinds of block: latent blocks (a thread takes four units of 8 values,
-// one 16-byte load each, and loads them all before it writes any) and q blocks (a thread takes
-// one unit offset of four heads of a token, with one position and one cos/sin load for the four).
-// Under neox a rope unit in the first half also loads its partner unit 32 values on and writes
-// both. Rotation in float32 with each product and sum rounded on its own (__fmul_rn / __fadd_rn
-// are never contracted into an FMA):
+// kernel. A unit is 8 values (one 16-byte load); a thread takes four units and loads them all
+// before it writes any; under neox the unit in the first half of a rope part also loads its
+// partner unit and writes both. Rotation in float32 with each product and sum
+// rounded on its own (__fmul_rn / __fadd_rn are never contracted into an FMA):
 //   x_a' = x_a * cos - x_b * sin,   x_b' = x_b * cos + x_a * sin
 // pairs (i, i + 32) for neox, (2i, 2i + 1) otherwise; cos/sin of pair i at position p are
 // cos_sin[p][i] and cos_sin[p][32 + i]. The cache value is the rotated float rounded once: to
-// bf16 (RNE) or to sat_e4m3(x / k_scale) with a float32 division (a reciprocal multiply would
-// round differently from cpu_ref's division now and then, so it stays a division).
+// bf16 (RNE) or to sat_e4m3(x / k_scale) with a float32 division.
 #include <cuda_runtime.h>
 
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
+#include "../common/mma.cuh"
 #include "../common/pdl.cuh"
 #include "mla.h"
 
@@ -23,6 +21,7 @@
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kLatentUnits = MLA_ROW / 8; // 72 units of 8 values per latent row
 
 // Neox: rotate pairs (r0 + i, r0 + 32 + i) for the 8 values x (first half) and y (second half),
 // with c[i], s[i] the cos and sin of pair r0 + i.
@@ -63,224 +62,159 @@ template <int N> __device__ __forceinline__ void load_f(const float *p, bool vec
     for (int i = 0; i < N; i++) out[i] = __ldg(p + i);
 }
 
-// Writes 8 rotated-or-copied values to cache slot `slot` at value offset d.
+__device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) w[i] = ap_pack2<__nv_bfloat16>(x[2 * i], x[2 * i + 1]);
+    *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
+    uint32_t w[2] = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                     << (8 * (i & 3));
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+}
+
+// Writes 8 rotated-or-copied values to the cache row `dst_row` at value offset d.
 __device__ __forceinline__ void store_latent(const mla_append_params &p, int64_t slot, int d,
                                              const float x[8]) {
     if (p.kv_dtype == AP_DTYPE_FP8_E4M3)
-        ap_store8<ap_fp8_e4m3>::run(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x,
-                                    p.k_scale);
+        store8_fp8(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x, p.k_scale);
     else
-        ap_store8<__nv_bfloat16>::run(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2,
-                                      x, 1.0f);
+        store8_bf16(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2, x);
 }
 
-// The cos and sin of the pairs a rope unit at rotary offset r0 (a multiple of 8) rotates: under
-// neox the 8 pairs r0 .. r0 + 7 (the unit and its partner 32 values on), else the 4 pairs
-// r0 / 2 .. + 3 (in c[0..3], s[0..3]).
-template <bool kNeox>
-__device__ __forceinline__ void load_cos_sin(const mla_append_params &p, int32_t pos, int r0,
-                                             bool cs_vec, float c[8], float s[8]) {
-    const float *cs = p.cos_sin + static_cast<int64_t>(pos) * MLA_ROPE;
-    if (kNeox) {
-        load_f<8>(cs + r0, cs_vec, c);
-        load_f<8>(cs + 32 + r0, cs_vec, s);
+// A unit's inputs, loaded before any unit of the thread is converted: its 8 values (x), under
+// neox in the first half of a rope part its partner unit 32 values further (y), the token's
+// position and (latent units) slot, and what to do: kind 0 nothing (out of the grid; under neox a
+// second-half rope unit, which its partner's thread writes; an unrotated q unit in place), 1
+// copy, 2 rotate interleaved, 3 rotate neox (the pair x, y).
+struct unit_in {
+    uint4 x, y;
+    int32_t pos, slot;
+    int kind, d, r0;
+    uint8_t *dst; // the cache row (latent) or q_out's row (q) at value 0
+};
+
+// Unit u (8 values) of token t: a latent unit (u < 72) or a q unit. Issues its loads.
+__device__ __forceinline__ unit_in load_unit(const mla_append_params &p, int64_t t, int u) {
+    unit_in in;
+    in.kind = 0;
+    in.pos = __ldg(p.positions + t * p.positions_stride);
+    const __nv_bfloat16 *row;
+    int rope0;
+    if (u < kLatentUnits) {
+        in.slot = __ldg(p.out_loc + t * p.out_loc_stride);
+        row = static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t;
+        rope0 = MLA_ROW - p.rotary_dim;
+        in.d = u * 8;
+        in.dst = nullptr; // from the slot, once it is checked
     } else {
-        load_f<4>(cs + (r0 >> 1), cs_vec, c);
-        load_f<4>(cs + 32 + (r0 >> 1), cs_vec, s);
+        in.slot = 0;
+        const int qu = u - kLatentUnits;
+        const int per_head = p.q_dim >> 3;
+        const int h = qu / per_head;
+        in.d = (qu - h * per_head) * 8;
+        row = static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
+              static_cast<int64_t>(h) * p.q_stride_h;
+        in.dst =
+            reinterpret_cast<uint8_t *>(static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
+                                        static_cast<int64_t>(h) * p.qo_stride_h);
+        rope0 = p.q_dim - p.rotary_dim;
+        if (in.d < rope0 && p.q_out == p.q) return in; // in place and not rotated: nothing
     }
+    in.r0 = in.d - rope0;
+    if (in.d < rope0)
+        in.kind = 1;
+    else if (!p.is_neox)
+        in.kind = 2;
+    else if (in.r0 < 32)
+        in.kind = 3;
+    else
+        return in;
+    in.x = __ldcs(reinterpret_cast<const uint4 *>(row + in.d));
+    if (in.kind == 3) in.y = __ldcs(reinterpret_cast<const uint4 *>(row + in.d + 32));
+    return in;
 }
 
-// A row's work in units of 8 values: its unrotated units (copies), then its rope units: under
-// neox the 4 first-half units, each of which also loads, rotates and writes its partner unit 32
-// values on; otherwise all 8, each rotating its 4 pairs in place.
-template <bool kNeox> struct rope_units { static constexpr int count = kNeox ? 4 : 8; };
-
-// Unit u of a row of `width` values whose first `copies` units are copies: its value offset.
-__device__ __forceinline__ int unit_offset(int u, int copies, int width) {
-    return u < copies ? u * 8 : width - MLA_ROPE + (u - copies) * 8;
+// Rotates (kind 2, 3) and stores a loaded unit: latent units into their cache slot, q units
+// into q_out (bf16).
+__device__ __forceinline__ void store_unit(const mla_append_params &p, const unit_in &in,
+                                           bool cs_vec) {
+    if (in.kind == 0 || in.pos < 0 || in.pos >= p.max_position) return;
+    const bool latent = in.dst == nullptr;
+    if (latent && (in.slot < 0 || in.slot >= p.num_slots)) return;
+    float x[8], y[8];
+    ap_unpack8<__nv_bfloat16>(in.x, x);
+    if (in.kind >= 2) {
+        const float *cs = p.cos_sin + static_cast<int64_t>(in.pos) * p.rotary_dim;
+        float c[8], s[8];
+        if (in.kind == 2) { // pairs r0 / 2 .. + 3; r0 is a multiple of 8
+            load_f<4>(cs + (in.r0 >> 1), cs_vec, c);
+            load_f<4>(cs + 32 + (in.r0 >> 1), cs_vec, s);
+            rotate_interleaved(x, c, s);
+        } else {
+            load_f<8>(cs + in.r0, cs_vec, c);
+            load_f<8>(cs + 32 + in.r0, cs_vec, s);
+            ap_unpack8<__nv_bfloat16>(in.y, y);
+            rotate_neox(x, y, c, s);
+        }
+    }
+    if (latent) {
+        store_latent(p, in.slot, in.d, x);
+        if (in.kind == 3) store_latent(p, in.slot, in.d + 32, y);
+        return;
+    }
+    store8_bf16(in.dst + in.d * 2, x);
+    if (in.kind == 3) store8_bf16(in.dst + (in.d + 32) * 2, y);
 }
 
-// The latent side: token t's row has 64 copy units (c) and the rope units of k_pe; a thread takes
-// kUnitsPerThread units kThreads apart (t = i / units_per_row: a division by a constant) and
-// issues all their loads (values, position, slot) before it converts or stores any.
+// Flat 1-D grid over tokens x units (72 latent units, then heads * q units): on the H100 a 2-D
+// (units x tokens) grid ran 1.3-1.6x slower (short blocks, 28% occupancy). Each thread takes
+// kUnitsPerThread units kThreads apart and issues all their loads (values, positions, slots)
+// before it rotates or stores any. IDX is uint32_t when the count fits, so no 64-bit division.
 constexpr int kUnitsPerThread = 4;
 
-template <typename IDX, bool kNeox>
-__device__ __forceinline__ void latent_part(const mla_append_params &p, IDX block, bool cs_vec) {
-    constexpr int kCopies = (MLA_ROW - MLA_ROPE) / 8;
-    constexpr IDX kRowUnits = kCopies + rope_units<kNeox>::count;
-    const IDX total = kRowUnits * static_cast<IDX>(p.num_tokens);
-    const IDX first = block * (kThreads * kUnitsPerThread) + threadIdx.x;
-    uint4 x[kUnitsPerThread], y[kUnitsPerThread];
-    int32_t pos[kUnitsPerThread], slot[kUnitsPerThread];
-    int d[kUnitsPerThread];
+template <typename IDX>
+__global__ void __launch_bounds__(kThreads) mla_append_kernel(const mla_append_params p) {
+    ap_pdl_wait();
+    ap_pdl_launch_dependents();
+    const IDX q_units = p.q != NULL ? static_cast<IDX>(p.num_heads * (p.q_dim >> 3)) : 0;
+    const IDX units = kLatentUnits + q_units;
+    const IDX total = units * static_cast<IDX>(p.num_tokens);
+    const IDX first = static_cast<IDX>(blockIdx.x) * (kThreads * kUnitsPerThread) + threadIdx.x;
+    const bool cs_vec = (reinterpret_cast<uintptr_t>(p.cos_sin) & 15) == 0;
+    unit_in in[kUnitsPerThread];
 #pragma unroll
     for (int j = 0; j < kUnitsPerThread; j++) {
         const IDX i = first + static_cast<IDX>(j) * kThreads;
-        d[j] = -1, pos[j] = -1, slot[j] = -1;
-        if (i >= total) continue;
-        const IDX t = i / kRowUnits;
-        const int u = static_cast<int>(i - t * kRowUnits);
-        d[j] = unit_offset(u, kCopies, MLA_ROW);
-        pos[j] = __ldg(p.positions + static_cast<int64_t>(t) * p.positions_stride);
-        slot[j] = __ldg(p.out_loc + static_cast<int64_t>(t) * p.out_loc_stride);
-        const __nv_bfloat16 *row =
-            static_cast<const __nv_bfloat16 *>(p.k) + static_cast<int64_t>(t) * p.k_stride_t;
-        x[j] = __ldcs(reinterpret_cast<const uint4 *>(row + d[j]));
-        if (kNeox && u >= kCopies) y[j] = __ldcs(reinterpret_cast<const uint4 *>(row + d[j] + 32));
-    }
-#pragma unroll
-    for (int j = 0; j < kUnitsPerThread; j++) {
-        if (d[j] < 0 || pos[j] < 0 || pos[j] >= p.max_position || slot[j] < 0 ||
-            slot[j] >= p.num_slots)
-            continue;
-        float v[8], w[8];
-        ap_unpack8<__nv_bfloat16>(x[j], v);
-        const int r0 = d[j] - (MLA_ROW - MLA_ROPE);
-        if (r0 >= 0) {
-            float c[8], s[8];
-            load_cos_sin<kNeox>(p, pos[j], r0, cs_vec, c, s);
-            if (kNeox) {
-                ap_unpack8<__nv_bfloat16>(y[j], w);
-                rotate_neox(v, w, c, s);
-            } else {
-                rotate_interleaved(v, c, s);
-            }
+        if (i < total) {
+            const IDX t = i / units;
+            in[j] = load_unit(p, static_cast<int64_t>(t), static_cast<int>(i - t * units));
+        } else {
+            in[j].kind = 0;
         }
-        store_latent(p, slot[j], d[j], v);
-        if (kNeox && r0 >= 0) store_latent(p, slot[j], d[j] + 32, w);
     }
-}
-
-// What the q side's blocks need beyond the params: a q row's units (its copies, when q_out is
-// not q and q is latent-width, then its rope units) and the head groups per token, each with its
-// reciprocal for the 32-bit index.
-struct q_shape {
-    uint32_t latent_blocks; // blocks before the first q block
-    int32_t units, copies, groups;
-    ap_div_rcp units_rcp, groups_rcp;
-};
-
-template <typename IDX> __device__ __forceinline__ IDX div_by(IDX n, int32_t d, ap_div_rcp r) {
-    if constexpr (sizeof(IDX) == 4)
-        return ap_div_rcp_apply(n, r);
-    else
-        return n / static_cast<IDX>(d);
-}
-
-// The q side: a thread takes one unit offset of kHeadsPerThread heads of one token, so the
-// token's position and the unit's cos/sin are loaded once for all of them; index i is (token,
-// head group, unit), the unit fastest, so 8 neighbouring threads cover one 128-byte rope slice.
-constexpr int kHeadsPerThread = 4;
-
-template <typename IDX, bool kNeox>
-__device__ __forceinline__ void q_part(const mla_append_params &p, const q_shape &g, IDX block,
-                                       bool cs_vec) {
-    const IDX total =
-        static_cast<IDX>(g.units) * static_cast<IDX>(g.groups) * static_cast<IDX>(p.num_tokens);
-    const IDX i = block * kThreads + threadIdx.x;
-    if (i >= total) return;
-    const IDX rest = div_by<IDX>(i, g.units, g.units_rcp);
-    const int u = static_cast<int>(i - rest * static_cast<IDX>(g.units));
-    const IDX t = div_by<IDX>(rest, g.groups, g.groups_rcp);
-    const int h0 = static_cast<int>(rest - t * static_cast<IDX>(g.groups)) * kHeadsPerThread;
-    const int d = unit_offset(u, g.copies, p.q_dim);
-    const int r0 = d - (p.q_dim - MLA_ROPE);
-    const int32_t pos = __ldg(p.positions + static_cast<int64_t>(t) * p.positions_stride);
-    const __nv_bfloat16 *row = static_cast<const __nv_bfloat16 *>(p.q) +
-                               static_cast<int64_t>(t) * p.q_stride_t + h0 * p.q_stride_h + d;
-    uint4 x[kHeadsPerThread], y[kHeadsPerThread];
 #pragma unroll
-    for (int k = 0; k < kHeadsPerThread; k++) {
-        if (h0 + k >= p.num_heads) continue;
-        x[k] = __ldcs(reinterpret_cast<const uint4 *>(row + k * p.q_stride_h));
-        if (kNeox && r0 >= 0)
-            y[k] = __ldcs(reinterpret_cast<const uint4 *>(row + k * p.q_stride_h + 32));
-    }
-    if (pos < 0 || pos >= p.max_position) return;
-    float c[8], s[8];
-    if (r0 >= 0) load_cos_sin<kNeox>(p, pos, r0, cs_vec, c, s);
-    __nv_bfloat16 *out = static_cast<__nv_bfloat16 *>(p.q_out) +
-                         static_cast<int64_t>(t) * p.qo_stride_t + h0 * p.qo_stride_h + d;
-#pragma unroll
-    for (int k = 0; k < kHeadsPerThread; k++) {
-        if (h0 + k >= p.num_heads) continue;
-        float v[8], w[8];
-        ap_unpack8<__nv_bfloat16>(x[k], v);
-        if (r0 >= 0) {
-            if (kNeox) {
-                ap_unpack8<__nv_bfloat16>(y[k], w);
-                rotate_neox(v, w, c, s);
-            } else {
-                rotate_interleaved(v, c, s);
-            }
-        }
-        uint8_t *dst = reinterpret_cast<uint8_t *>(out + k * p.qo_stride_h);
-        ap_store8<__nv_bfloat16>::run(dst, v, 1.0f);
-        if (kNeox && r0 >= 0) ap_store8<__nv_bfloat16>::run(dst + 64, w, 1.0f);
-    }
-}
-
-// One grid, two kinds of block: the first g.latent_blocks write the latent rows into the cache,
-// the rest rotate q (H16: the latent side is 30% of the bytes, H128: 6%; the q side's blocks need
-// no slot and share one cos/sin load over 4 heads). IDX is uint32_t when every index is below
-// 2^31 (ap_div_rcp's range), so no 64-bit division.
-template <typename IDX, bool kNeox>
-__global__ void __launch_bounds__(kThreads)
-    mla_append_kernel(const mla_append_params p, const q_shape g) {
-    ap_pdl_wait();
-    ap_pdl_launch_dependents();
-    const bool cs_vec = (reinterpret_cast<uintptr_t>(p.cos_sin) & 15) == 0;
-    if (blockIdx.x < g.latent_blocks)
-        latent_part<IDX, kNeox>(p, static_cast<IDX>(blockIdx.x), cs_vec);
-    else
-        q_part<IDX, kNeox>(p, g, static_cast<IDX>(blockIdx.x - g.latent_blocks), cs_vec);
-}
-
-template <typename IDX>
-cudaError_t mla_append_launch(const mla_append_params &p, const q_shape &g, dim3 grid,
-                              cudaStream_t stream) {
-    return p.is_neox ? ap_launch(mla_append_kernel<IDX, true>, grid, dim3(kThreads), 0, stream,
-                                 true, p, g)
-                     : ap_launch(mla_append_kernel<IDX, false>, grid, dim3(kThreads), 0, stream,
-                                 true, p, g);
+    for (int j = 0; j < kUnitsPerThread; j++) store_unit(p, in[j], cs_vec);
 }
 
 } // namespace
 
 extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr, ap_msgbuf *msg) {
     if (p->num_tokens == 0) return AP_OK;
-    if (p->rotary_dim != MLA_ROPE ||
-        (p->q != NULL && p->q_dim != MLA_ROPE && p->q_dim != MLA_ROW)) {
-        ap_msgbuf_add(msg, MLA_WHO ": rotary_dim %d / q_dim %d: the kernel takes 64 and 64 or 576",
-                      p->rotary_dim, p->q_dim);
-        return AP_ERR_UNSUPPORTED;
-    }
-    const int64_t rope = p->is_neox ? 4 : 8;
-    const int64_t latent = p->num_tokens * ((MLA_ROW - MLA_ROPE) / 8 + rope);
-    constexpr int64_t per_latent_block = int64_t{kThreads} * kUnitsPerThread;
-    q_shape g = {};
-    // in place, a latent-width q's first 512 values stay as they are: only its rope units
-    g.copies = p->q != NULL && p->q_out != p->q ? (p->q_dim - MLA_ROPE) / 8 : 0;
-    g.units = g.copies + static_cast<int32_t>(rope);
-    g.groups = p->q != NULL ? (p->num_heads + kHeadsPerThread - 1) / kHeadsPerThread : 0;
-    const int64_t q_items = p->num_tokens * g.units * g.groups;
-    const int64_t latent_blocks = (latent + per_latent_block - 1) / per_latent_block;
-    const int64_t blocks = latent_blocks + (q_items + kThreads - 1) / kThreads;
-    if (blocks > 0x7fffffff) {
-        ap_msgbuf_add(msg, MLA_WHO ": %lld tokens are more than one launch covers",
-                      static_cast<long long>(p->num_tokens));
-        return AP_ERR_UNSUPPORTED;
-    }
-    g.latent_blocks = static_cast<uint32_t>(latent_blocks);
-    g.units_rcp = ap_div_rcp_make(static_cast<uint32_t>(g.units));
-    g.groups_rcp = ap_div_rcp_make(g.groups > 0 ? static_cast<uint32_t>(g.groups) : 1u);
-    const dim3 grid(static_cast<unsigned>(blocks));
+    const int q_units = p->q != NULL ? p->num_heads * (p->q_dim >> 3) : 0;
+    const int64_t n = p->num_tokens * (kLatentUnits + q_units);
+    constexpr int64_t per_cta = int64_t{kThreads} * kUnitsPerThread;
+    const dim3 grid(static_cast<unsigned>((n + per_cta - 1) / per_cta));
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-    const int64_t narrow = int64_t{1} << 31; // ap_div_rcp's range
-    cudaError_t err = latent + per_latent_block < narrow && q_items + kThreads < narrow
-                          ? mla_append_launch<uint32_t>(*p, g, grid, stream)
-                          : mla_append_launch<uint64_t>(*p, g, grid, stream);
+    cudaError_t err =
+        n + per_cta < (int64_t{1} << 32)
+            ? ap_launch(mla_append_kernel<uint32_t>, grid, dim3(kThreads), 0, stream, true, *p)
+            : ap_launch(mla_append_kernel<uint64_t>, grid, dim3(kThreads), 0, stream, true, *p);
     ap_status st = ap_cuda_status(err, MLA_WHO, "cudaLaunchKernelEx", msg);
     return st != AP_OK ? st : ap_cuda_launch_status(MLA_WHO, "mla_append_kernel", msg);
 }

@@ -163,8 +163,8 @@ typedef struct mt_append_case {
     const char *name;
     int32_t tokens, heads, page_size;
     ap_dtype kv_dtype;
-    int32_t q_dim; /* 64: q_rope; 576: latent-width q, rotated on its last 64; 0: no q */
-    int q_strided; /* q as the last q_dim of rows 128 wider (q_rope: a [T][H][192] projection) */
+    int32_t q_dim; /* 64: q_rope; 0: no q */
+    int q_strided; /* q_rope as the rope slice of a [T][H][192] projection output */
     int is_neox, in_place, quick;
 } mt_append_case;
 
@@ -175,26 +175,7 @@ static const mt_append_case mt_append_cases[] = {
     {"mla-append-bf16-h128-p64-neox-strided", 300, 128, 64, AP_DTYPE_BF16, 64, 1, 1, 0, 0},
     {"mla-append-bf16-h128-p64-noq-t5000", 5000, 128, 64, AP_DTYPE_BF16, 0, 0, 1, 0, 0},
     {"mla-append-fp8-h16-p64-gptj-t16384", 16384, 16, 64, AP_DTYPE_FP8_E4M3, 64, 0, 0, 0, 0},
-    {"mla-append-fp8-h32-p32-latentq-neox", 123, 32, 32, AP_DTYPE_FP8_E4M3, 576, 0, 1, 0, 1},
-    {"mla-append-bf16-h16-p64-latentq-gptj-strided-inplace", 70, 16, 64, AP_DTYPE_BF16, 576, 1, 0,
-     1, 0},
 };
-
-/* The width of a case's q (64 when it has none: the buffers are still made) and of its rows. */
-static int64_t mt_append_qd(const mt_append_case *c) {
-    return c->q_dim > 0 ? c->q_dim : 64;
-}
-static int64_t mt_append_qw(const mt_append_case *c) {
-    return mt_append_qd(c) + (c->q_strided ? 128 : 0);
-}
-
-/* The case as cpu_ref takes it: cpu_ref rotates q_rope only, so a latent-width q's rows are
- * checked against the host rope alone and cpu_ref appends the latent rows without q. */
-static mt_append_case mt_append_cpu_case(const mt_append_case *c) {
-    mt_append_case cc = *c;
-    if (cc.q_dim != 64) cc.q_dim = 0;
-    return cc;
-}
 
 /* The host's expectation, the way cpu_ref's rope.c computes it: float32, no fused multiply-add
  * (this file is ISO C, so the compiler does not contract), then one rounding to the cache type. */
@@ -211,8 +192,8 @@ static void mt_rope_row(const uint16_t *in, float *out, int width, int neox, con
     }
 }
 
-/* Host and device tensors of one append: k [T][1][576]; q [T][H][qd] as the last qd of rows of
- * width qw (q_rope strided: the slice of a [T][H][192] q projection output). */
+/* Host and device tensors of one append: k [T][1][576]; q_rope [T][H][64] as the last 64 of
+ * rows of width qw (192: the slice of a q projection output, read and written in place). */
 typedef struct mt_append_views {
     mt_tensor k, q, q_out, pos, loc, cs;
     ap_kv_cache kv;
@@ -223,13 +204,13 @@ typedef struct mt_append_views {
 static void mt_append_views_make(mt_append_views *v, const mt_append_case *c, int dev, void *k,
                                  void *q, void *q_out, void *pos, void *loc, void *cs, void *cache,
                                  int64_t num_pages, int max_pos, float k_scale) {
-    const int64_t T = c->tokens, H = c->heads, qd = mt_append_qd(c), qw = mt_append_qw(c);
+    const int64_t T = c->tokens, H = c->heads, qw = c->q_strided ? 192 : 64;
     const int64_t q_str[3] = {H * qw, qw, 1};
     mt_tensor_make(&v->k, k, AP_DTYPE_BF16, dev, 3, (int64_t[]){T, 1, 576}, NULL);
-    mt_tensor_make(&v->q, (uint16_t *)q + (qw - qd), AP_DTYPE_BF16, dev, 3, (int64_t[]){T, H, qd},
+    mt_tensor_make(&v->q, (uint16_t *)q + (qw - 64), AP_DTYPE_BF16, dev, 3, (int64_t[]){T, H, 64},
                    q_str);
-    mt_tensor_make(&v->q_out, (uint16_t *)q_out + (qw - qd), AP_DTYPE_BF16, dev, 3,
-                   (int64_t[]){T, H, qd}, q_str);
+    mt_tensor_make(&v->q_out, (uint16_t *)q_out + (qw - 64), AP_DTYPE_BF16, dev, 3,
+                   (int64_t[]){T, H, 64}, q_str);
     mt_tensor_make(&v->pos, pos, AP_DTYPE_NONE, dev, 1, (int64_t[]){T}, NULL);
     mt_tensor_make(&v->loc, loc, AP_DTYPE_NONE, dev, 1, (int64_t[]){T}, NULL);
     mt_tensor_make(&v->cs, cs, AP_DTYPE_F32, dev, 2, (int64_t[]){max_pos, 64}, NULL);
@@ -261,8 +242,7 @@ static void mt_append_views_make(mt_append_views *v, const mt_append_case *c, in
 }
 
 static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t seed) {
-    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = mt_append_qw(c);
-    const int64_t qd = mt_append_qd(c);
+    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = c->q_strided ? 192 : 64;
     const int64_t num_pages = (T + P - 1) / P + 2, slots = num_pages * P;
     const int max_pos = 70000;
     const size_t elem = c->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
@@ -322,9 +302,9 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
                 ((uint16_t *)want)[idx] = mt_bf16(row[d]);
         }
         for (int64_t h = 0; c->q_dim > 0 && h < H; h++) {
-            uint16_t *src = q + (t * H + h) * qw + (qw - qd);
-            mt_rope_row(src, row, (int)qd, c->is_neox, cst);
-            for (int d = 0; d < qd; d++) want_q[(t * H + h) * qw + (qw - qd) + d] = mt_bf16(row[d]);
+            uint16_t *src = q + (t * H + h) * qw + (qw - 64);
+            mt_rope_row(src, row, 64, c->is_neox, cst);
+            for (int d = 0; d < 64; d++) want_q[(t * H + h) * qw + (qw - 64) + d] = mt_bf16(row[d]);
         }
     }
     ap_model m = mt_mla_model(c->heads, c->page_size, c->kv_dtype);
@@ -347,16 +327,14 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
     if (ok && hq != NULL && (c->in_place || hqo != NULL)) {
         memcpy(hq, q, q_elems * 2);
         if (hqo != NULL) memset(hqo, 0xff, q_elems * 2);
-        const mt_append_case cc = mt_append_cpu_case(c);
-        mt_append_views_make(&hv, &cc, 0, k, hq, c->in_place ? hq : hqo, pos, loc, cs, ref,
-                             num_pages, max_pos, k_scale);
+        mt_append_views_make(&hv, c, 0, k, hq, c->in_place ? hq : hqo, pos, loc, cs, ref, num_pages,
+                             max_pos, k_scale);
         int have = ap_instance_open(ctx->registry, "cpu_ref", &m, &o, &ctx->cpu, &cpu) == AP_OK;
         if (have && ap_instance_append_kv(cpu, &hv.layer, &hv.args, NULL) != AP_OK) {
             snprintf(detail, sizeof detail, "cpu_ref append: %s", ap_last_error());
             ok = 0;
         }
-        if (have && ok)
-            memcpy(ref_q, cc.q_dim != c->q_dim ? want_q : c->in_place ? hq : hqo, q_elems * 2);
+        if (have && ok) memcpy(ref_q, c->in_place ? hq : hqo, q_elems * 2);
         if (!have) memcpy(ref, want, cache_bytes), memcpy(ref_q, want_q, q_elems * 2);
     }
     if (ok) {
@@ -383,8 +361,7 @@ static void mt_append_case_run(mt_ctx *ctx, const mt_append_case *c, uint64_t se
 
 /* --cpu-only: the host rope expectation against cpu_ref's append (MLA form), no GPU. */
 static void mt_append_selfcheck(mt_ctx *ctx, const mt_append_case *c, uint64_t seed) {
-    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = mt_append_qw(c);
-    const int64_t qd = mt_append_qd(c);
+    const int64_t T = c->tokens, H = c->heads, P = c->page_size, qw = c->q_strided ? 192 : 64;
     const int64_t num_pages = (T + P - 1) / P + 2, slots = num_pages * P;
     const int max_pos = 4096;
     const size_t elem = c->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1 : 2;
@@ -424,15 +401,14 @@ static void mt_append_selfcheck(mt_ctx *ctx, const mt_append_case *c, uint64_t s
                 ((uint16_t *)want)[idx] = mt_bf16(row[d]);
         }
         for (int64_t h = 0; c->q_dim > 0 && h < H; h++) {
-            mt_rope_row(q + (t * H + h) * qw + (qw - qd), row, (int)qd, c->is_neox, cst);
-            for (int d = 0; d < qd; d++) want_q[(t * H + h) * qw + (qw - qd) + d] = mt_bf16(row[d]);
+            mt_rope_row(q + (t * H + h) * qw + (qw - 64), row, 64, c->is_neox, cst);
+            for (int d = 0; d < 64; d++) want_q[(t * H + h) * qw + (qw - 64) + d] = mt_bf16(row[d]);
         }
     }
     ap_model m = mt_mla_model(c->heads, c->page_size, c->kv_dtype);
     ap_options o = mt_no_options();
     mt_append_views hv;
-    const mt_append_case cc = mt_append_cpu_case(c);
-    mt_append_views_make(&hv, &cc, 0, k, qo, qo, pos, loc, cs, cache, num_pages, max_pos, k_scale);
+    mt_append_views_make(&hv, c, 0, k, qo, qo, pos, loc, cs, cache, num_pages, max_pos, k_scale);
     if (ok && (ap_instance_open(ctx->registry, "cpu_ref", &m, &o, &ctx->cpu, &cpu) != AP_OK ||
                ap_instance_append_kv(cpu, &hv.layer, &hv.args, NULL) != AP_OK)) {
         snprintf(detail, sizeof detail, "cpu_ref append: %s", ap_last_error());
@@ -441,9 +417,9 @@ static void mt_append_selfcheck(mt_ctx *ctx, const mt_append_case *c, uint64_t s
     if (ok) {
         size_t diff = 0, qdiff = 0;
         for (size_t i = 0; i < cache_bytes; i++) diff += cache[i] != want[i];
-        for (size_t i = 0; cc.q_dim == c->q_dim && i < q_elems; i++) qdiff += qo[i] != want_q[i];
-        snprintf(detail, sizeof detail, "host rope vs cpu_ref: cache %zu, q %zu differ%s", diff,
-                 qdiff, cc.q_dim == c->q_dim ? "" : " (q: cpu_ref takes q_rope only)");
+        for (size_t i = 0; i < q_elems; i++) qdiff += qo[i] != want_q[i];
+        snprintf(detail, sizeof detail, "host rope vs cpu_ref: cache %zu, q %zu differ", diff,
+                 qdiff);
         ok = diff == 0 && qdiff == 0;
     }
     mt_verdict(ctx, c->name, ok, detail);

@@ -1,7 +1,6 @@
 // test_nvfp4.cu: NVFP4 on the GPU (backends/common/nvfp4.cuh) against the host's nvfp4_host.h.
-// Quantize: random and adversarial blocks, byte for byte, one thread a block and (the append's form)
-// a lane pair a block. Dequantize: the fast prmt decode (half, bf16, float) of every value byte
-// under every scale byte. Exits 77 without a GPU.
+// Quantize: random and adversarial blocks, byte for byte. Dequantize: the fast prmt decode (half,
+// bf16, float) of every value byte under every scale byte. Exits 77 without a GPU.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -27,21 +26,6 @@ __global__ void quantize_blocks(const float *x, const float *globals, int blocks
     float block[16];
     for (int i = 0; i < 16; i++) block[i] = x[(size_t)b * 16 + i];
     scales[b] = ap_nvfp4_quantize16(block, globals[b], words + 2 * (size_t)b);
-}
-
-// The append's form (append_rope.cu): a block in a lane pair, 8 values a lane. Lanes past the
-// last block take part in the shuffle with a copy of block 0 and write nothing.
-__global__ void quantize_pairs(const float *x, const float *globals, int blocks, uint32_t *words,
-                               uint8_t *scales) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    const int b = t / 2 < blocks ? t / 2 : 0, half = t & 1;
-    float v[8];
-    for (int i = 0; i < 8; i++) v[i] = x[(size_t)b * 16 + half * 8 + i];
-    uint32_t codes;
-    const uint8_t scale = ap_nvfp4_quantize_pair8(v, globals[b], &codes);
-    if (t / 2 >= blocks) return;
-    words[2 * (size_t)b + half] = codes;
-    if (half == 0) scales[b] = scale;
 }
 
 // One thread per (scale byte, word): the three decode paths of 8 values.
@@ -125,31 +109,22 @@ static int check_quantize(void) {
     CHECK_CUDA(cudaMalloc(&d_scales, (size_t)blocks));
     CHECK_CUDA(cudaMemcpy(d_x, x.data(), x.size() * sizeof(float), cudaMemcpyHostToDevice));
     CHECK_CUDA(cudaMemcpy(d_g, globals.data(), globals.size() * 4, cudaMemcpyHostToDevice));
+    CHECK_CUDA(cudaMemset(d_words, 0xa5, (size_t)blocks * 8));
+    quantize_blocks<<<(blocks + 127) / 128, 128>>>(d_x, d_g, blocks, d_words, d_scales);
+    CHECK_CUDA(cudaGetLastError());
+    std::vector<uint8_t> words((size_t)blocks * 8), scales((size_t)blocks);
+    CHECK_CUDA(cudaMemcpy(words.data(), d_words, words.size(), cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(scales.data(), d_scales, scales.size(), cudaMemcpyDeviceToHost));
     long mismatches = 0;
-    for (int form = 0; form < 2; form++) { // a thread a block, then a lane pair a block
-        CHECK_CUDA(cudaMemset(d_words, 0xa5, (size_t)blocks * 8));
-        CHECK_CUDA(cudaMemset(d_scales, 0xa5, (size_t)blocks));
-        if (form == 0)
-            quantize_blocks<<<(blocks + 127) / 128, 128>>>(d_x, d_g, blocks, d_words, d_scales);
-        else
-            quantize_pairs<<<(2 * blocks + 127) / 128, 128>>>(d_x, d_g, blocks, d_words, d_scales);
-        CHECK_CUDA(cudaGetLastError());
-        std::vector<uint8_t> words((size_t)blocks * 8), scales((size_t)blocks);
-        CHECK_CUDA(cudaMemcpy(words.data(), d_words, words.size(), cudaMemcpyDeviceToHost));
-        CHECK_CUDA(cudaMemcpy(scales.data(), d_scales, scales.size(), cudaMemcpyDeviceToHost));
-        long differ = 0;
-        for (int b = 0; b < blocks; b++) {
-            uint8_t packed[8];
-            uint8_t scale = ap_nvfp4_quantize_block(&x[(size_t)b * 16], globals[b], packed);
-            int same = scale == scales[b] && memcmp(packed, &words[(size_t)b * 8], 8) == 0;
-            if (!same && differ++ < 5)
-                printf("quantize %s block %d (g %a): GPU scale 0x%02x, host 0x%02x\n",
-                       form ? "pair" : "block", b, (double)globals[b], scales[b], scale);
-        }
-        printf("quantize (%s form): %d blocks, %ld differ from the host\n",
-               form ? "lane pair" : "one thread", blocks, differ);
-        mismatches += differ;
+    for (int b = 0; b < blocks; b++) {
+        uint8_t packed[8];
+        uint8_t scale = ap_nvfp4_quantize_block(&x[(size_t)b * 16], globals[b], packed);
+        int same = scale == scales[b] && memcmp(packed, &words[(size_t)b * 8], 8) == 0;
+        if (!same && mismatches++ < 5)
+            printf("quantize block %d (g %a): GPU scale 0x%02x, host 0x%02x\n", b,
+                   (double)globals[b], scales[b], scale);
     }
+    printf("quantize: %d blocks, %ld differ from the host\n", blocks, mismatches);
     cudaFree(d_x);
     cudaFree(d_g);
     cudaFree(d_words);
