@@ -449,7 +449,8 @@ static bool run_case(const Case &c, unsigned seed) {
              nullptr,
              0,
              c.hkv,
-             static_cast<int32_t>(b.items.size())};
+             static_cast<int32_t>(b.items.size()),
+             0};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;

@@ -64,7 +64,8 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
              nullptr,
              0,
              hkv,
-             static_cast<int32_t>(b.items.size())};
+             static_cast<int32_t>(b.items.size()),
+             0};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
         std::mt19937 rng(7);

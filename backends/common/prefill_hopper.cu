@@ -162,22 +162,20 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
 
 // The consumer mode by the ring's depth, the faster on the H100
 // (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
-// overlapped ones wait on loads), with 3 the overlapped ping-pong ones; on the persistent grid
-// (ap_hopper::use_persistent) the overlapped ones without ping-pong (mode 1): causal B4 S4096
-// H32/8 D128 587 TFLOP/s against 570 with ping-pong, non-causal 644 / 630, D64 causal 399 / 388
-// (hopper_prefill_check, H100, 2026-11-26). Q/K 192 wide (MLA's MHA form) and 256 (64-key tiles)
-// have a 2-stage ring whose K tiles are released after S = Q K, so ping-pong there too (D256:
-// 651 TFLOP/s causal against 602 overlapped, the same day).
+// overlapped ones wait on loads), with 3 the overlapped ping-pong ones, on the persistent grid too
+// (fav-bench, 2026-11-26: causal B4 S4096 H32/8 D128 582 TFLOP/s with ping-pong, 566 with the
+// overlapped consumers alone; non-causal 628 / 594). Q/K 192 wide (MLA's MHA form) and 256
+// (64-key tiles) have a 2-stage ring whose K tiles are released after S = Q K, so ping-pong there
+// too.
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
-constexpr int kHopperModePersistent = ap_hopper::kStages >= 3 ? 1 : kHopperMode;
 constexpr int kHopperModeD256 = 2;
 
-// A ragged head dim 128 or 64 source: the persistent grid (its mode) or one CTA per tile.
+// A ragged head dim 128 or 64 source: the persistent grid or one CTA per tile.
 template <typename T, int kD>
 ap_status hopper_ragged(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     if (ap_hopper::use_persistent(kD, false, p->num_qo_heads / p->num_kv_heads))
-        return hopper_launch<T, kHopperModePersistent, kD, false>(p, plan, stream, who, msg, true);
+        return hopper_launch<T, kHopperMode, kD, false>(p, plan, stream, who, msg, true);
     return hopper_launch<T, kHopperMode, kD, false>(p, plan, stream, who, msg);
 }
 
