@@ -376,15 +376,16 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
 
 /* Work tile r of this CTA: (plan item, query head). Without persistence one, the CTA's own (grid
- * items x heads). With it (use_persistent) the grid is at most one CTA per SM (launch_grid) and the tiles go round
- * by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 - c (r odd), a snake that
- * gives the CTA with a round's longest tile the next round's shortest. The tiles: the query heads
- * in bands of kBandKv K/V heads (a band's heads are whole groups), band after band; in a band,
- * items x the band's heads in the plan's order (longest first; heads fastest, so a group's heads
- * run together on the same K/V). The band bounds the K/V sets a round reads at once: all heads in
- * one band, with 4 sequences and no GQA (H32/32, MLA's H128), made every CTA of a round stream
- * its own K/V past L2 (366 TFLOP/s against 533-616 without persistence, H100 2026-11-26). A static
- * order: no counter to reset between calls, so a captured graph replays it as it is. */
+ * items x heads). With it (use_persistent) the grid is at most one CTA per SM (launch_grid) and
+ * the tiles go round by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 - c
+ * (r odd), a snake that gives the CTA with a round's longest tile the next round's shortest. The
+ * tiles: the query heads in bands of kBandKv K/V heads (a band's heads are whole groups), band
+ * after band; in a band, items x the band's heads in the plan's order (longest first; heads
+ * fastest, so a group's heads run together on the same K/V). The band bounds the K/V sets a round
+ * reads at once: with all heads in one round, 4 sequences without GQA (H32/32) had every CTA of a
+ * round stream its own K/V past L2 (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which
+ * use_persistent keeps for them). A static order: no counter to reset between calls, so a
+ * captured graph replays it as it is. */
 constexpr int kBandKv = 8;
 __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
     if (!kPersistent || !p.persistent) {
@@ -518,10 +519,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 /* Whether a launch takes the persistent grid (kPersistent builds only): the ragged source with
- * head dims 128 and 64 and GQA (group >= 2). Measured on the H100 (2026-11-26, same calls): there
- * it gains (causal B4 S4096 H32/8 D128 587 TFLOP/s against 565, D64 399 against 365, the varlen
- * mix 436 against 363); one CTA per tile stays ahead without GQA (H32/32: 571 against 484 even in
- * bands), for MLA's 192/128 (616 against 381), the paged source (506 / 496) and D256 (651 / 641). */
+ * head dims 128 and 64 and GQA (group >= 2). H100, 2026-11-26, hopper_prefill_check, ping-pong
+ * consumers in one call: causal B4 S4096 H32/8 D128 569.6 TFLOP/s persistent against 565.0 with
+ * one CTA per tile, D64 387.8 against 351.3; fav-bench's varlen mix 436 against 363 (156d4fb).
+ * One CTA per tile stays ahead without GQA (H32/32: 571 against 484 even in bands), for MLA's
+ * 192/128 (616 against 381), the paged source (506 / 496) and D256 (651 / 641). */
 inline bool use_persistent(int head_dim_qk, bool paged, int group) {
     return kPersistent && !paged && (head_dim_qk == 128 || head_dim_qk == 64) && group >= 2;
 }

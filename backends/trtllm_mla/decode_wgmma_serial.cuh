@@ -44,8 +44,8 @@ __device__ __forceinline__ void softmax(float (&s)[16], State &st, const Pos &ps
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
         if (ps.t4 == 0) red_max[ps.c * 64 + r0 + 8 * h] = mx[h];
     }
-    named_sync_split<256>(
-        1); // both S done (so both P V of the last tile too): maxima, P, V rows free
+    // both S done (so both P V of the last tile too): maxima, P, V rows free
+    named_sync_split<256>(1);
     float m_use[2], alpha[2], rs[2] = {0.f, 0.f};
 #pragma unroll
     for (int h = 0; h < 2; h++) {
