@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "prefill_internal.h"
+#include "prefill_schedule.h"
 #include "sm90.cuh"
 #include "wgmma.cuh"
 
@@ -379,13 +380,13 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
  * items x heads). With it (use_persistent) the grid is at most one CTA per SM (launch_grid) and
  * the tiles go round by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 - c
  * (r odd), a snake that gives the CTA with a round's longest tile the next round's shortest. The
- * tiles: the query heads in bands of kBandKv K/V heads (a band's heads are whole groups), band
- * after band; in a band, items x the band's heads in the plan's order (longest first; heads
- * fastest, so a group's heads run together on the same K/V). The band bounds the K/V sets a round
- * reads at once: with all heads in one round, 4 sequences without GQA (H32/32) had every CTA of a
- * round stream its own K/V past L2 (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which
- * use_persistent keeps for them). A static order: no counter to reset between calls, so a
- * captured graph replays it as it is. */
+ * tiles' order (prefill_schedule.h): the query heads in bands of kBandKv K/V heads (whole
+ * groups), band after band; in a band, items x the band's heads in the plan's order (longest
+ * first; heads fastest, so a group's heads run together on the same K/V). The band bounds the
+ * K/V sets a round reads at once: with all heads in one round, 4 sequences without GQA (H32/32)
+ * had every CTA of a round stream its own K/V past L2 (366 TFLOP/s; 484 in bands; 571 with one
+ * CTA per tile, which use_persistent keeps for them). A static order: no counter to reset between
+ * calls, so a captured graph replays it as it is. */
 constexpr int kBandKv = 8;
 __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
     if (!kPersistent || !p.persistent) {
@@ -399,13 +400,7 @@ __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &
     if (t >= p.num_items * p.num_qo_heads) {
         return false;
     }
-    const int band = min(p.num_qo_heads, p.group * kBandKv);
-    const int per_band = p.num_items * band;
-    const int h0 = t / per_band * band;
-    const int u = t - h0 * p.num_items;            /* the tile's index in its band */
-    const int nh = min(band, p.num_qo_heads - h0); /* the last band may hold fewer heads */
-    item = u / nh;
-    h = h0 + (u - item * nh);
+    ap_hopper_band_tile(t, p.num_items, p.num_qo_heads, p.group, kBandKv, &item, &h);
     return true;
 }
 

@@ -1,0 +1,87 @@
+/* test_prefill_schedule.c: the Hopper prefill kernel's persistent tile order
+ * (backends/common/prefill_schedule.h) on the host, over many shapes: every (item, head) tile
+ * exactly once; bands of whole groups, band after band, never more than band_kv K/V heads; in a
+ * band the plan's items in order and, per item, the band's heads one after another. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backends/common/prefill_schedule.h"
+#include "tests/common/test_expect.h"
+
+static void check_shape(int num_items, int num_qo_heads, int group, int band_kv) {
+    const int tiles = num_items * num_qo_heads;
+    unsigned char *seen = calloc((size_t)tiles, 1);
+    if (seen == NULL) {
+        failures++;
+        return;
+    }
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    int prev_item = -1, prev_head = -1, band_start = 0, bad = 0;
+    for (int t = 0; t < tiles && bad < 3; t++) {
+        int item = -1, head = -1;
+        ap_hopper_band_tile(t, num_items, num_qo_heads, group, band_kv, &item, &head);
+        if (item < 0 || item >= num_items || head < 0 || head >= num_qo_heads) {
+            EXPECT(0, "items %d heads %d/%d band %d: tile %d -> (%d, %d) out of range", num_items,
+                   num_qo_heads, group, band_kv, t, item, head);
+            bad++;
+            continue;
+        }
+        if (seen[item * num_qo_heads + head]++) {
+            EXPECT(0, "items %d heads %d/%d band %d: (%d, %d) twice", num_items, num_qo_heads,
+                   group, band_kv, item, head);
+            bad++;
+        }
+        /* the band of this tile: heads [h0, h0 + nh), h0 a multiple of the band (whole groups) */
+        const int h0 = head / band * band;
+        const int nh = num_qo_heads - h0 < band ? num_qo_heads - h0 : band;
+        if (t == 0 || h0 != prev_head / band * band) {
+            /* a new band starts where the previous one's tiles ended, at its first item and head */
+            EXPECT(item == 0 && head == h0 && t == band_start,
+                   "items %d heads %d/%d band %d: tile %d opens band %d at (%d, %d)", num_items,
+                   num_qo_heads, group, band_kv, t, h0, item, head);
+            EXPECT(t == 0 || h0 > prev_head, "bands out of order at tile %d", t);
+            band_start = t + num_items * nh;
+        } else if (head == h0) {
+            EXPECT(item == prev_item + 1 && prev_head == h0 + nh - 1,
+                   "items %d heads %d/%d band %d: tile %d: item %d after (%d, %d)", num_items,
+                   num_qo_heads, group, band_kv, t, item, prev_item, prev_head);
+        } else {
+            EXPECT(item == prev_item && head == prev_head + 1,
+                   "items %d heads %d/%d band %d: tile %d: (%d, %d) after (%d, %d)", num_items,
+                   num_qo_heads, group, band_kv, t, item, head, prev_item, prev_head);
+        }
+        EXPECT(nh % group == 0 && nh / group <= band_kv, "band of %d heads (group %d, %d K/V)", nh,
+               group, band_kv);
+        prev_item = item;
+        prev_head = head;
+    }
+    for (int i = 0; i < tiles && bad == 0; i++)
+        if (!seen[i]) {
+            EXPECT(0, "items %d heads %d/%d band %d: (%d, %d) never", num_items, num_qo_heads,
+                   group, band_kv, i / num_qo_heads, i % num_qo_heads);
+            bad++;
+        }
+    free(seen);
+}
+
+int main(void) {
+    static const int heads[] = {1, 2, 4, 8, 12, 20, 24, 32, 40, 64, 96, 128};
+    static const int groups[] = {1, 2, 3, 4, 8, 16};
+    static const int bands[] = {1, 3, 8, 64};
+    int shapes = 0;
+    for (int items = 1; items <= 37; items += 4)
+        for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+            for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+                if (heads[h] % groups[g] != 0) continue;
+                for (size_t b = 0; b < sizeof bands / sizeof bands[0]; b++) {
+                    check_shape(items, heads[h], groups[g], bands[b]);
+                    shapes++;
+                }
+            }
+    /* the shapes of the H100 runs: 128 items x H32/8 (one band), H32/32 (four), MLA's H128/128 */
+    check_shape(128, 32, 4, 8);
+    check_shape(128, 32, 1, 8);
+    check_shape(32, 128, 1, 8);
+    printf("%d shapes: %s\n", shapes + 3, failures == 0 ? "ok" : "FAILED");
+    return failures != 0;
+}
