@@ -123,8 +123,7 @@ int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *pl
 
 template <typename T, int kMode, int kD, bool kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
-                        cudaStream_t stream, const char *who, ap_msgbuf *msg,
-                        bool persistent = false) {
+                        cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
     constexpr int kSmem = ap_hopper::Geo<kD>::kSmem;
     ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>,
@@ -153,6 +152,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.scale_log2 = p->sm_scale * ap_log2e;
     kp.sm_scale = p->sm_scale;
     kp.num_items = plan->num_items;
+    const bool persistent =
+        ap_hopper::use_persistent(kD, kPaged, p->num_qo_heads / p->num_kv_heads);
     kp.persistent = persistent ? 1 : 0;
     const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
@@ -170,15 +171,6 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
 constexpr int kHopperMode = ap_hopper::kStages >= 3 ? 2 : 0;
 constexpr int kHopperModeD256 = 2;
 
-// A ragged head dim 128 or 64 source: the persistent grid or one CTA per tile.
-template <typename T, int kD>
-ap_status hopper_ragged(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
-                        cudaStream_t stream, const char *who, ap_msgbuf *msg) {
-    if (ap_hopper::use_persistent(kD, false, p->num_qo_heads / p->num_kv_heads))
-        return hopper_launch<T, kHopperMode, kD, false>(p, plan, stream, who, msg, true);
-    return hopper_launch<T, kHopperMode, kD, false>(p, plan, stream, who, msg);
-}
-
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
@@ -188,11 +180,11 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
     if (p->head_dim_qk == 64) {
         if (p->kv_indptr == NULL)
             return hopper_launch<T, kHopperMode, 64, true>(p, plan, stream, who, msg);
-        return hopper_ragged<T, 64>(p, plan, stream, who, msg);
+        return hopper_launch<T, kHopperMode, 64, false>(p, plan, stream, who, msg);
     }
     if (p->kv_indptr == NULL)
         return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
-    return hopper_ragged<T, 128>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperMode, 128, false>(p, plan, stream, who, msg);
 }
 
 } // namespace

@@ -116,7 +116,7 @@ template <int kCount> __device__ __forceinline__ void named_sync(int id) {
 template <int kCount> __device__ __forceinline__ void named_arrive(int id) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
-/* The same without .aligned (barrier.sync / barrier.arrive): for a barrier the participating warps
+/* named_sync without .aligned (barrier.sync): for a barrier the participating warps
  * reach through different instructions (two warpgroups in their own code, or one function's two
  * template instances). The aligned form wants one instruction for every participating thread
  * (compute-sanitizer's synccheck reports "Divergent thread(s) in block" otherwise), but ptxas
@@ -126,9 +126,6 @@ template <int kCount> __device__ __forceinline__ void named_arrive(int id) {
  * check ptxas for C7520. */
 template <int kCount> __device__ __forceinline__ void named_sync_split(int id) {
     asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
-}
-template <int kCount> __device__ __forceinline__ void named_arrive_split(int id) {
-    asm volatile("barrier.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
 }
 
 /* Host: the driver's cuTensorMapEncodeTiled through the runtime (nothing links libcuda). */
