@@ -1,16 +1,21 @@
 /* hopper_prefill_check.cu: the kit's Hopper prefill kernel (backends/common/prefill_hopper.cuh)
  * against a double-precision host reference on ragged batches and paged caches (pages 8..256,
  * shuffled, unowned slots NaN; every output element and LSE checked, outputs poisoned first),
- * head dims 128/128, 64/64, 256/256 and 192/128 (MLA's MHA form), then its timing on B4 S4096
+ * head dims 128/128, 64/64, 256/256 and 192/128 (MLA's MHA form), fp8 K/V (ragged 128/128 and
+ * 192/128: against the reference of Q quantized as the kernel does, 1e-2, and reported against
+ * exact Q, 5e-2), then its timing on B4 S4096
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "../backends/common/prefill_hopper.cuh"
@@ -42,6 +47,7 @@ struct Case {
     /* > 0: a sequence's key t scaled by 1 + grow * (kv_len - 1 - t) / kv_len, so the scores grow
      * tile after tile (the kernel runs them from the last down) and the running max moves */
     float grow = 0.f;
+    bool fp8 = false; /* K/V fp8_e4m3 (ragged, dqk 128 or 192) */
 };
 
 struct Batch {
@@ -178,6 +184,41 @@ static int launch_t(int dqk, bool fp16, const void *q, const void *k, const void
     return launch_d<kMode, 128>(fp16, q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
+/* The fp8 K/V kernel (ragged): k, v fp8 bytes. */
+template <typename T, int kD>
+static int launch_f8(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
+                     const Params &p, int num_items, cudaStream_t st) {
+    CUtensorMap mq, mk, mv;
+    if (make_map(&mq, q, tq, hq, kD) || make_map_f8(&mk, k, tkv, hkv, kD) ||
+        make_map_f8(&mv, v, tkv, hkv, 128)) {
+        return -1;
+    }
+    static bool attr = false;
+    if (!attr) {
+        CK(cudaFuncSetAttribute(prefill_hopper_f8_kernel<T, kD>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, GeoF8<kD>::kSmem));
+        attr = true;
+    }
+    Params pn = p;
+    pn.num_items = num_items;
+    const bool persistent = use_persistent(kD, false, hq / hkv);
+    pn.persistent = persistent ? 1 : 0;
+    prefill_hopper_f8_kernel<T, kD><<<launch_grid(num_items, hq, persistent), kThreads,
+                                      GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
+    return 0;
+}
+
+static int launch_f8_any(int dqk, bool fp16, const void *q, const void *k, const void *v, int tq,
+                         int tkv, int hq, int hkv, const Params &p, int num_items,
+                         cudaStream_t st) {
+    if (dqk == 192) {
+        return fp16 ? launch_f8<__half, 192>(q, k, v, tq, tkv, hq, hkv, p, num_items, st)
+                    : launch_f8<__nv_bfloat16, 192>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    }
+    return fp16 ? launch_f8<__half, 128>(q, k, v, tq, tkv, hq, hkv, p, num_items, st)
+                : launch_f8<__nv_bfloat16, 128>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+}
+
 static const int kVariants = 3;
 static const char *const kVariant[kVariants] = {"plain", "overlap", "overlap+pingpong"};
 
@@ -259,8 +300,8 @@ static void reference(const Case &c, const Batch &b, const std::vector<float> &q
 
 /* Every output element and LSE of one run against the double reference; prints one line. */
 static bool compare(const Case &c, const char *what, const void *dout, const float *dlse,
-                    size_t n_out, const std::vector<double> &ref,
-                    const std::vector<double> &ref_lse) {
+                    size_t n_out, const std::vector<double> &ref, const std::vector<double> &ref_lse,
+                    double tol = 1e-2, double lse_tol = 1e-3) {
     std::vector<uint16_t> out(n_out);
     std::vector<float> lse(ref_lse.size());
     CK(cudaMemcpy(out.data(), dout, out.size() * 2, cudaMemcpyDeviceToHost));
@@ -291,7 +332,7 @@ static bool compare(const Case &c, const char *what, const void *dout, const flo
         lse_err = std::max(lse_err, std::fabs(lse[i] - ref_lse[i]));
     }
     const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    const bool pass = bad == 0 && rel < 1e-2 && lse_err < 1e-3;
+    const bool pass = bad == 0 && rel < tol && lse_err < lse_tol;
     std::printf("%s %-28s %s rel_l2 %.2e max_abs %.2e lse_err %.2e nonfinite %zu\n",
                 pass ? "PASS" : "FAIL", c.name, what, rel, maxerr, lse_err, bad);
     return pass;
@@ -327,7 +368,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
     a.host_scratch = scratch.data();
     a.device_buffer = dbuf;
     a.buffer_bytes = bytes;
-    a.kv_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
+    a.kv_dtype = c.fp8 ? AP_DTYPE_FP8_E4M3 : c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
     ap_kit_prefill_plan plan = {};
     ap_status st = ap_kit_prefill_plan_build(&a, nullptr, &plan, "check", &msg);
     bool ok = st == AP_OK && plan.hopper == 1;
@@ -337,7 +378,9 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
         p.out = dout;
         p.lse = dlse;
         p.q_dtype = c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
-        p.kv_dtype = p.q_dtype;
+        p.kv_dtype = c.fp8 ? AP_DTYPE_FP8_E4M3 : p.q_dtype;
+        p.k_scale = kp.k_scale;
+        p.v_scale = kp.v_scale;
         p.head_dim_qk = c.dqk;
         p.head_dim_v = dv_of(c.dqk);
         p.num_qo_heads = c.hq;
@@ -400,8 +443,46 @@ static bool run_case(const Case &c, unsigned seed) {
     to16(k, hk16, c.fp16);
     to16(v, hv16, c.fp16);
     const float scale = 1.f / std::sqrt(static_cast<float>(DK));
-    std::vector<double> ref, ref_lse;
-    reference(c, b, q, k, v, scale, ref, ref_lse);
+    /* fp8 K/V: stored = e4m3(x / scale) (scales not powers of two), the references read the
+     * stored values times the scale; the kernel's Q quantization (QF8: per row, its largest
+     * magnitude to 448, round to nearest even) for the reference it must match */
+    const float ks = 0.0137f, vs = 0.0071f;
+    std::vector<uint8_t> k8, v8;
+    std::vector<float> q8;
+    auto e4m3 = [](float x) {
+        return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+    };
+    auto from_e4m3 = [](uint8_t x) {
+        __nv_fp8_e4m3 f;
+        f.__x = x;
+        return static_cast<float>(f);
+    };
+    if (c.fp8) {
+        for (auto [t, t8, sc] : {std::make_tuple(&k, &k8, ks), std::make_tuple(&v, &v8, vs)}) {
+            t8->resize(t->size());
+            for (size_t i = 0; i < t->size(); ++i) {
+                (*t8)[i] = e4m3((*t)[i] / sc);
+                (*t)[i] = from_e4m3((*t8)[i]) * sc;
+            }
+        }
+        q8.resize(q.size());
+        for (size_t row = 0; row * DK < q.size(); ++row) {
+            float amax = 0.f;
+            for (int d = 0; d < DK; ++d) {
+                amax = std::max(amax, std::fabs(q[row * DK + d]));
+            }
+            const bool any = amax > 1e-30f;
+            const float qs = any ? amax * (1.f / 448.f) : 1.f, inv = any ? 448.f / amax : 1.f;
+            for (int d = 0; d < DK; ++d) {
+                q8[row * DK + d] = from_e4m3(e4m3(q[row * DK + d] * inv)) * qs;
+            }
+        }
+    }
+    std::vector<double> ref, ref_lse, ref_x, lse_x;
+    reference(c, b, c.fp8 ? q8 : q, k, v, scale, ref, ref_lse);
+    if (c.fp8) {
+        reference(c, b, q, k, v, scale, ref_x, lse_x);
+    }
     Paged g;
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (c.page > 0) {
@@ -421,16 +502,20 @@ static bool run_case(const Case &c, unsigned seed) {
     int32_t *dqo, *dkv;
     Item *ditems;
     CK(cudaMalloc(&dq, hq16.size() * 2 + 16));
-    CK(cudaMalloc(&dk, std::max<size_t>(hk16.size(), 1) * 2 + 16));
-    CK(cudaMalloc(&dv, std::max<size_t>(hv16.size(), 1) * 2 + 16));
+    const void *k_src = c.fp8 ? static_cast<const void *>(k8.data()) : hk16.data();
+    const void *v_src = c.fp8 ? static_cast<const void *>(v8.data()) : hv16.data();
+    const size_t k_bytes = c.fp8 ? k8.size() : hk16.size() * 2;
+    const size_t v_bytes = c.fp8 ? v8.size() : hv16.size() * 2;
+    CK(cudaMalloc(&dk, std::max<size_t>(k_bytes, 2) + 16));
+    CK(cudaMalloc(&dv, std::max<size_t>(v_bytes, 2) + 16));
     CK(cudaMalloc(&dout, n_out * 2 + 16));
     CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * c.hq * 4 + 16));
     CK(cudaMalloc(&dqo, b.qo.size() * 4));
     CK(cudaMalloc(&dkv, b.kv.size() * 4));
     CK(cudaMalloc(&ditems, std::max<size_t>(b.items.size(), 1) * sizeof(Item)));
     CK(cudaMemcpy(dq, hq16.data(), hq16.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dk, hk16.data(), hk16.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dv, hv16.data(), hv16.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dk, k_src, k_bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dv, v_src, v_bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dqo, b.qo.data(), b.qo.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dkv, b.kv.data(), b.kv.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(ditems, b.items.data(), b.items.size() * sizeof(Item), cudaMemcpyHostToDevice));
@@ -450,7 +535,9 @@ static bool run_case(const Case &c, unsigned seed) {
              0,
              c.hkv,
              static_cast<int32_t>(b.items.size()),
-             0};
+             0,
+             c.fp8 ? ks : 1.f,
+             c.fp8 ? vs : 1.f};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;
@@ -460,7 +547,22 @@ static bool run_case(const Case &c, unsigned seed) {
         p.num_kv_heads = c.hkv;
     }
     bool ok = true;
-    for (int variant = 0; variant < kVariants; ++variant) {
+    if (c.fp8) {
+        CK(cudaMemset(dout, 0xff, n_out * 2));
+        CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
+        const int rc = launch_f8_any(c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,
+                                     static_cast<int>(b.items.size()), 0);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        if (rc != 0) {
+            std::printf("FAIL %-28s tensor map error %d\n", c.name, rc);
+            ok = false;
+        } else {
+            ok = compare(c, "fp8 kernel", dout, dlse, n_out, ref, ref_lse) && ok;
+            ok = compare(c, "fp8 vs exact q", dout, dlse, n_out, ref_x, lse_x, 5e-2, 5e-2) && ok;
+        }
+    }
+    for (int variant = 0; variant < (c.fp8 ? 0 : kVariants); ++variant) {
         CK(cudaMemset(dout, 0xff, n_out * 2));
         CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
         const int rc = launch_any(variant, c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq, c.hkv, p,

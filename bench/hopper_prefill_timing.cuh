@@ -65,7 +65,9 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
              0,
              hkv,
              static_cast<int32_t>(b.items.size()),
-             0};
+             0,
+             1.f,
+             1.f};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
         std::mt19937 rng(7);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <cmath>
 
 #include "cuda_status.cuh"
 #include "paged_kv.cuh"
@@ -36,6 +37,12 @@ bool hopper_dims(int32_t qk, int32_t v, int paged) {
     return v == 128 && (qk == 128 || (qk == 192 && !paged));
 }
 
+// Whether its fp8 K/V kernel (prefill_hopper_f8.cuh) serves these head dims from this source:
+// ragged 128 / 128 and 192 / 128.
+bool hopper_f8_dims(int32_t qk, int32_t v, int paged) {
+    return !paged && v == 128 && (qk == 128 || qk == 192);
+}
+
 // log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8: page boxes
 // of >= 8 rows build the 128-byte swizzle's layout), else -1.
 int ap_hopper_page_shift(int32_t page_size) {
@@ -62,14 +69,26 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
         ap_msgbuf_add(msg, "%s: NULL params", who);
         return AP_ERR_INVALID_ARGUMENT;
     }
-    if ((p->q_dtype != AP_DTYPE_BF16 && p->q_dtype != AP_DTYPE_F16) || p->kv_dtype != p->q_dtype) {
+    const int paged = p->kv_indptr == NULL;
+    const int f8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    if ((p->q_dtype != AP_DTYPE_BF16 && p->q_dtype != AP_DTYPE_F16) ||
+        (p->kv_dtype != p->q_dtype &&
+         !(f8 && hopper_f8_dims(p->head_dim_qk, p->head_dim_v, paged)))) {
         ap_msgbuf_add(msg,
-                      "%s: the Hopper prefill kernel (this plan's) reads BF16 or F16 Q, K and V of "
-                      "one dtype, not q dtype %d with kv dtype %d",
-                      who, (int)p->q_dtype, (int)p->kv_dtype);
+                      "%s: the Hopper prefill kernel (this plan's) reads BF16 or F16 Q with K and "
+                      "V of the same dtype, or FP8_E4M3 K and V from the ragged source at head "
+                      "dims 128 / 128 and 192 / 128; not q dtype %d with kv dtype %d (%s, head "
+                      "dims %d / %d)",
+                      who, (int)p->q_dtype, (int)p->kv_dtype, paged ? "paged" : "ragged",
+                      p->head_dim_qk, p->head_dim_v);
         return AP_ERR_UNSUPPORTED;
     }
-    const int paged = p->kv_indptr == NULL;
+    if (f8 && !(p->k_scale > 0.f && p->v_scale > 0.f && std::isfinite(p->k_scale) &&
+                std::isfinite(p->v_scale))) {
+        ap_msgbuf_add(msg, "%s: fp8 K/V needs finite positive k_scale and v_scale (%g, %g)", who,
+                      (double)p->k_scale, (double)p->v_scale);
+        return AP_ERR_INVALID_ARGUMENT;
+    }
     if (paged != !plan->ragged || !hopper_dims(p->head_dim_qk, p->head_dim_v, paged) ||
         plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != p->head_dim_v ||
         plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
@@ -161,6 +180,47 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
 
+// One layer's launch over fp8 K/V (ragged; Q/K head dim 128 or 192, V 128): the fp8 kernel, its
+// grid by the same rule as the 16-bit one.
+template <typename T, int kD>
+ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    static std::atomic<uint64_t> ready{0};
+    constexpr int kSmem = ap_hopper::GeoF8<kD>::kSmem;
+    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_f8_kernel<T, kD>, kSmem, ready,
+                                           who, msg);
+    if (st != AP_OK) return st;
+    const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
+    CUtensorMap mq, mk, mv;
+    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
+        ap_hopper::make_map_f8(&mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
+        ap_hopper::make_map_f8(&mv, p->v, nkv, p->num_kv_heads, 128) != 0) {
+        ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
+        return AP_ERR_CUDA;
+    }
+    ap_hopper::Params kp = {};
+    kp.items = static_cast<const ap_hopper::Item *>(plan->items);
+    kp.qo_indptr = p->qo_indptr;
+    kp.kv_indptr = p->kv_indptr;
+    kp.num_kv_heads = p->num_kv_heads;
+    kp.out = p->out;
+    kp.lse = p->lse;
+    kp.num_qo_heads = p->num_qo_heads;
+    kp.group = p->num_qo_heads / p->num_kv_heads;
+    kp.causal = p->causal != 0;
+    kp.scale_log2 = p->sm_scale * ap_log2e;
+    kp.sm_scale = p->sm_scale;
+    kp.num_items = plan->num_items;
+    kp.k_scale = p->k_scale;
+    kp.v_scale = p->v_scale;
+    const bool persistent = ap_hopper::use_persistent(kD, false, kp.group);
+    kp.persistent = persistent ? 1 : 0;
+    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
+    ap_hopper::prefill_hopper_f8_kernel<T, kD>
+        <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
+    return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
+}
+
 // The consumer mode by the ring's depth, the faster on the H100
 // (bench/results/2026-11-25-h100-hopper-prefill.md): with 2 stages the plain consumers (the
 // overlapped ones wait on loads), with 3 the overlapped ping-pong ones, on the persistent grid too
@@ -174,6 +234,10 @@ constexpr int kHopperModeD256 = 2;
 template <typename T>
 ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                           cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    if (p->kv_dtype == AP_DTYPE_FP8_E4M3) { // hopper_check: ragged, 128 / 128 or 192 / 128
+        if (p->head_dim_qk == 192) return hopper_launch_f8<T, 192>(p, plan, stream, who, msg);
+        return hopper_launch_f8<T, 128>(p, plan, stream, who, msg);
+    }
     if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192, false>(p, plan, stream, who, msg);
     if (p->head_dim_qk == 256)
         return hopper_launch<T, kHopperModeD256, 256, false>(p, plan, stream, who, msg);
@@ -190,7 +254,10 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
 } // namespace
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
-    if (args == NULL || (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16) ||
+    if (args == NULL ||
+        (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16 &&
+         !(args->kv_dtype == AP_DTYPE_FP8_E4M3 &&
+           hopper_f8_dims(args->head_dim_qk, args->head_dim_v, args->kv_indptr_host == NULL))) ||
         (args->kv_indptr_host == NULL && ap_hopper_page_shift(args->page_size) < 0) ||
         !hopper_dims(args->head_dim_qk, args->head_dim_v, args->kv_indptr_host == NULL) ||
         args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
@@ -204,9 +271,12 @@ extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_arg
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
                                                const ap_kit_prefill_plan *plan, void *stream,
                                                const char *who, ap_msgbuf *msg) {
-    // K/V of another type than Q (fp8) in a plan whose tiles the mma.sync kernel also runs (its
-    // built rows per CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there.
+    // K/V of another type than Q (fp8) that the fp8 kernel does not serve (the paged source, head
+    // dims 64 and 256), in a plan whose tiles the mma.sync kernel also runs (its built rows per
+    // CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there.
     if (p != NULL && plan != NULL && p->kv_dtype != p->q_dtype &&
+        !(p->kv_dtype == AP_DTYPE_FP8_E4M3 &&
+          hopper_f8_dims(p->head_dim_qk, p->head_dim_v, p->kv_indptr == NULL)) &&
         ap_kit_prefill_tile_rows_built(plan->head_dim_qk, plan->head_dim_v, plan->tile_rows)) {
         ap_kit_prefill_plan mma = *plan;
         mma.hopper = 0;

@@ -86,6 +86,8 @@ struct Params {
     int32_t num_kv_heads;
     int32_t num_items;  /* the plan's items (the persistent schedule's tiles: items x heads) */
     int32_t persistent; /* the grid is launch_grid(.., true)'s: CTAs take tiles round by round */
+    float k_scale;      /* fp8 K/V (prefill_hopper_f8.cuh): real = stored * scale */
+    float v_scale;
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -272,10 +274,12 @@ constexpr float kLazyLog2 = 8.f;
 
 /* Online softmax statistics of one S tile: s turned into unnormalized probabilities against the
  * running max m, whose sum is added to l; returns whether the warp moved m (then corr is the
- * factor the earlier O must be scaled by, already applied to l). */
+ * factor the earlier O must be scaled by, already applied to l). sl2: per row (r0, r0 + 8) the
+ * factor from S to log2 units (sm_scale * log2(e), times the row's Q scale and the K scale where
+ * S comes from fp8). */
 template <int kSn>
 __device__ __forceinline__ bool softmax_stats(float (&s)[kSn], float (&m)[2], float (&l)[2],
-                                              float (&corr)[2], float sl2) {
+                                              float (&corr)[2], const float (&sl2)[2]) {
     float mx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
@@ -288,22 +292,23 @@ __device__ __forceinline__ bool softmax_stats(float (&s)[kSn], float (&m)[2], fl
         mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     }
     /* -inf - -inf is NaN: a row with no key yet does not ask for a move */
-    const bool grows = (mx[0] - m[0]) * sl2 > kLazyLog2 || (mx[1] - m[1]) * sl2 > kLazyLog2;
+    const bool grows =
+        (mx[0] - m[0]) * sl2[0] > kLazyLog2 || (mx[1] - m[1]) * sl2[1] > kLazyLog2;
     const bool move = __any_sync(0xffffffffu, grows);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         if (move) {
-            corr[hr] = ex2((m[hr] - mx[hr]) * sl2); /* 0 from -inf; NaN only if both are */
+            corr[hr] = ex2((m[hr] - mx[hr]) * sl2[hr]); /* 0 from -inf; NaN only if both are */
             corr[hr] = mx[hr] == -INFINITY ? 0.f : corr[hr];
             m[hr] = mx[hr];
         }
-        const float mu = m[hr] == -INFINITY ? 0.f : m[hr] * sl2;
+        const float mu = m[hr] == -INFINITY ? 0.f : m[hr] * sl2[hr];
         float part[4] = {0.f, 0.f, 0.f, 0.f}; /* four short chains of adds, not one long one */
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-                const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2, -mu));
+                const float x = ex2(fmaf(s[4 * j + 2 * hr + e], sl2[hr], -mu));
                 s[4 * j + 2 * hr + e] = x;
                 part[2 * (j % 2) + e] += x;
             }
@@ -341,16 +346,19 @@ __device__ __forceinline__ void rescale_pack(const float (&s)[kSn], float (&o)[k
 /* Online softmax over one S tile: rescales o, turns s into P. */
 template <typename T, int kSn, int kN>
 __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], float (&m)[2],
-                                             float (&l)[2], uint32_t (&p)[kSn / 8][4], float sl2) {
+                                             float (&l)[2], uint32_t (&p)[kSn / 8][4],
+                                             const float (&sl2)[2]) {
     float corr[2];
     const bool move = softmax_stats(s, m, l, corr, sl2);
     rescale_pack<T>(s, o, corr, move, p);
 }
 
+/* O / l into out and the LSE: ms, per row, the factor from S (m) to natural-log units
+ * (sm_scale, times the Q and K scales of fp8 S); os multiplies O (1, or the V scale). */
 template <typename T, int kN>
 __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int r0,
-                                         int lane) {
+                                         int lane, const float (&ms)[2], float os) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float sum = l[hr];
@@ -360,7 +368,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
         if (r >= sh.q_len) {
             continue;
         }
-        const float inv = sum > 0.f ? 1.f / sum : 0.f;
+        const float inv = sum > 0.f ? os / sum : 0.f;
         const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
         T *out = static_cast<T *>(p.out) + row * (2 * kN) + 2 * (lane % 4);
 #pragma unroll
@@ -369,7 +377,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
                 pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
         }
         if (p.lse != nullptr && lane % 4 == 0) {
-            p.lse[row] = sum > 0.f ? m[hr] * p.sm_scale + logf(sum) : -INFINITY;
+            p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
         }
     }
 }
@@ -432,7 +440,7 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
  * warpgroup hands the turn to the other, across tiles too, so one's epilogue runs under the
  * other's GEMMs; warpgroup 0's final wait takes warpgroup 1's last hand-over, so every named
  * barrier arrival is matched before the CTA exits. */
-template <typename T, int kMode, int kD, bool kPaged>
+template <typename T, int kMode, int kD, bool kPaged, class Q = QSmem<T, kD>>
 __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *sk,
                                               const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
@@ -448,7 +456,7 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
         if constexpr (kMode == 0) {
             consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
         } else {
-            consume_pipe<T, false, kMode == 2, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+            consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
         }
         if (sh.n_blocks > 0) {
             ring += sh.n_blocks;
@@ -512,6 +520,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
 #endif
 }
+
+#include "prefill_hopper_f8.cuh" /* fp8 K/V: its Q operand, producer, converters and kernel */
 
 /* Whether a launch takes the persistent grid (kPersistent builds only): the ragged source with
  * head dims 128 and 64 and GQA (group >= 2). H100, 2026-11-26, hopper_prefill_check, ping-pong

@@ -76,7 +76,8 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
             mask_tile(sc, sh, p.causal, n, r0, lane);
         }
         uint32_t pf[Geo<kD>::kPk][4];
-        softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+        const float sl2[2] = {p.scale_log2, p.scale_log2};
+        softmax_tile<T>(sc, o, m, l, pf, sl2);
         bar_wait(&b->v_full[s], ph);
         wg_fence();
         pv_gemm<T, kSplitN>(o, pf, sv + s * Geo<kD>::kVBytes);
@@ -84,24 +85,48 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         wg_wait0();
         release_stage(&b->v_empty[s]);
     }
-    epilogue<T>(p, sh, o, m, l, h, r0, lane);
+    const float ms[2] = {p.sm_scale, p.sm_scale};
+    epilogue<T>(p, sh, o, m, l, h, r0, lane, ms, 1.f);
 }
+
+/* The Q operand of the pipelined consumers' S = Q K^T: here the 16-bit Q tile in shared memory,
+ * this warpgroup's 64 rows (prefill_hopper_f8.cuh has the fp8 one). init() sets the softmax's
+ * and the epilogue's scales (sl2 / ms / os: softmax_stats, epilogue); load() runs once per work
+ * tile after q_full; qk() issues one S GEMM against a K stage. G: the ring's geometry; PT: the
+ * type of P and V in P V. */
+template <typename T, int kD> struct QSmem {
+    using G = Geo<kD>;
+    using PT = T;
+    const uint8_t *q;
+    float sl2[2], ms[2], os;
+    __device__ __forceinline__ void init(const Params &p) {
+        sl2[0] = sl2[1] = p.scale_log2;
+        ms[0] = ms[1] = p.sm_scale;
+        os = 1.f;
+    }
+    __device__ __forceinline__ void load(const Params &, const uint8_t *sq, int wg) {
+        q = sq + wg * 64 * 128;
+    }
+    __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
+        qk_gemm<T, kD>(s, q, k);
+    }
+};
 
 /* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
  * running state and P_0 (pf). */
-template <typename T, bool kPingPong, int kD>
+template <bool kPingPong, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
-pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, Bars *b,
-                  int ring, int wg, int r0, int lane, float (&o)[Geo<kD>::kOn], float (&m)[2],
-                  float (&l)[2], uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    constexpr int kStg = Geo<kD>::kStg;
+pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, Bars *b,
+                  int ring, int wg, int r0, int lane, float (&o)[G::kOn], float (&m)[2],
+                  float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
+    constexpr int kStg = G::kStg;
     const int nb = sh.n_blocks;
     const int s = ring % kStg;
-    float sc[Geo<kD>::kSn];
+    float sc[G::kSn];
     bar_wait(&b->k_full[s], (ring / kStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
+    q.qk(sc, sk + s * G::kKBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait0();
@@ -109,33 +134,33 @@ pipe_first_scores(const Params &p, const Shape &sh, const uint8_t *q, const uint
     if (nb == 1) {
         release_stage(&b->q_empty);
     }
-    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, nb - 1)) {
+    if (pipe_needs_mask<G::kKeys>(p, sh, nb - 1)) {
         mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
     }
-    softmax_tile<T>(sc, o, m, l, pf, p.scale_log2);
+    softmax_tile<typename Q::PT>(sc, o, m, l, pf, q.sl2);
 }
 
 /* Step i of the pipeline: S_i = Q K_i and O += P_(i-1) V_(i-1) issued back to back in this
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
  * becomes P_i. The last step's S done, Q is released. */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
+template <bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
-pipe_step(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk, const uint8_t *sv,
-          Bars *b, int ring, int i, int wg, int r0, int lane, float (&o)[Geo<kD>::kOn],
-          float (&m)[2], float (&l)[2], uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    constexpr int kStg = Geo<kD>::kStg;
+pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const uint8_t *sv,
+          Bars *b, int ring, int i, int wg, int r0, int lane, float (&o)[G::kOn], float (&m)[2],
+          float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
+    constexpr int kStg = G::kStg;
     const int g = ring + i;
     const int s = g % kStg;
     const int sp = (g - 1) % kStg;
     const int n = sh.n_blocks - 1 - i;
-    float sc[Geo<kD>::kSn];
+    float sc[G::kSn];
     bar_wait(&b->k_full[s], (g / kStg) & 1);
     bar_wait(&b->v_full[sp], ((g - 1) / kStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
+    q.qk(sc, sk + s * G::kKBytes);
     wg_commit();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
+    pv_gemm<typename Q::PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait1();
@@ -143,29 +168,28 @@ pipe_step(const Params &p, const Shape &sh, const uint8_t *q, const uint8_t *sk,
     if (i == sh.n_blocks - 1) {
         release_stage(&b->q_empty);
     }
-    if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
+    if (pipe_needs_mask<G::kKeys>(p, sh, n)) {
         mask_tile(sc, sh, p.causal, n, r0, lane);
     }
     float corr[2];
-    const bool move = softmax_stats(sc, m, l, corr, p.scale_log2);
+    const bool move = softmax_stats(sc, m, l, corr, q.sl2);
     wg_wait0();
     release_stage(&b->v_empty[sp]);
-    rescale_pack<T>(sc, o, corr, move, pf);
+    rescale_pack<typename Q::PT>(sc, o, corr, move, pf);
 }
 
 /* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); then the turn goes to the other warpgroup
  * (warpgroup 1's hand-over is taken by warpgroup 0's next tile, or its final wait). */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
+template <typename PT, bool kSplitN, bool kPingPong, class G>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int ring, int nb, int wg,
-                                             float (&o)[Geo<kD>::kOn],
-                                             const uint32_t (&pf)[Geo<kD>::kPk][4]) {
-    constexpr int kStg = Geo<kD>::kStg;
+                                             float (&o)[G::kOn], const uint32_t (&pf)[G::kPk][4]) {
+    constexpr int kStg = G::kStg;
     const int g = ring + nb - 1;
     const int sp = g % kStg;
     bar_wait(&b->v_full[sp], (g / kStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    pv_gemm<T, kSplitN>(o, pf, sv + sp * Geo<kD>::kVBytes);
+    pv_gemm<PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait0();
@@ -175,31 +199,34 @@ __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int rin
 /* The pipelined consumer over one work tile: in its turn (named barriers 1 + wg, ping-pong
  * between the two warpgroups) a warpgroup issues S_i = Q K_i and O += P_(i-1) V_(i-1) back to
  * back, hands the tensor cores to the other warpgroup, then runs softmax i while the other one's
- * GEMMs run. The turns run on across tiles (consumer_loop starts and ends them). */
-template <typename T, bool kSplitN, bool kPingPong, int kD>
+ * GEMMs run. The turns run on across tiles (consumer_loop starts and ends them). Q: the Q
+ * operand (QSmem, or the fp8 one of prefill_hopper_f8.cuh) and with it the ring's geometry. */
+template <typename T, bool kSplitN, bool kPingPong, class Q>
 __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, const uint8_t *sq,
                                              const uint8_t *sk, const uint8_t *sv, Bars *b, int h,
                                              int ring, int qn) {
+    using G = typename Q::G;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
     const int r0 = sh.m0 + wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4;
-    float o[Geo<kD>::kOn], m[2], l[2];
+    float o[G::kOn], m[2], l[2];
     state_init(o, m, l);
     const int nb = sh.n_blocks;
-    const uint8_t *q = sq + wg * 64 * 128;
-    uint32_t pf[Geo<kD>::kPk][4];
+    Q q;
+    q.init(p);
+    uint32_t pf[G::kPk][4];
     if (nb > 0) {
         bar_wait(&b->q_full, qn & 1);
-        pipe_first_scores<T, kPingPong, kD>(p, sh, q, sk, b, ring, wg, r0, lane, o, m, l, pf);
+        q.load(p, sq, wg);
+        pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, wg, r0, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        pipe_step<T, kSplitN, kPingPong, kD>(p, sh, q, sk, sv, b, ring, i, wg, r0, lane, o, m, l,
-                                             pf);
+        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, i, wg, r0, lane, o, m, l, pf);
     }
     if (nb > 0) {
-        pipe_last_pv<T, kSplitN, kPingPong, kD>(sv, b, ring, nb, wg, o, pf);
+        pipe_last_pv<typename Q::PT, kSplitN, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
     }
-    epilogue<T>(p, sh, o, m, l, h, r0, lane);
+    epilogue<T>(p, sh, o, m, l, h, r0, lane, q.ms, q.os);
 }
 
 #endif /* AP_COMMON_PREFILL_HOPPER_CONSUME_CUH */

@@ -113,6 +113,11 @@ static const gpu_case gpu_named_cases[] = {
                0, 0, "1000:17,0:1,4:60"),
     GPU_RAGGED("ragged_mla_192_128_g1", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 192, 128, 2, 2, 1, 0,
                "0:17,100:200,0:1"),
+    /* fp8 K/V on the Hopper kernel's fp8 path (ragged 128 / 128 and 192 / 128) */
+    GPU_RAGGED("ragged_d128_g1_causal_fp8_f16", GPU_RAGGED_SRC, GPU_F16, GPU_FP8, 128, 128, 2, 2, 1,
+               0, "0:1,0:17,0:1000,0:300"),
+    GPU_RAGGED("ragged_mla_192_128_g1_fp8", GPU_RAGGED_SRC, GPU_BF16, GPU_FP8, 192, 128, 2, 2, 0, 1,
+               "0:17,100:200,0:1"),
     GPU_RAGGED("skipkv_d128_g4_causal", GPU_SKIP_SRC, GPU_BF16, GPU_BF16, 128, 128, 8, 2, 1, 1,
                "0:1,0:17,0:1000,0:513"),
     GPU_RAGGED("skipkv_d64_g8_noncausal_f16", GPU_SKIP_SRC, GPU_F16, GPU_F16, 64, 64, 8, 1, 0, 0,
