@@ -1,10 +1,14 @@
 /* prefill_hopper_f8.cuh: fp8 (e4m3) K/V in the kit's Hopper prefill kernel, ragged source, Q/K
  * head dim 128 or 192 with V 128 (MLA's MHA form over the chunks pack_prefix_chunk_kv writes).
- * - S = Q K^T on fp8 tensor cores (m64n128k32, twice the 16-bit rate): each consumer quantizes
- *   its 64 Q rows once per work tile into registers, one scale per row (its largest magnitude
- *   to 448, e4m3's largest), and K is read as stored (TMA, 128-byte rows, 128-byte swizzle).
- *   S comes out in units of q_scale(row) * k_scale, which the softmax's per-row factor and the
- *   LSE take in.
+ * - S = Q K^T on fp8 tensor cores (m64n128k32), K read as stored (TMA, 128-byte rows, 128-byte
+ *   swizzle). Each consumer turns its 64 Q rows, once per work tile, into two e4m3 terms in
+ *   registers, hi + lo, at one scale per row (its largest magnitude to 448, e4m3's largest):
+ *   lo is the rounding error of hi, so Q keeps about 8 bits of precision (bf16 has 8) where one
+ *   e4m3 term keeps 4. Both terms go into the same accumulator (2 x kD / 32 k-steps: the tensor
+ *   time of the 16-bit S). S comes out in units of q_scale(row) * k_scale, which the softmax's
+ *   per-row factor and the LSE take in. One term alone (Q in e4m3, the fp8 attention of FA3)
+ *   ran 1.04x (D128) and 1.14x (MLA) our bf16 on the H100 but missed cpu_ref by up to 10% on a
+ *   row (rel L2 2.8e-2, LSE 0.07-0.16 off): not kept.
  * - P V in f16: fp8 wgmma wants B K-major, and V's rows run the other way; three warps of the
  *   producer warpgroup turn each fp8 V tile (TMA into a 2-deep staging ring) into the f16 V
  *   stage the 16-bit kernel reads (every e4m3 value is exact in f16; one cvt per two values),
@@ -52,15 +56,17 @@ struct BarsF8 {
     uint64_t vs_empty[2];   /* the converters are done with a staging slot */
 };
 
-/* S = Q K^T over one fp8 K tile: Q as e4m3 A fragments (kD / 32 k-steps of four registers). */
+/* S = (Q_hi + Q_lo) K^T over one fp8 K tile: Q's two terms as e4m3 A fragments (kD / 32 k-steps
+ * of four registers each), both into one accumulator. */
 template <int kD>
-__device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&a)[kD / 32][4],
-                                           const uint8_t *k) {
+__device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&hi)[kD / 32][4],
+                                           const uint32_t (&lo)[kD / 32][4], const uint8_t *k) {
     const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 32; ++kk) {
-        wgmma_rs_n128_e4m3(s, a[kk], desc_add(dk, (kk / 4) * GeoF8<kD>::kKChunk + (kk % 4) * 32),
-                           kk > 0);
+        const uint64_t db = desc_add(dk, (kk / 4) * GeoF8<kD>::kKChunk + (kk % 4) * 32);
+        wgmma_rs_n128_e4m3(s, hi[kk], db, kk > 0);
+        wgmma_rs_n128_e4m3(s, lo[kk], db, 1);
     }
 }
 
@@ -86,13 +92,31 @@ __device__ __forceinline__ void q_load4(const uint8_t *q, int r, int c, float (&
     f[3] = hi.y;
 }
 
-/* The fp8 Q operand (consume_pipe's Q): this thread's share of its warpgroup's 64 Q rows as
- * e4m3 A fragments, register j of k-step kk holding row r0 + 8 (j & 1), columns 32 kk + 16 (j >> 1)
- * + 4 (lane % 4) + 0..3 (the lower column in the lower byte); one scale per row. */
+/* e4m3 bytes of four floats (the first in the lowest byte), rounded to nearest even, saturating;
+ * back[] gets the values the bytes hold. */
+__device__ __forceinline__ uint32_t e4m3x4(const float (&f)[4], float (&back)[4]) {
+    const __nv_fp8x2_storage_t lo =
+        __nv_cvt_float2_to_fp8x2(make_float2(f[0], f[1]), __NV_SATFINITE, __NV_E4M3);
+    const __nv_fp8x2_storage_t hi =
+        __nv_cvt_float2_to_fp8x2(make_float2(f[2], f[3]), __NV_SATFINITE, __NV_E4M3);
+    const float2 b0 = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(lo, __NV_E4M3)));
+    const float2 b1 = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(hi, __NV_E4M3)));
+    back[0] = b0.x;
+    back[1] = b0.y;
+    back[2] = b1.x;
+    back[3] = b1.y;
+    return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+/* The fp8 Q operand (consume_pipe's Q): this thread's share of its warpgroup's 64 Q rows as two
+ * e4m3 terms of A fragments (hi, and lo = e4m3 of hi's rounding error, at the same scale),
+ * register j of k-step kk holding row r0 + 8 (j & 1), columns 32 kk + 16 (j >> 1) + 4 (lane % 4)
+ * + 0..3 (the lower column in the lower byte); one scale per row. */
 template <typename T, int kD> struct QF8 {
     using G = GeoF8<kD>;
     using PT = __half;
     uint32_t a[kD / 32][4];
+    uint32_t b[kD / 32][4]; /* lo */
     float sl2[2], ms[2], os;
     __device__ __forceinline__ void init(const Params &p) {
         sl2[0] = sl2[1] = p.scale_log2 * p.k_scale;
@@ -136,19 +160,22 @@ template <typename T, int kD> struct QF8 {
             for (int j = 0; j < 4; ++j) {
                 float f[4];
                 q_load4<T>(q, r + 8 * (j & 1), 32 * kk + 16 * (j >> 1) + 4 * (lane % 4), f);
-                const float s = inv[j & 1];
-                const uint32_t lo =
-                    __nv_cvt_float2_to_fp8x2(make_float2(f[0] * s, f[1] * s), __NV_SATFINITE,
-                                             __NV_E4M3);
-                const uint32_t hi =
-                    __nv_cvt_float2_to_fp8x2(make_float2(f[2] * s, f[3] * s), __NV_SATFINITE,
-                                             __NV_E4M3);
-                a[kk][j] = lo | (hi << 16);
+                float x[4], back[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    x[e] = f[e] * inv[j & 1];
+                }
+                a[kk][j] = e4m3x4(x, back);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    x[e] -= back[e];
+                }
+                b[kk][j] = e4m3x4(x, back);
             }
         }
     }
     __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
-        qk_gemm_f8<kD>(s, a, k);
+        qk_gemm_f8<kD>(s, a, b, k);
     }
 };
 
