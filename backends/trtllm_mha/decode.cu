@@ -170,19 +170,24 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
             chunk_copy<S>(w, a, stage, row, chunk, slot, valid);
         }
     }
-    if constexpr (S::is_nvfp4) { // whole warps take a row each (S::keys: a multiple of 32)
-        for (int row = threadIdx.x; row < S::keys; row += kThreads) {
+    if constexpr (S::is_nvfp4) {
+        // One scale row per thread, whole warps (S::keys: 32, 64 or 128): no loop, no divergent
+        // shuffle; a page-ahead slot fits 32 bits as above (one wide multiply-add per address).
+        static_assert(S::keys % 32 == 0 && S::keys <= kThreads, "a scale row per thread");
+        const int row = threadIdx.x;
+        if (row < S::keys) {
             const int pos = first + row, shift = a.log2_page_size;
             const bool valid = pos < w.key_end;
-            int64_t slot = 0;
+            uint64_t slot = 0u;
             if constexpr (S::pages_ahead) {
                 const uint32_t page =
                     __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
-                slot = valid ? (int64_t)((page << shift) + (pos & ((1 << shift) - 1))) : 0;
+                slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
             } else {
-                slot = valid ? ap_paged_slot(w.pages, pos, shift) : 0;
+                slot = valid ? (uint64_t)ap_paged_slot(w.pages, pos, shift) : 0u;
             }
-            const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
+            const uint64_t src = slot * ((uint32_t)a.num_kv_heads * S::scale_row) +
+                                 (uint32_t)w.kv_head * S::scale_row;
             const uint32_t dst = S::keys * S::raw_row + row * S::scale_row;
             cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
             cp_async_small<S::scale_row>(stage + S::raw_tile + dst, a.v_scales + src, valid);
