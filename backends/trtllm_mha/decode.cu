@@ -565,10 +565,11 @@ extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
 }
 
 extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                            int32_t key_warps, int32_t rows, int32_t *out,
-                                            ap_msgbuf *msg) {
+                                            int32_t key_warps, int32_t rows, int32_t keys_m,
+                                            int32_t *out, ap_msgbuf *msg) {
     *out = 1;
-    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, rows);
+    decode_kernel_info v =
+        decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, keys_m ? rows : MHA_BLOCK_ROWS);
     if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
     int blocks = 0;
     ap_status st = ap_cuda_status(
@@ -608,8 +609,8 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
-    decode_kernel_info v =
-        decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len);
+    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw,
+                                           p->keys_m ? group * p->max_q_len : MHA_BLOCK_ROWS);
     // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
