@@ -1,9 +1,10 @@
 #!/bin/bash
 # nvfp4dec_run.sh: on the GPU machine, check and time trtllm_mha's nvfp4 decode in one call.
 # Usage (repo root, carry .deps): bash bench/nvfp4dec_run.sh [--sanitize] [--ncu]
-# Always: build (the plugin, cpu_ref, gpu-mha and the benchmarks), gpu-mha against cpu_ref,
-# mha-bench's decode cases with the keys-on-M kernel (auto) and without it (nvfp4_keys_m=off) in
-# the same call, attnplug-bench's decode cases (bf16 and nvfp4), nvfp4-bench on trtllm_mha.
+# Always: build (the plugin, cpu_ref, the tests and the benchmarks), gpu-mha against cpu_ref and
+# the shared gpu-harness table (--quick), mha-bench's decode cases with the keys-on-M kernel
+# (auto) and its nvfp4 cases without it (nvfp4_keys_m=off) in the same call, attnplug-bench's
+# decode cases (bf16, fp8, nvfp4), nvfp4-bench on trtllm_mha (append, extend).
 # --sanitize: memcheck and racecheck on gpu-mha's nvfp4 cases. --ncu: one B64 L4096 nvfp4
 # decode launch under ncu (speed of light, warp states, occupancy), auto and off.
 set -o pipefail
@@ -22,7 +23,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu -
 stamp build
 (meson setup $B -Dcuda=enabled -Dbuildtype=debugoptimized >/dev/null &&
     ninja -C $B -j 16 backends/trtllm_mha/ap_trtllm_mha.so backends/cpu_ref/ap_cpu_ref.so \
-        tests/gpu/gpu-mha bench/attnplug-bench bench/mha-bench bench/nvfp4-bench) \
+        tests/gpu/gpu-mha tests/gpu/gpu-harness bench/attnplug-bench bench/mha-bench \
+        bench/nvfp4-bench) \
     >"$OUT/build.log" 2>&1 ||
     { echo "build failed"; grep -E "error" "$OUT/build.log" | head -n 30; exit 1; }
 P=(--plugin-dir $B/backends/cpu_ref --plugin-dir $B/backends/trtllm_mha)
@@ -31,13 +33,15 @@ timeout 150 $B/tests/gpu/gpu-mha "${P[@]}" >"$OUT/gpu-mha.log" 2>&1
 echo "gpu-mha exit $?"
 grep -E "^(FAIL|summary)" "$OUT/gpu-mha.log" | head -n 30
 grep -E "nvfp4" "$OUT/gpu-mha.log" | head -n 40 >"$OUT/gpu-mha-nvfp4.txt"
+timeout 100 $B/tests/gpu/gpu-harness trtllm_mha --quick "${P[@]}" >"$OUT/gpu-harness.log" 2>&1
+echo "gpu-harness exit $?"
+grep -E "^(FAIL|summary)" "$OUT/gpu-harness.log" | head -n 20
 stamp mha-bench
-for keys_m in auto off; do
-    timeout 60 $B/bench/mha-bench "${P[@]}" --only decode_ --option nvfp4_keys_m=$keys_m 2>&1 |
-        tee "$OUT/mha-bench-$keys_m.log"
-done
+timeout 60 $B/bench/mha-bench "${P[@]}" --only decode_ 2>&1 | tee "$OUT/mha-bench-auto.log"
+timeout 40 $B/bench/mha-bench "${P[@]}" --only nvfp4 --option nvfp4_keys_m=off 2>&1 |
+    tee "$OUT/mha-bench-off.log"
 stamp attnplug-bench
-timeout 90 $B/bench/attnplug-bench --backend trtllm_mha --case decode_b "${P[@]}" \
+timeout 90 $B/bench/attnplug-bench --backend trtllm_mha --case decode_b --runs 50 "${P[@]}" \
     --json "$OUT/attnplug-bench.json" 2>&1 | tee "$OUT/attnplug-bench.log" | tail -n 12
 stamp nvfp4-bench
 timeout 60 $B/bench/nvfp4-bench --backend trtllm_mha "${P[@]}" 2>&1 |
