@@ -59,7 +59,9 @@ def scaled_pair(pair, scale):
 
 
 def swizzle(C, row, chunk):
-    return chunk ^ (row & 7) if C >= 8 else (chunk ^ ((row >> 1) & 3) if C == 4 else chunk ^ ((row >> 2) & 1))
+    if C >= 8:
+        return chunk ^ (row & 7)
+    return chunk ^ ((row >> 1) & 3) if C == 4 else chunk ^ ((row >> 2) & 1)
 
 
 def ldmatrix_x4(smem, addrs, trans):
@@ -157,7 +159,8 @@ def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_l
             odd = [[kf[l][2 * mt][2], kf[l][2 * mt + 1][2], kf[l][2 * mt][3], kf[l][2 * mt + 1][3]]
                    for l in range(32)]
             sm = [s[l][mt] for l in range(32)]
-            mma(sm, even, [st.q[l][2 * c][0] for l in range(32)], [st.q[l][2 * c][1] for l in range(32)])
+            mma(sm, even, [st.q[l][2 * c][0] for l in range(32)],
+                [st.q[l][2 * c][1] for l in range(32)])
             mma(sm, odd, [st.q[l][2 * c + 1][0] for l in range(32)],
                 [st.q[l][2 * c + 1][1] for l in range(32)])
             for l in range(32):
@@ -199,7 +202,8 @@ def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_l
                 for e in range(4):
                     st.acc[l][c][h][e] *= alpha[l][e & 1]
     pb = [[movmatrix_trans([to_bits(s[l][kk][0], s[l][kk][1]) for l in range(32)]),
-           movmatrix_trans([to_bits(s[l][kk][2], s[l][kk][3]) for l in range(32)])] for kk in range(2)]
+           movmatrix_trans([to_bits(s[l][kk][2], s[l][kk][3]) for l in range(32)])]
+          for kk in range(2)]
     vs = [None] * 32
     for c in range(C):
         addrs = [l * (D // 2) + swizzle(C, l, c) * 16 for l in range(32)]
@@ -221,8 +225,10 @@ def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_l
                 for m in range(2):
                     sc = vs[l][c % 2][kk][m]
                     ev, od = hi_bytes(r[l][2 * kk + m])
-                    per_m.append([scaled_pair(pair14(ev, 0, 2), sc), scaled_pair(pair14(od, 0, 2), sc),
-                                  scaled_pair(pair14(ev, 1, 3), sc), scaled_pair(pair14(od, 1, 3), sc)])
+                    per_m.append([scaled_pair(pair14(ev, 0, 2), sc),
+                                  scaled_pair(pair14(od, 0, 2), sc),
+                                  scaled_pair(pair14(ev, 1, 3), sc),
+                                  scaled_pair(pair14(od, 1, 3), sc)])
                 vf[l].append(per_m)
         for kk in range(2):
             for h in range(2):
