@@ -50,6 +50,11 @@ static int mb_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* --option KEY=VALUE: trtllm_mha's own options (e.g. nvfp4_keys_m=off), for every case. */
+#define MB_OPTIONS_MAX 4
+static ap_option_kv mb_extra[MB_OPTIONS_MAX];
+static size_t mb_num_extra;
+
 static ap_status mb_forward(mb_state *s, int layer) {
     const ap_model *m = &s->model;
     const int fp = m->kv_dtype == AP_DTYPE_FP8_E4M3, fp4 = m->kv_dtype == AP_DTYPE_NVFP4;
@@ -91,7 +96,9 @@ static ap_status mb_setup(ap_registry *reg, const ap_device *dev, const mb_case 
     const ap_options opts = {.struct_size = sizeof opts,
                              .prefix_cache = AP_OPTION_UNSET,
                              .chunked_prefill = AP_OPTION_UNSET,
-                             .cuda_graphs = AP_OPTION_UNSET};
+                             .cuda_graphs = AP_OPTION_UNSET,
+                             .extra = mb_extra,
+                             .num_extra = mb_num_extra};
     st = ap_instance_open(reg, "trtllm_mha", &s->model, &opts, dev, &s->inst);
     if (st != AP_OK) return st;
     const size_t rows = (size_t)s->layout.num_pages_pool * 16 * 8;
@@ -249,6 +256,16 @@ int main(int argc, char **argv) {
             dirs[nd++] = argv[++i];
         else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc)
             only = argv[++i];
+        else if (strcmp(argv[i], "--option") == 0 && i + 1 < argc &&
+                 mb_num_extra < MB_OPTIONS_MAX && strchr(argv[i + 1], '=') != NULL) {
+            char *kv = argv[++i], *eq = strchr(kv, '=');
+            *eq = '\0';
+            mb_extra[mb_num_extra++] = (ap_option_kv){kv, eq + 1};
+        } else {
+            fprintf(stderr, "usage: mha-bench [--plugin-dir DIR]... [--only TEXT] "
+                            "[--option KEY=VALUE]...\n");
+            return 2;
+        }
     }
     ap_registry_options ro = {.struct_size = sizeof ro, .search_dirs = dirs, .num_search_dirs = nd};
     ap_registry *reg = NULL;
@@ -256,7 +273,10 @@ int main(int argc, char **argv) {
     if (ap_registry_create(&ro, &reg) != AP_OK) return 1;
     ap_registry_scan(reg);
     if (ap_device_query(0, &dev) != AP_OK || dev.unusable_reason[0] != '\0') return 77;
-    printf("mha-bench: trtllm_mha on %s (H32/8 D128 page 16, bf16 q)\n", dev.name);
+    printf("mha-bench: trtllm_mha on %s (H32/8 D128 page 16, bf16 q)", dev.name);
+    for (size_t i = 0; i < mb_num_extra; i++)
+        printf("%s %s=%s", i == 0 ? ", options" : ",", mb_extra[i].key, mb_extra[i].value);
+    printf("\n");
     for (size_t i = 0; i < sizeof mb_cases / sizeof mb_cases[0]; i++) {
         const mb_case *c = &mb_cases[i];
         if (only != NULL && strstr(c->name, only) == NULL) continue;

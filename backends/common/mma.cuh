@@ -30,6 +30,15 @@ __device__ __forceinline__ void ap_ldmatrix_x4_trans(uint32_t reg[4], uint32_t a
                  : "r"(addr));
 }
 
+// The transpose of an 8x8 matrix of 16-bit elements held as a fragment (lane l: row l/4,
+// elements 2(l%4)..2(l%4)+1): lane l receives column l/4, rows 2(l%4)..2(l%4)+1. It turns a C
+// fragment packed to 16 bits (keys on M) into the B fragment of the next product.
+__device__ __forceinline__ uint32_t ap_movmatrix_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
 // c += a * b with 16-bit inputs of type T (__nv_bfloat16 or __half) and float accumulators.
 template <typename T>
 __device__ __forceinline__ void ap_mma_16816(float c[4], const uint32_t a[4], uint32_t b0,

@@ -30,14 +30,15 @@ struct mha_nvfp4 {}; // cache element tag: E2M1 pairs and an e4m3 scale per 16 v
 // Which head dims a lane's fragments hold (state_begin, state_finish).
 enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
 
-// Compile-time sizes of one (head dim, cache type, key warps) triple. KW warps take different
-// 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
+// Compile-time sizes of one (head dim, cache type, key warps, keys on M) set. KW warps take
+// different 32-key sub-tiles of one step (KW = 4: one 16-row block, every warp on its own keys; KW = 1: four
 // 16-row blocks on the same keys), so a stage holds KW * 32 keys. Every cache type lands in the
 // ring as it is stored, rows of swizzled 16-byte chunks (nvfp4's scale rows after its value rows),
 // and the math reads its fragments with ldmatrix: 16-bit tiles straight (tile_math), fp8 and
 // nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
 // every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
-template <int D, typename KV, int KW> struct decode_shape {
+// KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh).
+template <int D, typename KV, int KW, bool KM = false> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
     static constexpr bool half_math = is_nvfp4 || is_fp8;
@@ -55,16 +56,19 @@ template <int D, typename KV, int KW> struct decode_shape {
     // fp8: KW = 4's D128 96 KB ring holds 2 CTAs per SM, so no register cap there (ptxas would
     // aim at 168 for 3); D128 KW = 2's 64 KB ring holds 3: 168 registers as before (4 bytes
     // spilled, one local load per step). 0: the compiler's own choice.
-    static constexpr int min_ctas = !is_fp8 ? 0 : (KW == 4 ? 1 : (D == 128 && KW == 2 ? 3 : 0));
+    // KM: 4 CTAs (<= 128 registers, a ring of <= 56 KB: D128 3 stages of 18 KB).
+    static constexpr int min_ctas =
+        KM ? 4 : (!is_fp8 ? 0 : (KW == 4 ? 1 : (D == 128 && KW == 2 ? 3 : 0)));
     // 16-bit: one CTA per SM with ~200 KB of ring; fp8 / nvfp4 (conversion work per byte):
     // rings of <= 100 KB, so that two or more CTAs share an SM and their barriers interleave.
-    static constexpr int ring_budget = (half_math ? 100 : 200) * 1024;
+    static constexpr int ring_budget = (KM ? 56 : (half_math ? 100 : 200)) * 1024;
     static constexpr int stages_fit = ring_budget / stage_bytes;
     static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
     static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
     static constexpr int ring_bytes = stages * stage_bytes;
     static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
+    static_assert(!KM || (is_nvfp4 && KW == 4 && D <= 128), "keys on M: nvfp4, one row block");
 };
 
 struct decode_args {
@@ -98,6 +102,12 @@ struct cta_work {
     int key_begin, key_end;
     const int32_t *pages;
 };
+
+} // namespace
+
+#include "decode_keys_m.cuh" // the keys-on-M nvfp4 step and its state (needs the two above)
+
+namespace {
 
 // S::pages_ahead: lane j of every warp holds the page-table entry of stage `index`'s j-th page (0
 // from key_end on; a stage of <= 128 keys spans <= 9 pages of >= 16), loaded one step before the
@@ -160,19 +170,24 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
             chunk_copy<S>(w, a, stage, row, chunk, slot, valid);
         }
     }
-    if constexpr (S::is_nvfp4) { // whole warps take a row each (S::keys: a multiple of 32)
-        for (int row = threadIdx.x; row < S::keys; row += kThreads) {
+    if constexpr (S::is_nvfp4) {
+        // One scale row per thread, whole warps (S::keys: 32, 64 or 128): no loop, no divergent
+        // shuffle; a page-ahead slot fits 32 bits as above (one wide multiply-add per address).
+        static_assert(S::keys % 32 == 0 && S::keys <= kThreads, "a scale row per thread");
+        const int row = threadIdx.x;
+        if (row < S::keys) {
             const int pos = first + row, shift = a.log2_page_size;
             const bool valid = pos < w.key_end;
-            int64_t slot = 0;
+            uint64_t slot = 0u;
             if constexpr (S::pages_ahead) {
                 const uint32_t page =
                     __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
-                slot = valid ? (int64_t)((page << shift) + (pos & ((1 << shift) - 1))) : 0;
+                slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
             } else {
-                slot = valid ? ap_paged_slot(w.pages, pos, shift) : 0;
+                slot = valid ? (uint64_t)ap_paged_slot(w.pages, pos, shift) : 0u;
             }
-            const int64_t src = (slot * a.num_kv_heads + w.kv_head) * S::scale_row;
+            const uint64_t src = slot * ((uint32_t)a.num_kv_heads * S::scale_row) +
+                                 (uint32_t)w.kv_head * S::scale_row;
             const uint32_t dst = S::keys * S::raw_row + row * S::scale_row;
             cp_async_small<S::scale_row>(stage + dst, a.k_scales + src, valid);
             cp_async_small<S::scale_row>(stage + S::raw_tile + dst, a.v_scales + src, valid);
@@ -395,10 +410,10 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 // per step frees the oldest stage (every warp has finished the previous step) before it is
 // refilled. Warp w takes rows
 // (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
-template <int D, typename KV, typename QT, int KW>
-__global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW>::min_ctas))
+template <int D, typename KV, typename QT, int KW, bool KM>
+__global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ctas))
     mha_decode_kernel(const decode_args a) {
-    using S = decode_shape<D, KV, KW>;
+    using S = decode_shape<D, KV, KW, KM>;
     using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
     cta_work w;
@@ -415,8 +430,12 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW>::min_ctas))
         ap_cp_async_commit();
     }
     int32_t pages_next = stage_pages<S>(w, a, S::stages - 1, lane);
-    warp_state<D> st;
-    state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
+    static_assert(!KM || S::layout == kLayoutNvfp4, "keys on M: nvfp4's dim order");
+    typename std::conditional<KM, km_state<D>, warp_state<D>>::type st;
+    if constexpr (KM)
+        km_begin<D, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+    else
+        state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
@@ -433,8 +452,12 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW>::min_ctas))
             if constexpr (S::is_nvfp4) {
                 const uint8_t *scales = smem + (i % S::stages) * S::stage_bytes +
                                         S::keys * S::raw_row + kg * kTile * S::scale_row;
-                tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
-                                   w.key_end, a.scale_log2, lane);
+                if constexpr (KM)
+                    tile_math_km<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                    w.key_end, a.scale_log2, lane);
+                else
+                    tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                       w.key_end, a.scale_log2, lane);
             } else if constexpr (S::is_fp8) {
                 tile_math_fp8<D>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
             } else {
@@ -446,12 +469,18 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW>::min_ctas))
     ap_pdl_launch_dependents(); // the combine's CTAs may take their slots; it waits for our writes
     if constexpr (KW > 1) {
         __syncthreads(); // the ring is free: its bytes hold the warps' states
-        state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+        if constexpr (KM)
+            km_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+        else
+            state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
         if (kg > 0) return;
     }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
+    if constexpr (KM)
+        km_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
+    else
+        state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
@@ -461,21 +490,26 @@ struct decode_kernel_info {
     int smem_bytes;
 };
 
-template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw) {
-    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4>, decode_shape<D, KV, 4>::smem};
-    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2>, decode_shape<D, KV, 2>::smem};
-    return {mha_decode_kernel<D, KV, QT, 1>, decode_shape<D, KV, 1>::smem};
+// km: at most 8 rows per (sequence, KV head); nvfp4 with 4 key warps then puts the keys on M.
+template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, bool km) {
+    if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128)
+        if (kw == 4 && km)
+            return {mha_decode_kernel<D, KV, QT, 4, true>, decode_shape<D, KV, 4, true>::smem};
+    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4, false>, decode_shape<D, KV, 4>::smem};
+    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2, false>, decode_shape<D, KV, 2>::smem};
+    return {mha_decode_kernel<D, KV, QT, 1, false>, decode_shape<D, KV, 1>::smem};
 }
 
-template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw) {
+template <int D, typename QT>
+decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, bool km) {
     switch (kv_dtype) {
-        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw);
-        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw);
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw, false);
+        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw, km);
         case AP_DTYPE_BF16:
-            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>(kw);
+            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>(kw, false);
             break;
         case AP_DTYPE_F16:
-            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw);
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw, false);
             break;
         default: break;
     }
@@ -483,38 +517,44 @@ template <int D, typename QT> decode_kernel_info decode_variant_kv(ap_dtype kv_d
 }
 
 template <int D>
-decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
-    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw);
-    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw);
+decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw, bool km) {
+    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw, km);
+    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw, km);
     return {NULL, 0};
 }
 
 // The small dispatch: the only place that instantiates kernels.
 // Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
-// else 1 (mha_decode_key_warps, plan.c).
-decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw) {
+// else 1 (mha_decode_key_warps, plan.c). rows: a (sequence, KV head)'s rows at most (group x
+// max_q_len); <= 8 takes the keys-on-M nvfp4 kernel (decode_keys_m.cuh).
+decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw,
+                                   int32_t rows) {
     if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
+    const bool km = rows >= 1 && rows <= 8;
     switch (head_dim) {
-        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw);
-        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw);
-        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw);
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw, false);
         default: return {NULL, 0};
     }
 }
 
 ap_status decode_setup_all(ap_msgbuf *msg) {
-    const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4};
+    const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4}, rows[2] = {8, 16};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
     for (int d = 0; d < 3; d++)
         for (int q = 0; q < 2; q++)
             for (int k = 0; k < 4; k++)
-                for (int w = 0; w < 3; w++) {
-                    decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w]);
-                    if (v.kernel == NULL) continue;
-                    ap_status st = ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
-                    if (st != AP_OK) return st;
-                }
+                for (int w = 0; w < 3; w++)
+                    for (int r = 0; r < 2; r++) {
+                        decode_kernel_info v =
+                            decode_dispatch(dims[d], qs[q], kvs[k], kws[w], rows[r]);
+                        if (v.kernel == NULL) continue;
+                        ap_status st =
+                            ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
+                        if (st != AP_OK) return st;
+                    }
     return AP_OK;
 }
 
@@ -525,9 +565,11 @@ extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
 }
 
 extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                            int32_t key_warps, int32_t *out, ap_msgbuf *msg) {
+                                            int32_t key_warps, int32_t rows, int32_t keys_m,
+                                            int32_t *out, ap_msgbuf *msg) {
     *out = 1;
-    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps);
+    decode_kernel_info v =
+        decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, keys_m ? rows : MHA_BLOCK_ROWS);
     if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
     int blocks = 0;
     ap_status st = ap_cuda_status(
@@ -567,7 +609,8 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
-    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw);
+    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw,
+                                           p->keys_m ? group * p->max_q_len : MHA_BLOCK_ROWS);
     // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||

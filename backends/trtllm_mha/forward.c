@@ -231,6 +231,7 @@ static ap_status mha_forward(ap_backend *b, const ap_layer *layer, const ap_forw
         .kv_page_indices = p->kv_page_indices,
         .seq_lens = p->seq_lens,
         .num_splits = p->num_splits,
+        .keys_m = b->keys_m,
         .partial_out = b->partial_out,
         .partial_lse = b->partial_lse,
     };

@@ -45,6 +45,7 @@ typedef struct mha_decode_params {
     const int32_t *kv_page_indices;
     const int32_t *seq_lens; /* device [num_seqs] */
     int32_t num_splits;      /* CTAs per (sequence, KV head, row block); 1 writes out directly */
+    int32_t keys_m;          /* 1: nvfp4 with <= 8 rows per KV head takes decode_keys_m.cuh */
     float *partial_out;      /* [ctas][MHA_BLOCK_ROWS][D] when num_splits > 1 */
     float *partial_lse;      /* [ctas][MHA_BLOCK_ROWS] base 2 */
 } mha_decode_params;
@@ -61,9 +62,11 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warp
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
                               int32_t max_q_len, int32_t head_dim, int32_t slots,
                               int32_t max_splits);
-/* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device. */
+/* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device;
+ * rows (a (sequence, KV head)'s rows, group x max_q_len) and keys_m pick the kernel. */
 ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                 int32_t key_warps, int32_t *out, ap_msgbuf *msg);
+                                 int32_t key_warps, int32_t rows, int32_t keys_m, int32_t *out,
+                                 ap_msgbuf *msg);
 /* Raise the kernels' shared-memory limits on the current device (once per instance). */
 ap_status mha_decode_setup(ap_msgbuf *msg);
 ap_status mha_decode_run(const mha_decode_params *params, void *stream, ap_msgbuf *msg);

@@ -57,8 +57,10 @@ static void mha_destroy(ap_backend *b) {
 static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     int32_t per_sm = 1;
-    const int32_t kw = mha_decode_key_warps(m->num_qo_heads / m->num_kv_heads, 1, m->head_dim_qk);
-    ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, &per_sm, msg);
+    const int32_t group = m->num_qo_heads / m->num_kv_heads; /* a decode's rows */
+    const int32_t kw = mha_decode_key_warps(group, 1, m->head_dim_qk);
+    ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group,
+                                          b->keys_m, &per_sm, msg);
     if (st != AP_OK) return st;
     b->wave_slots = per_sm * b->sm_count;
     const size_t rows = (size_t)MHA_SPLIT_WAVES * (size_t)b->wave_slots * MHA_BLOCK_ROWS;
@@ -86,6 +88,7 @@ static ap_status mha_create(const ap_model *model, const ap_options *options,
     b->device_ordinal = device->ordinal;
     b->sm_count = device->sm_count;
     b->split_kv = mha_option_split_kv(options);
+    b->keys_m = mha_option_nvfp4_keys_m(options);
     st = ap_kit_set_device(device->ordinal, MHA_NAME, msg);
     if (st == AP_OK) st = mha_decode_setup(msg);
     if (st == AP_OK) st = mha_alloc_workspace(b, msg);

@@ -71,8 +71,14 @@ int mha_option_split_kv(const ap_options *options) {
     return value == NULL || strcmp(value, "off") != 0;
 }
 
-/* Backend-specific options: split_kv: auto | off (a measurement knob). Anything else is refused,
- * since a typo must not pass silently. */
+int mha_option_nvfp4_keys_m(const ap_options *options) {
+    const char *value = ap_kit_option(options, "nvfp4_keys_m");
+    return value == NULL || strcmp(value, "off") != 0;
+}
+
+/* Backend-specific options, measurement knobs: split_kv and nvfp4_keys_m (the nvfp4 decode's
+ * keys-on-M kernel for <= 8 rows per KV head), each auto | off. Anything else is refused, since
+ * a typo must not pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {
@@ -85,14 +91,14 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         const ap_option_kv *kv = &options->extra[i];
         const char *key = kv->key != NULL ? kv->key : "(null)";
         const char *value = kv->value != NULL ? kv->value : "(null)";
-        if (strcmp(key, "split_kv") == 0 &&
-            (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0))
-            continue;
+        const int known = strcmp(key, "split_kv") == 0 || strcmp(key, "nvfp4_keys_m") == 0;
+        if (known && (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0)) continue;
         *refused = 1;
-        if (strcmp(key, "split_kv") == 0)
-            ap_msgbuf_add(reasons, MHA_NAME ": option split_kv is '%s', not auto or off", value);
+        if (known)
+            ap_msgbuf_add(reasons, MHA_NAME ": option %s is '%s', not auto or off", key, value);
         else
-            ap_msgbuf_add(reasons, MHA_NAME ": unknown option '%s' (known: split_kv)", key);
+            ap_msgbuf_add(reasons, MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m)",
+                          key);
     }
 }
 

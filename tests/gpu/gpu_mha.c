@@ -496,6 +496,11 @@ static const mh_case mh_named[] = {
             0, 0),
     MH_CASE("mtp_nvfp4_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_NVFP4, 16, 128, 32, 8, MH_MTP_SEQS,
             NULL, 0, 0),
+    /* <= 8 rows per (sequence, KV head): nvfp4's keys-on-M kernel (decode_keys_m.cuh) */
+    MH_CASE("mtp_nvfp4_g1_d64_p32", AP_DTYPE_F16, AP_DTYPE_NVFP4, 32, 64, 8, 8, MH_MTP_SEQS, NULL,
+            0, 1),
+    MH_CASE("mtp_nvfp4_g2_d128_p16", AP_DTYPE_BF16, AP_DTYPE_NVFP4, 16, 128, 16, 8,
+            "0:1,61:2,61:3,60:4,4995:4,59:3", NULL, 0, 0),
     MH_CASE("mtp_nosplit_bf16_g4", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_MTP_SEQS, NULL,
             1, 0),
     MH_CASE("split_b1_l32768_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "32767:1", NULL,

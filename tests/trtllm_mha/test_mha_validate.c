@@ -52,6 +52,12 @@ static void test_validate(void) {
     ap_test_expect_verdict(vt, "split_kv off", &m, &o, &d, NULL);
     o.extra = &wrong;
     ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
+    ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
+    o.extra = &keys_m_off;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
+    o.extra = &keys_m_bad;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
+                           "nvfp4_keys_m is 'on', not auto or off");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
     ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
     /* every reason, not just the first */

@@ -1,0 +1,328 @@
+// decode_keys_m.cuh: trtllm_mha's nvfp4 decode step for warps of at most 8 query rows (a GQA
+// decode of group <= 8), with the keys on the M side of mma.sync m16n8k16: S^T = K Q^T and
+// O^T = V^T P^T. Included by decode.cu after its decode_args and cta_work.
+//
+// Why: with the rows on M (tile_math_nvfp4) a warp of <= 8 rows leaves rows g + 8 of every
+// fragment empty: half of each mma, of Q's A fragments and of O's accumulators is zeros. With the
+// keys on M the 8 rows are N: a step takes 16 mma, not 32, for each of QK and PV, Q holds D / 8
+// registers (not D / 4) and O D / 4 floats (not D / 2), so the kernel fits 4 CTAs on an SM.
+// The K and V fragments are decoded exactly as tile_math_nvfp4 decodes them (the same ldmatrix
+// reads, ap_nvfp4_hi_bytes / ap_nvfp4_pair14, the same block scales); only their roles change:
+//   K: r[n] (keys 8n + g, dims 32c + 8t .. 8t + 7) are the A rows g (n even) and g + 8 (n odd)
+//      of key tile n / 2, k-step 2c (even dims) and 2c + 1 (odd dims); Q is B (n = row g).
+//   S^T's C fragment: keys 16mt + g (c0, c1) and + 8 (c2, c3), rows 2t and 2t + 1; packed to
+//      halves and transposed by movmatrix it is the B fragment of P^T (keys 2t.., row g).
+//   V: the pairs (keys 2t, 2t + 1 of dim 32c + 4g + e) are the A rows of the dims: tile (c, h)
+//      has dim 32c + 4g + 2h in row g and 32c + 4g + 2h + 1 in row g + 8.
+//   O^T's C fragment: lane (g, t) holds rows 2t, 2t + 1, dims 32c + 4g .. 4g + 3.
+#ifndef AP_TRTLLM_MHA_DECODE_KEYS_M_CUH
+#define AP_TRTLLM_MHA_DECODE_KEYS_M_CUH
+
+namespace {
+
+// One warp's rows 0..7 of a row block: Q as B fragments (row g), O^T as C fragments, per lane
+// the running max m and its share of the denominator l of rows 2t and 2t + 1.
+template <int D> struct km_state {
+    uint32_t q[D / 16][2];
+    float acc[D / 32][2][4];
+    float m[2], l[2];
+    int limit[2]; // the last key rows 2t, 2t + 1 see (causal): prefix + their token
+    int prefix;
+};
+
+// Q's row g, its dims in tile_math_nvfp4's order (k-step ks: dims 32 (ks / 2) + 8t + ks % 2
+// + {0, 2} in b0, + 4 + {0, 2} in b1), converted to half.
+template <int D, typename QT>
+__device__ __forceinline__ void km_begin(km_state<D> &st, const cta_work &w, const decode_args &a,
+                                         int first_row, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    st.prefix = w.prefix;
+    const int r = first_row + g;
+    const bool live = r < w.rows;
+    const int token = live ? r / a.group : 0, head = live ? r % a.group : 0;
+    const uint16_t *q16 = reinterpret_cast<const uint16_t *>(
+        static_cast<const QT *>(a.q) +
+        ((int64_t)(w.q_start + token) * a.num_qo_heads + w.kv_head * a.group + head) * D);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks++)
+#pragma unroll
+        for (int hi = 0; hi < 2; hi++) {
+            const int dim = 32 * (ks >> 1) + 8 * t + (ks & 1) + 4 * hi;
+            uint32_t v = 0u;
+            if (live) v = (uint32_t)__ldg(q16 + dim) | (uint32_t)__ldg(q16 + dim + 2) << 16;
+            if constexpr (!std::is_same<QT, __half>::value) {
+                const float2 f = ap_unpack2<QT>(v);
+                v = ap_pack2<__half>(f.x, f.y);
+            }
+            st.q[ks][hi] = v;
+        }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int rj = first_row + 2 * t + j;
+        st.limit[j] = w.prefix + (rj < w.rows ? rj / a.group : 0);
+        st.m[j] = -INFINITY;
+        st.l[j] = 0.f;
+    }
+#pragma unroll
+    for (int c = 0; c < D / 32; c++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            st.acc[c][h][0] = st.acc[c][h][1] = st.acc[c][h][2] = st.acc[c][h][3] = 0.f;
+}
+
+// tile_softmax's online softmax over S^T (s[mt][2 hi + j]: key 16mt + 8hi + g, row 2t + j): a
+// row's max runs over the lane's 4 keys, then the 8 lanes g of its column (3 shuffles).
+template <int D>
+__device__ __forceinline__ void km_softmax(km_state<D> &st, float (&s)[2][4], int first_key,
+                                           int key_end, float scale_log2, int g) {
+    const bool full = first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
+    float alpha[2];
+    bool grew = false;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                float x = s[mt][2 * hi + j];
+                if (!full) {
+                    const int key = first_key + 16 * mt + 8 * hi + g;
+                    x = (key < key_end && key <= st.limit[j]) ? x : -INFINITY;
+                    s[mt][2 * hi + j] = x;
+                }
+                tile_max = fmaxf(tile_max, x);
+            }
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 4));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 8));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 16));
+        const float m_new = fmaxf(st.m[j], tile_max * scale_log2);
+        const float base = m_new == -INFINITY ? 0.f : m_new;
+        alpha[j] = ap_exp2_approx(st.m[j] - base);
+        float sum = 0.f;
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                const float p = ap_exp2_approx(fmaf(s[mt][2 * hi + j], scale_log2, -base));
+                s[mt][2 * hi + j] = p;
+                sum += p;
+            }
+        st.l[j] = st.l[j] * alpha[j] + sum;
+        grew = grew || m_new != st.m[j];
+        st.m[j] = m_new;
+    }
+    if (__any_sync(0xffffffffu, grew))
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) st.acc[c][h][e] *= alpha[e & 1];
+}
+
+// One 32-key step over an nvfp4 sub-tile (tile_math_nvfp4's arguments), keys on M.
+template <int D>
+__device__ __forceinline__ void
+tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *scale_k,
+             const uint8_t *scale_v, int first_key, int key_end, float scale_log2, int lane) {
+    constexpr int C = D / 32, SR = D / 16;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t lane_row = lane * (D / 2);
+    float s[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.f;
+    const uint32_t sel_k = (t >> 1) * 0x1111u + 0x2200u; // as tile_math_nvfp4
+    uint32_t ks[2][4];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (c % 2 == 0)
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                const uint8_t *row = scale_k + (8 * n + g) * SR;
+                nvfp4_scale_word(row, row, c / 2, sel_k, ks[0][n], ks[1][n]);
+            }
+        uint32_t r[4];
+        ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
+        uint32_t kf[4][4]; // key 8n + g: dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            const uint32_t sc = ks[c % 2][n];
+            const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[n]);
+            kf[n][0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 1), sc);
+            kf[n][1] = scaled_pair(ap_nvfp4_pair14(h.even, 2, 3), sc);
+            kf[n][2] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 1), sc);
+            kf[n][3] = scaled_pair(ap_nvfp4_pair14(h.odd, 2, 3), sc);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
+                                      kf[2 * mt + 1][1]};
+            const uint32_t odd[4] = {kf[2 * mt][2], kf[2 * mt + 1][2], kf[2 * mt][3],
+                                     kf[2 * mt + 1][3]};
+            ap_mma_16816<__half>(s[mt], even, st.q[2 * c][0], st.q[2 * c][1]);
+            ap_mma_16816<__half>(s[mt], odd, st.q[2 * c + 1][0], st.q[2 * c + 1][1]);
+        }
+    }
+    km_softmax<D>(st, s, first_key, key_end, scale_log2, g);
+    uint32_t pb[2][2]; // P^T as B: keys 16kk + 2t.. (b0), + 8 (b1), row g
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
+        pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
+    }
+    const uint32_t sel_v = (g >> 2) * 0x1111u + 0x6240u; // as tile_math_nvfp4
+    uint32_t vs[2][2][2];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (c % 2 == 0)
+#pragma unroll
+            for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+                for (int m = 0; m < 2; m++) {
+                    const uint8_t *row = scale_v + (16 * kk + 8 * m + 2 * t) * SR;
+                    nvfp4_scale_word(row, row + SR, c / 2, sel_v, vs[0][kk][m], vs[1][kk][m]);
+                }
+        uint32_t r[4];
+        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                const uint32_t scales = vs[c % 2][kk][m];
+                const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[2 * kk + m]);
+                vf[m][0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 2), scales);
+                vf[m][1] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 2), scales);
+                vf[m][2] = scaled_pair(ap_nvfp4_pair14(h.even, 1, 3), scales);
+                vf[m][3] = scaled_pair(ap_nvfp4_pair14(h.odd, 1, 3), scales);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
+                                        vf[1][2 * h + 1]};
+                ap_mma_16816<__half>(st.acc[c][h], va, pb[kk][0], pb[kk][1]);
+            }
+        }
+    }
+}
+
+// Rows 2t + j, dims 32c + 4g .. 4g + 3 of O (unnormalised) as four floats.
+template <int D> __device__ __forceinline__ float4 km_row4(const km_state<D> &st, int c, int j) {
+    return make_float4(st.acc[c][0][j], st.acc[c][0][2 + j], st.acc[c][1][j], st.acc[c][1][2 + j]);
+}
+
+// state_merge for km_state (KW warps over different keys of the same 8 rows): warps 1..KW-1
+// leave O, m and the full l of each row in shared memory, warp 0 folds them in.
+template <int D>
+__device__ __forceinline__ void km_merge(km_state<D> &st, float *scratch, int base, int kg, int kw,
+                                         int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float l[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        l[j] = st.l[j] + __shfl_xor_sync(0xffffffffu, st.l[j], 4);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
+    }
+    float *mine = scratch + (base + kg) * 16 * (D + 2);
+    if (kg > 0) {
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            float *row = mine + (2 * t + j) * (D + 2);
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                const float4 o = km_row4<D>(st, c, j);
+                *reinterpret_cast<float2 *>(row + 32 * c + 4 * g) = make_float2(o.x, o.y);
+                *reinterpret_cast<float2 *>(row + 32 * c + 4 * g + 2) = make_float2(o.z, o.w);
+            }
+            if (g == 0) {
+                row[D] = st.m[j];
+                row[D + 1] = l[j];
+            }
+        }
+    }
+    __syncthreads();
+    if (kg > 0) return;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int row = 2 * t + j;
+        float m = st.m[j];
+        for (int k = 1; k < kw; k++)
+            m = fmaxf(m, scratch[(base + k) * 16 * (D + 2) + row * (D + 2) + D]);
+        const float ref = m == -INFINITY ? 0.f : m;
+        const float own = ap_exp2_approx(st.m[j] - ref);
+        float lj = l[j] * own;
+#pragma unroll
+        for (int c = 0; c < D / 32; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                st.acc[c][h][j] *= own;
+                st.acc[c][h][2 + j] *= own;
+            }
+        for (int k = 1; k < kw; k++) {
+            const float *other = scratch + (base + k) * 16 * (D + 2) + row * (D + 2);
+            const float wk = ap_exp2_approx(other[D] - ref);
+            lj += other[D + 1] * wk;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                const float2 lo = *reinterpret_cast<const float2 *>(other + 32 * c + 4 * g);
+                const float2 hi = *reinterpret_cast<const float2 *>(other + 32 * c + 4 * g + 2);
+                st.acc[c][0][j] += lo.x * wk;
+                st.acc[c][0][2 + j] += lo.y * wk;
+                st.acc[c][1][j] += hi.x * wk;
+                st.acc[c][1][2 + j] += hi.y * wk;
+            }
+        }
+        st.m[j] = m;
+        st.l[j] = g == 0 ? lj : 0.f; // km_finish sums the eight lanes' shares
+    }
+}
+
+// state_finish for km_state: o = O / l * v_scale, lse2 = m + log2(l), rows 2t and 2t + 1 of the
+// warp (local0 + 2t + j of the CTA's block), to the output or the CTA's partial slot.
+template <int D, typename QT>
+__device__ __forceinline__ void km_finish(km_state<D> &st, const cta_work &w, const decode_args &a,
+                                          int64_t partial, int local0, int block_rows, int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    float l[2];
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        l[j] = st.l[j] + __shfl_xor_sync(0xffffffffu, st.l[j], 4);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
+    }
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const float inv = l[j] > 0.f ? a.v_scale / l[j] : 0.f;
+        const float lse2 = l[j] > 0.f ? st.m[j] + __log2f(l[j]) : -INFINITY;
+        const int local = local0 + 2 * t + j;
+        const int r = w.block * block_rows + local;
+        if (r >= w.rows) continue;
+        if (a.num_splits == 1) {
+            const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
+                                w.kv_head * a.group + r % a.group;
+            QT *out = static_cast<QT *>(a.out) + row * D;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                const float4 o = km_row4<D>(st, c, j);
+                *reinterpret_cast<uint2 *>(out + 32 * c + 4 * g) = make_uint2(
+                    ap_pack2<QT>(o.x * inv, o.y * inv), ap_pack2<QT>(o.z * inv, o.w * inv));
+            }
+            if (a.lse != NULL && g == 0) a.lse[row] = ap_lse2_to_ln(lse2);
+        } else {
+            float *out = a.partial_out + (partial * MHA_BLOCK_ROWS + local) * D;
+#pragma unroll
+            for (int c = 0; c < D / 32; c++) {
+                const float4 o = km_row4<D>(st, c, j);
+                *reinterpret_cast<float4 *>(out + 32 * c + 4 * g) =
+                    make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+            }
+            if (g == 0) a.partial_lse[partial * MHA_BLOCK_ROWS + local] = lse2;
+        }
+    }
+}
+
+} // namespace
+
+#endif // AP_TRTLLM_MHA_DECODE_KEYS_M_CUH
