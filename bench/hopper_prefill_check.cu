@@ -298,6 +298,13 @@ static void reference(const Case &c, const Batch &b, const std::vector<float> &q
     }
 }
 
+/* The fp8 K/V path's LSE tolerance: S comes from fp8 tensor cores, which keep fewer bits than
+ * fp32 while they accumulate (about 13-14, DeepSeek-V3's report), so a row's LSE (S itself for a
+ * row of few keys) is off by up to ~1e-3 of the logits' scale: 5.0e-3 against Q split as the
+ * kernel splits it and 8.2e-3 against exact Q on the "grow" case (logits up to ~10) on the H100,
+ * 2026-11-26. The outputs keep the 16-bit path's 1e-2 (measured 1.1e-3 to 2.8e-3). */
+constexpr double kLseF8 = 1e-2;
+
 /* Every output element and LSE of one run against the double reference; prints one line. */
 static bool compare(const Case &c, const char *what, const void *dout, const float *dlse,
                     size_t n_out, const std::vector<double> &ref, const std::vector<double> &ref_lse,
@@ -405,7 +412,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
         st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
         CK(cudaDeviceSynchronize());
         ok = st == AP_OK && compare(c, "kit entry", dout, dlse, n_out, ref, ref_lse, 1e-2,
-                                    c.fp8 ? 5e-3 : 1e-3);
+                                    c.fp8 ? kLseF8 : 1e-3);
     }
     if (!ok) {
         std::printf("FAIL %-28s kit entry: status %d hopper %d: %s\n", c.name, (int)st, plan.hopper,
@@ -561,8 +568,8 @@ static bool run_case(const Case &c, unsigned seed) {
             std::printf("FAIL %-28s tensor map error %d\n", c.name, rc);
             ok = false;
         } else {
-            ok = compare(c, "fp8 kernel", dout, dlse, n_out, ref, ref_lse, 1e-2, 5e-3) && ok;
-            ok = compare(c, "fp8 vs exact q", dout, dlse, n_out, ref_x, lse_x, 1e-2, 5e-3) && ok;
+            ok = compare(c, "fp8 kernel", dout, dlse, n_out, ref, ref_lse, 1e-2, kLseF8) && ok;
+            ok = compare(c, "fp8 vs exact q", dout, dlse, n_out, ref_x, lse_x, 1e-2, kLseF8) && ok;
         }
     }
     for (int variant = 0; variant < (c.fp8 ? 0 : kVariants); ++variant) {

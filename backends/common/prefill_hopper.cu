@@ -140,6 +140,27 @@ int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *pl
            ap_hopper::make_map(mv, p->v, nkv, hkv, G::kDv, G::kKeys) != 0;
 }
 
+// The kernel parameters both launches share: the plan's items and the call's batch, heads and
+// scales (the caller adds the paged source and the grid's persistence).
+ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan) {
+    ap_hopper::Params kp = {};
+    kp.items = static_cast<const ap_hopper::Item *>(plan->items);
+    kp.qo_indptr = p->qo_indptr;
+    kp.kv_indptr = p->kv_indptr;
+    kp.num_kv_heads = p->num_kv_heads;
+    kp.out = p->out;
+    kp.lse = p->lse;
+    kp.num_qo_heads = p->num_qo_heads;
+    kp.group = p->num_qo_heads / p->num_kv_heads;
+    kp.causal = p->causal != 0;
+    kp.scale_log2 = p->sm_scale * ap_log2e;
+    kp.sm_scale = p->sm_scale;
+    kp.num_items = plan->num_items;
+    kp.k_scale = p->k_scale;
+    kp.v_scale = p->v_scale;
+    return kp;
+}
+
 template <typename T, int kMode, int kD, bool kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
@@ -154,25 +175,15 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    ap_hopper::Params kp = {};
-    kp.items = static_cast<const ap_hopper::Item *>(plan->items);
-    kp.qo_indptr = p->qo_indptr;
-    kp.kv_indptr = kPaged ? p->kv_page_indptr : p->kv_indptr;
-    kp.kv_page_indices = p->kv_page_indices;
-    kp.kv_last_page_len = p->kv_last_page_len;
-    kp.v_pages = p->v_pages;
-    kp.page_shift = kPaged ? ap_hopper_page_shift(p->page_size) : 0;
-    kp.num_kv_heads = p->num_kv_heads;
-    kp.out = p->out;
-    kp.lse = p->lse;
-    kp.num_qo_heads = p->num_qo_heads;
-    kp.group = p->num_qo_heads / p->num_kv_heads;
-    kp.causal = p->causal != 0;
-    kp.scale_log2 = p->sm_scale * ap_log2e;
-    kp.sm_scale = p->sm_scale;
-    kp.num_items = plan->num_items;
-    const bool persistent =
-        ap_hopper::use_persistent(kD, kPaged, p->num_qo_heads / p->num_kv_heads);
+    ap_hopper::Params kp = hopper_params(p, plan);
+    if (kPaged) {
+        kp.kv_indptr = p->kv_page_indptr;
+        kp.kv_page_indices = p->kv_page_indices;
+        kp.kv_last_page_len = p->kv_last_page_len;
+        kp.v_pages = p->v_pages;
+        kp.page_shift = ap_hopper_page_shift(p->page_size);
+    }
+    const bool persistent = ap_hopper::use_persistent(kD, kPaged, kp.group);
     kp.persistent = persistent ? 1 : 0;
     const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
@@ -198,21 +209,7 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    ap_hopper::Params kp = {};
-    kp.items = static_cast<const ap_hopper::Item *>(plan->items);
-    kp.qo_indptr = p->qo_indptr;
-    kp.kv_indptr = p->kv_indptr;
-    kp.num_kv_heads = p->num_kv_heads;
-    kp.out = p->out;
-    kp.lse = p->lse;
-    kp.num_qo_heads = p->num_qo_heads;
-    kp.group = p->num_qo_heads / p->num_kv_heads;
-    kp.causal = p->causal != 0;
-    kp.scale_log2 = p->sm_scale * ap_log2e;
-    kp.sm_scale = p->sm_scale;
-    kp.num_items = plan->num_items;
-    kp.k_scale = p->k_scale;
-    kp.v_scale = p->v_scale;
+    ap_hopper::Params kp = hopper_params(p, plan);
     const bool persistent = ap_hopper::use_persistent(kD, false, kp.group);
     kp.persistent = persistent ? 1 : 0;
     const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);

@@ -468,6 +468,25 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     }
 }
 
+/* The kernels' shared memory, aligned to 1024 bytes (the 128-byte swizzle's atom). */
+__device__ __forceinline__ uint8_t *smem_base(uint8_t *raw) {
+    return reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + 1023) &
+                                       ~static_cast<uintptr_t>(1023));
+}
+
+/* Thread 0's init of the Q and ring barriers (stages of them; v_full with v_full_count
+ * arrivals: 1, a TMA's, or the fp8 kernel's converter warps). The caller fences and syncs. */
+__device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count) {
+    bar_init(&b->q_full, 1);
+    bar_init(&b->q_empty, 8); /* one arrival per consumer warp */
+    for (int s = 0; s < stages; ++s) {
+        bar_init(&b->k_full[s], 1);
+        bar_init(&b->v_full[s], v_full_count);
+        bar_init(&b->k_empty[s], 8);
+        bar_init(&b->v_empty[s], 8);
+    }
+}
+
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
  * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo).
@@ -486,22 +505,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                                ~static_cast<uintptr_t>(1023));
     using G = Geo<kD>;
-    uint8_t *sq = base;
+    uint8_t *sq = smem_base(smem_raw);
     uint8_t *sk = sq + G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
     if (threadIdx.x == 0) {
-        bar_init(&b->q_full, 1);
-        bar_init(&b->q_empty, 8); /* one arrival per consumer warp */
-        for (int s = 0; s < G::kStg; ++s) {
-            bar_init(&b->k_full[s], 1);
-            bar_init(&b->v_full[s], 1);
-            bar_init(&b->k_empty[s], 8);
-            bar_init(&b->v_empty[s], 8);
-        }
+        bars_init(b, G::kStg, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();

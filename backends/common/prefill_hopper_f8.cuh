@@ -2,7 +2,8 @@
  * head dim 128 or 192 with V 128 (MLA's MHA form over the chunks pack_prefix_chunk_kv writes).
  * - S = Q K^T on fp8 tensor cores (m64n128k32), K read as stored (TMA, 128-byte rows, 128-byte
  *   swizzle). Each consumer turns its 64 Q rows, once per work tile, into two e4m3 terms in
- *   registers, hi + lo, at one scale per row (its largest magnitude to 448, e4m3's largest):
+ *   registers (lo in shared memory at 192: kLoSmem), hi + lo, at one scale per row (its largest
+ *   magnitude to 448, e4m3's largest):
  *   lo is the rounding error of hi, so Q keeps about 8 bits of precision (bf16 has 8) where one
  *   e4m3 term keeps 4. Both terms go into the same accumulator (2 x kD / 32 k-steps: the tensor
  *   time of the 16-bit S). S comes out in units of q_scale(row) * k_scale, which the softmax's
@@ -56,17 +57,30 @@ struct BarsF8 {
     uint64_t vs_empty[2];   /* the converters are done with a staging slot */
 };
 
-/* S = (Q_hi + Q_lo) K^T over one fp8 K tile: Q's two terms as e4m3 A fragments (kD / 32 k-steps
- * of four registers each), both into one accumulator. */
-template <int kD>
+/* Whether Q's lo term sits in shared memory (this warpgroup's rows of the Q tile, over the 16-bit
+ * values it came from) rather than in registers: at head dim 192 the 48 registers of both terms
+ * made ptxas spill 32 bytes; 128 keeps both in registers. */
+template <int kD> constexpr bool kLoSmem = kD == 192;
+
+/* S = (Q_hi + Q_lo) K^T over one fp8 K tile: Q's hi term as e4m3 A fragments (kD / 32 k-steps of
+ * four registers), its lo term the same (lo) or in shared memory (lo_smem: kLoSmem, e4m3 rows of
+ * 128-byte chunks in the 128-byte swizzle, chunk c at c x kHalfBytes), both into one
+ * accumulator. */
+template <int kD, int kLoRegs>
 __device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&hi)[kD / 32][4],
-                                           const uint32_t (&lo)[kD / 32][4], const uint8_t *k) {
+                                           const uint32_t (&lo)[kLoRegs][4],
+                                           const uint8_t *lo_smem, const uint8_t *k) {
     const uint64_t dk = make_desc(k, 16, 1024);
+    const uint64_t dl = make_desc(lo_smem, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 32; ++kk) {
         const uint64_t db = desc_add(dk, (kk / 4) * GeoF8<kD>::kKChunk + (kk % 4) * 32);
         wgmma_rs_n128_e4m3(s, hi[kk], db, kk > 0);
-        wgmma_rs_n128_e4m3(s, lo[kk], db, 1);
+        if constexpr (kLoSmem<kD>) {
+            wgmma_ss_n128_e4m3(s, desc_add(dl, (kk / 4) * kHalfBytes + (kk % 4) * 32), db, 1);
+        } else {
+            wgmma_rs_n128_e4m3(s, lo[kk], db, 1);
+        }
     }
 }
 
@@ -116,7 +130,8 @@ template <typename T, int kD> struct QF8 {
     using G = GeoF8<kD>;
     using PT = __half;
     uint32_t a[kD / 32][4];
-    uint32_t b[kD / 32][4]; /* lo */
+    uint32_t b[kLoSmem<kD> ? 1 : kD / 32][4]; /* lo, in registers (not kLoSmem) */
+    const uint8_t *lo;                         /* lo in shared memory (kLoSmem) */
     float sl2[2], ms[2], os;
     __device__ __forceinline__ void init(const Params &p) {
         sl2[0] = sl2[1] = p.scale_log2 * p.k_scale;
@@ -130,6 +145,7 @@ template <typename T, int kD> struct QF8 {
         const int lane = threadIdx.x % 32;
         const int r = (threadIdx.x % 128 / 32) * 16 + lane / 4;
         const uint8_t *q = sq + wg * 64 * 128;
+        lo = q;
         float amax[2] = {0.f, 0.f};
 #pragma unroll
         for (int kk = 0; kk < kD / 32; ++kk) {
@@ -144,6 +160,7 @@ template <typename T, int kD> struct QF8 {
             }
         }
         float inv[2];
+        uint32_t lo_regs[kD / 32][4];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
             amax[hr] = fmaxf(amax[hr], __shfl_xor_sync(0xffffffffu, amax[hr], 1));
@@ -170,12 +187,40 @@ template <typename T, int kD> struct QF8 {
                 for (int e = 0; e < 4; ++e) {
                     x[e] -= back[e];
                 }
-                b[kk][j] = e4m3x4(x, back);
+                lo_regs[kk][j] = e4m3x4(x, back);
+            }
+        }
+        if constexpr (kLoSmem<kD>) {
+            /* over this warp's own rows of the 16-bit tile, which only it read: the warp's
+             * reads done, each thread stores its four bytes per register where an e4m3 A tile
+             * has them (row R, column col: chunk col / 128, 16-byte unit (col % 128 / 16) ^ (R %
+             * 8)); then the async-proxy fence and the warpgroup's barrier before any S GEMM */
+            __syncwarp();
+#pragma unroll
+            for (int kk = 0; kk < kD / 32; ++kk) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int row = r + 8 * (j & 1);
+                    const int col = (32 * kk) % 128 + 16 * (j >> 1) + 4 * (lane % 4);
+                    uint8_t *at = const_cast<uint8_t *>(q) + (kk / 4) * kHalfBytes + row * 128 +
+                                  ((((col >> 4) ^ (row & 7)) << 4) | (col & 15));
+                    *reinterpret_cast<uint32_t *>(at) = lo_regs[kk][j];
+                }
+            }
+            fence_proxy_async();
+            named_sync<128>(3 + wg); /* 1 and 2 are the ping-pong turns */
+        } else {
+#pragma unroll
+            for (int kk = 0; kk < kD / 32; ++kk) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    b[kk][j] = lo_regs[kk][j];
+                }
             }
         }
     }
     __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
-        qk_gemm_f8<kD>(s, a, b, k);
+        qk_gemm_f8<kD>(s, a, b, lo, k);
     }
 };
 
@@ -291,23 +336,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
-                                                ~static_cast<uintptr_t>(1023));
     using G = GeoF8<kD>;
-    uint8_t *sq = base;
+    uint8_t *sq = smem_base(smem_raw);
     uint8_t *sk = sq + G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     uint8_t *svs = sv + G::kStg * G::kVBytes;
     BarsF8 *bf = reinterpret_cast<BarsF8 *>(svs + G::kVsStages * G::kVsBytes);
     if (threadIdx.x == 0) {
-        bar_init(&bf->b.q_full, 1);
-        bar_init(&bf->b.q_empty, 8);
-        for (int s = 0; s < G::kStg; ++s) {
-            bar_init(&bf->b.k_full[s], 1);
-            bar_init(&bf->b.v_full[s], kConvWarps);
-            bar_init(&bf->b.k_empty[s], 8);
-            bar_init(&bf->b.v_empty[s], 8);
-        }
+        bars_init(&bf->b, G::kStg, kConvWarps);
         for (int t = 0; t < G::kVsStages; ++t) {
             bar_init(&bf->vs_full[t], 1);
             bar_init(&bf->vs_empty[t], kConvWarps);
