@@ -198,8 +198,8 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
                            cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
     constexpr int kSmem = ap_hopper::GeoF8<kD>::kSmem;
-    ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_f8_kernel<T, kD>, kSmem, ready,
-                                           who, msg);
+    ap_status st =
+        ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_f8_kernel<T, kD>, kSmem, ready, who, msg);
     if (st != AP_OK) return st;
     const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
     CUtensorMap mq, mk, mv;

@@ -292,8 +292,7 @@ __device__ __forceinline__ bool softmax_stats(float (&s)[kSn], float (&m)[2], fl
         mx[hr] = fmaxf(mx[hr], __shfl_xor_sync(0xffffffffu, mx[hr], 2));
     }
     /* -inf - -inf is NaN: a row with no key yet does not ask for a move */
-    const bool grows =
-        (mx[0] - m[0]) * sl2[0] > kLazyLog2 || (mx[1] - m[1]) * sl2[1] > kLazyLog2;
+    const bool grows = (mx[0] - m[0]) * sl2[0] > kLazyLog2 || (mx[1] - m[1]) * sl2[1] > kLazyLog2;
     const bool move = __any_sync(0xffffffffu, grows);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {

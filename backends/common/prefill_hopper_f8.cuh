@@ -52,9 +52,9 @@ template <int kD> struct GeoF8 {
 constexpr int kConvWarps = 3; /* warps 1..3 of the producer warpgroup turn fp8 V into f16 */
 
 struct BarsF8 {
-    Bars b;                 /* b.v_full: kConvWarps arrivals (the converters), not a TMA */
-    uint64_t vs_full[2];    /* a staging slot's TMA landed */
-    uint64_t vs_empty[2];   /* the converters are done with a staging slot */
+    Bars b;               /* b.v_full: kConvWarps arrivals (the converters), not a TMA */
+    uint64_t vs_full[2];  /* a staging slot's TMA landed */
+    uint64_t vs_empty[2]; /* the converters are done with a staging slot */
 };
 
 /* Whether Q's lo term sits in shared memory (this warpgroup's rows of the Q tile, over the 16-bit
@@ -68,8 +68,8 @@ template <int kD> constexpr bool kLoSmem = kD == 192;
  * accumulator. */
 template <int kD, int kLoRegs>
 __device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&hi)[kD / 32][4],
-                                           const uint32_t (&lo)[kLoRegs][4],
-                                           const uint8_t *lo_smem, const uint8_t *k) {
+                                           const uint32_t (&lo)[kLoRegs][4], const uint8_t *lo_smem,
+                                           const uint8_t *k) {
     const uint64_t dk = make_desc(k, 16, 1024);
     const uint64_t dl = make_desc(lo_smem, 16, 1024);
 #pragma unroll
@@ -89,8 +89,8 @@ __device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&hi)[
 template <typename T>
 __device__ __forceinline__ void q_load4(const uint8_t *q, int r, int c, float (&f)[4]) {
     const int cc = c & 63;
-    const uint8_t *at = q + (c >> 6) * kHalfBytes + r * 128 + ((((cc >> 3) ^ (r & 7)) << 4) |
-                                                                ((cc & 7) << 1));
+    const uint8_t *at =
+        q + (c >> 6) * kHalfBytes + r * 128 + ((((cc >> 3) ^ (r & 7)) << 4) | ((cc & 7) << 1));
     const uint2 w = *reinterpret_cast<const uint2 *>(at);
     float2 lo, hi;
     if constexpr (std::is_same<T, __half>::value) {
@@ -131,7 +131,7 @@ template <typename T, int kD> struct QF8 {
     using PT = __half;
     uint32_t a[kD / 32][4];
     uint32_t b[kLoSmem<kD> ? 1 : kD / 32][4]; /* lo, in registers (not kLoSmem) */
-    const uint8_t *lo;                         /* lo in shared memory (kLoSmem) */
+    const uint8_t *lo;                        /* lo in shared memory (kLoSmem) */
     float sl2[2], ms[2], os;
     __device__ __forceinline__ void init(const Params &p) {
         sl2[0] = sl2[1] = p.scale_log2 * p.k_scale;
