@@ -132,28 +132,15 @@ tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *s
     float s[2][4];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.f;
-    const uint32_t sel_k = (t >> 1) * 0x1111u + 0x2200u; // as tile_math_nvfp4
     uint32_t ks[2][4];
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        if (c % 2 == 0)
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                const uint8_t *row = scale_k + (8 * n + g) * SR;
-                nvfp4_scale_word(row, row, c / 2, sel_k, ks[0][n], ks[1][n]);
-            }
+        if (c % 2 == 0) nvfp4_k_scales<SR>(scale_k, c, g, t, ks);
         uint32_t r[4];
         ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
         uint32_t kf[4][4]; // key 8n + g: dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}
 #pragma unroll
-        for (int n = 0; n < 4; n++) {
-            const uint32_t sc = ks[c % 2][n];
-            const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[n]);
-            kf[n][0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 1), sc);
-            kf[n][1] = scaled_pair(ap_nvfp4_pair14(h.even, 2, 3), sc);
-            kf[n][2] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 1), sc);
-            kf[n][3] = scaled_pair(ap_nvfp4_pair14(h.odd, 2, 3), sc);
-        }
+        for (int n = 0; n < 4; n++) nvfp4_k_pairs(r[n], ks[c % 2][n], kf[n]);
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
             const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
@@ -171,32 +158,17 @@ tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *s
         pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
         pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
     }
-    const uint32_t sel_v = (g >> 2) * 0x1111u + 0x6240u; // as tile_math_nvfp4
     uint32_t vs[2][2][2];
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        if (c % 2 == 0)
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const uint8_t *row = scale_v + (16 * kk + 8 * m + 2 * t) * SR;
-                    nvfp4_scale_word(row, row + SR, c / 2, sel_v, vs[0][kk][m], vs[1][kk][m]);
-                }
+        if (c % 2 == 0) nvfp4_v_scales<SR>(scale_v, c, g, t, vs);
         uint32_t r[4];
         ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
             uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const uint32_t scales = vs[c % 2][kk][m];
-                const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[2 * kk + m]);
-                vf[m][0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 2), scales);
-                vf[m][1] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 2), scales);
-                vf[m][2] = scaled_pair(ap_nvfp4_pair14(h.even, 1, 3), scales);
-                vf[m][3] = scaled_pair(ap_nvfp4_pair14(h.odd, 1, 3), scales);
-            }
+            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], vf[m]);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
@@ -212,6 +184,16 @@ template <int D> __device__ __forceinline__ float4 km_row4(const km_state<D> &st
     return make_float4(st.acc[c][0][j], st.acc[c][0][2 + j], st.acc[c][1][j], st.acc[c][1][2 + j]);
 }
 
+// The full denominators of rows 2t and 2t + 1: the lane shares of the 8 lanes g summed.
+template <int D> __device__ __forceinline__ void km_row_sums(const km_state<D> &st, float (&l)[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        l[j] = st.l[j] + __shfl_xor_sync(0xffffffffu, st.l[j], 4);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
+        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
+    }
+}
+
 // state_merge for km_state (KW warps over different keys of the same 8 rows): warps 1..KW-1
 // leave O, m and the full l of each row in shared memory, warp 0 folds them in.
 template <int D>
@@ -219,12 +201,7 @@ __device__ __forceinline__ void km_merge(km_state<D> &st, float *scratch, int ba
                                          int lane) {
     const int g = lane >> 2, t = lane & 3;
     float l[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        l[j] = st.l[j] + __shfl_xor_sync(0xffffffffu, st.l[j], 4);
-        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
-        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
-    }
+    km_row_sums<D>(st, l);
     float *mine = scratch + (base + kg) * 16 * (D + 2);
     if (kg > 0) {
 #pragma unroll
@@ -286,12 +263,7 @@ __device__ __forceinline__ void km_finish(km_state<D> &st, const cta_work &w, co
                                           int64_t partial, int local0, int block_rows, int lane) {
     const int g = lane >> 2, t = lane & 3;
     float l[2];
-#pragma unroll
-    for (int j = 0; j < 2; j++) {
-        l[j] = st.l[j] + __shfl_xor_sync(0xffffffffu, st.l[j], 4);
-        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 8);
-        l[j] += __shfl_xor_sync(0xffffffffu, l[j], 16);
-    }
+    km_row_sums<D>(st, l);
 #pragma unroll
     for (int j = 0; j < 2; j++) {
         const float inv = l[j] > 0.f ? a.v_scale / l[j] : 0.f;

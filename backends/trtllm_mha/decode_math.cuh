@@ -205,6 +205,56 @@ __device__ __forceinline__ void nvfp4_scale_word(const uint8_t *a, const uint8_t
     second = ap_fp8x2_to_half2_bits((uint16_t)(four >> 16));
 }
 
+// The nvfp4 fragments both steps decode (tile_math_nvfp4, rows on M; tile_math_km, keys on M):
+// K: key 8n + g's scales of blocks 2c + (t >> 1), both halves of a pair the same (bytes p, p,
+// p + 2, p + 2), for chunks c and c + 1 (c even).
+template <int SR>
+__device__ __forceinline__ void nvfp4_k_scales(const uint8_t *scale_k, int c, int g, int t,
+                                               uint32_t (&ks)[2][4]) {
+    const uint32_t sel = (t >> 1) * 0x1111u + 0x2200u;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const uint8_t *row = scale_k + (8 * n + g) * SR;
+        nvfp4_scale_word(row, row, c / 2, sel, ks[0][n], ks[1][n]);
+    }
+}
+
+// K register r of ldmatrix (key 8n + g, dims 32c + 8t .. 8t + 7) as four scaled half pairs:
+// dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}.
+__device__ __forceinline__ void nvfp4_k_pairs(uint32_t r, uint32_t sc, uint32_t (&b)[4]) {
+    const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r);
+    b[0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 1), sc);
+    b[1] = scaled_pair(ap_nvfp4_pair14(h.even, 2, 3), sc);
+    b[2] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 1), sc);
+    b[3] = scaled_pair(ap_nvfp4_pair14(h.odd, 2, 3), sc);
+}
+
+// V: keys 16kk + 8m + 2t and + 1, their scales of blocks 2c + (g >> 2) as pairs (a's byte p,
+// b's p, a's p + 2, b's), for chunks c and c + 1 (c even).
+template <int SR>
+__device__ __forceinline__ void nvfp4_v_scales(const uint8_t *scale_v, int c, int g, int t,
+                                               uint32_t (&vs)[2][2][2]) {
+    const uint32_t sel = (g >> 2) * 0x1111u + 0x6240u;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint8_t *row = scale_v + (16 * kk + 8 * m + 2 * t) * SR;
+            nvfp4_scale_word(row, row + SR, c / 2, sel, vs[0][kk][m], vs[1][kk][m]);
+        }
+}
+
+// V register r of ldmatrix.trans (keys 2t, 2t + 1 of dims 32c + 4g .. 4g + 3) as four scaled
+// half pairs, one per dim e (nibble 4j + e is key 2t + j, dim e: byte e / 2 (+ 2j) of .even /
+// .odd).
+__device__ __forceinline__ void nvfp4_v_pairs(uint32_t r, uint32_t scales, uint32_t (&b)[4]) {
+    const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r);
+    b[0] = scaled_pair(ap_nvfp4_pair14(h.even, 0, 2), scales);
+    b[1] = scaled_pair(ap_nvfp4_pair14(h.odd, 0, 2), scales);
+    b[2] = scaled_pair(ap_nvfp4_pair14(h.even, 1, 3), scales);
+    b[3] = scaled_pair(ap_nvfp4_pair14(h.odd, 1, 3), scales);
+}
+
 // nvfp4 step over a sub-tile (32 rows of D / 2 bytes, swizzled; K at tile_k, V at tile_v; the
 // scale rows of D / 16 bytes at scale_k, scale_v), converted to half in registers by the kit's
 // short decode (ap_nvfp4_hi_bytes, ap_nvfp4_pair14: halves of value * 2^-14, times the block
@@ -226,27 +276,16 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
     float s[kTile / 8][4];
 #pragma unroll
     for (int n = 0; n < kTile / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    // K: key 8n + g's scales of blocks 2c + (t >> 1), both halves of a pair the same
-    const uint32_t sel_k = (t >> 1) * 0x1111u + 0x2200u; // bytes p, p, p + 2, p + 2
     uint32_t ks[2][4];
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        if (c % 2 == 0)
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                const uint8_t *row = scale_k + (8 * n + g) * SR;
-                nvfp4_scale_word(row, row, c / 2, sel_k, ks[0][n], ks[1][n]);
-            }
+        if (c % 2 == 0) nvfp4_k_scales<SR>(scale_k, c, g, t, ks);
         uint32_t r[4];
         ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
         for (int n = 0; n < 4; n++) {
-            const uint32_t sc = ks[c % 2][n];
-            const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[n]);
-            const uint32_t b[4] = {scaled_pair(ap_nvfp4_pair14(h.even, 0, 1), sc),
-                                   scaled_pair(ap_nvfp4_pair14(h.even, 2, 3), sc),
-                                   scaled_pair(ap_nvfp4_pair14(h.odd, 0, 1), sc),
-                                   scaled_pair(ap_nvfp4_pair14(h.odd, 2, 3), sc)};
+            uint32_t b[4];
+            nvfp4_k_pairs(r[n], ks[c % 2][n], b);
             ap_mma_16816<__half>(s[n], st.q[2 * c], b[0], b[1]);
             ap_mma_16816<__half>(s[n], st.q[2 * c + 1], b[2], b[3]);
         }
@@ -255,35 +294,17 @@ tile_math_nvfp4(warp_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8
     uint32_t pa[2][4];
 #pragma unroll
     for (int kk = 0; kk < 2; kk++) p_fragment<__half>(s, kk, pa[kk]);
-    // V: keys 16kk + 8m + 2t and + 1, their scales of blocks 2c + (g >> 2) as pairs
-    const uint32_t sel_v = (g >> 2) * 0x1111u + 0x6240u; // a's byte p, b's p, a's p + 2, b's
     uint32_t vs[2][2][2];
 #pragma unroll
     for (int c = 0; c < C; c++) {
-        if (c % 2 == 0)
-#pragma unroll
-            for (int kk = 0; kk < 2; kk++)
-#pragma unroll
-                for (int m = 0; m < 2; m++) {
-                    const uint8_t *row = scale_v + (16 * kk + 8 * m + 2 * t) * SR;
-                    nvfp4_scale_word(row, row + SR, c / 2, sel_v, vs[0][kk][m], vs[1][kk][m]);
-                }
+        if (c % 2 == 0) nvfp4_v_scales<SR>(scale_v, c, g, t, vs);
         uint32_t r[4];
         ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
 #pragma unroll
         for (int kk = 0; kk < 2; kk++) {
             uint32_t b[2][4];
 #pragma unroll
-            for (int m = 0; m < 2; m++) {
-                const uint32_t scales = vs[c % 2][kk][m];
-                const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r[2 * kk + m]);
-                // nibble 4j + e is key 2t + j, dim e: byte e / 2 (+ 2j) of .even / .odd
-                const uint32_t pairs[4] = {
-                    ap_nvfp4_pair14(h.even, 0, 2), ap_nvfp4_pair14(h.odd, 0, 2),
-                    ap_nvfp4_pair14(h.even, 1, 3), ap_nvfp4_pair14(h.odd, 1, 3)};
-#pragma unroll
-                for (int e = 0; e < 4; e++) b[m][e] = scaled_pair(pairs[e], scales);
-            }
+            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], b[m]);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 ap_mma_16816<__half>(st.acc[4 * c + e], pa[kk], b[0][e], b[1][e]);
