@@ -37,10 +37,10 @@ bool hopper_dims(int32_t qk, int32_t v, int paged) {
     return v == 128 && (qk == 128 || (qk == 192 && !paged));
 }
 
-// Whether its fp8 K/V kernel (prefill_hopper_f8.cuh) serves these head dims from this source:
-// ragged 128 / 128 and 192 / 128.
-bool hopper_f8_dims(int32_t qk, int32_t v, int paged) {
-    return !paged && v == 128 && (qk == 128 || qk == 192);
+// Whether K/V of this dtype go to its fp8 kernel (prefill_hopper_f8.cuh): FP8_E4M3 from the
+// ragged source at head dims 128 / 128 and 192 / 128.
+bool hopper_f8_serves(ap_dtype kv_dtype, int32_t qk, int32_t v, int paged) {
+    return kv_dtype == AP_DTYPE_FP8_E4M3 && !paged && v == 128 && (qk == 128 || qk == 192);
 }
 
 // log2 of a page size the Hopper kernel's paged source serves (a power of two >= 8: page boxes
@@ -70,10 +70,9 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
         return AP_ERR_INVALID_ARGUMENT;
     }
     const int paged = p->kv_indptr == NULL;
-    const int f8 = p->kv_dtype == AP_DTYPE_FP8_E4M3;
+    const bool f8 = hopper_f8_serves(p->kv_dtype, p->head_dim_qk, p->head_dim_v, paged);
     if ((p->q_dtype != AP_DTYPE_BF16 && p->q_dtype != AP_DTYPE_F16) ||
-        (p->kv_dtype != p->q_dtype &&
-         !(f8 && hopper_f8_dims(p->head_dim_qk, p->head_dim_v, paged)))) {
+        (p->kv_dtype != p->q_dtype && !f8)) {
         ap_msgbuf_add(msg,
                       "%s: the Hopper prefill kernel (this plan's) reads BF16 or F16 Q with K and "
                       "V of the same dtype, or FP8_E4M3 K and V from the ragged source at head "
@@ -253,8 +252,8 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     if (args == NULL ||
         (args->kv_dtype != AP_DTYPE_BF16 && args->kv_dtype != AP_DTYPE_F16 &&
-         !(args->kv_dtype == AP_DTYPE_FP8_E4M3 &&
-           hopper_f8_dims(args->head_dim_qk, args->head_dim_v, args->kv_indptr_host == NULL))) ||
+         !hopper_f8_serves(args->kv_dtype, args->head_dim_qk, args->head_dim_v,
+                           args->kv_indptr_host == NULL)) ||
         (args->kv_indptr_host == NULL && ap_hopper_page_shift(args->page_size) < 0) ||
         !hopper_dims(args->head_dim_qk, args->head_dim_v, args->kv_indptr_host == NULL) ||
         args->num_kv_heads <= 0 || args->num_qo_heads <= 0 ||
@@ -272,8 +271,7 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
     // dims 64 and 256), in a plan whose tiles the mma.sync kernel also runs (its built rows per
     // CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there.
     if (p != NULL && plan != NULL && p->kv_dtype != p->q_dtype &&
-        !(p->kv_dtype == AP_DTYPE_FP8_E4M3 &&
-          hopper_f8_dims(p->head_dim_qk, p->head_dim_v, p->kv_indptr == NULL)) &&
+        !hopper_f8_serves(p->kv_dtype, p->head_dim_qk, p->head_dim_v, p->kv_indptr == NULL) &&
         ap_kit_prefill_tile_rows_built(plan->head_dim_qk, plan->head_dim_v, plan->tile_rows)) {
         ap_kit_prefill_plan mma = *plan;
         mma.hopper = 0;

@@ -66,9 +66,9 @@ template <int kD> constexpr bool kLoSmem = kD == 192;
  * four registers), its lo term the same (lo) or in shared memory (lo_smem: kLoSmem, e4m3 rows of
  * 128-byte chunks in the 128-byte swizzle, chunk c at c x kHalfBytes), both into one
  * accumulator. */
-template <int kD, int kLoRegs>
+template <int kD>
 __device__ __forceinline__ void qk_gemm_f8(float (&s)[64], const uint32_t (&hi)[kD / 32][4],
-                                           const uint32_t (&lo)[kLoRegs][4], const uint8_t *lo_smem,
+                                           const uint32_t (&lo)[kD / 32][4], const uint8_t *lo_smem,
                                            const uint8_t *k) {
     const uint64_t dk = make_desc(k, 16, 1024);
     const uint64_t dl = make_desc(lo_smem, 16, 1024);
@@ -130,8 +130,8 @@ template <typename T, int kD> struct QF8 {
     using G = GeoF8<kD>;
     using PT = __half;
     uint32_t a[kD / 32][4];
-    uint32_t b[kLoSmem<kD> ? 1 : kD / 32][4]; /* lo, in registers (not kLoSmem) */
-    const uint8_t *lo;                        /* lo in shared memory (kLoSmem) */
+    uint32_t b[kD / 32][4]; /* lo (kLoSmem: only until load() stores it in shared memory) */
+    const uint8_t *lo;      /* lo in shared memory (kLoSmem) */
     float sl2[2], ms[2], os;
     __device__ __forceinline__ void init(const Params &p) {
         sl2[0] = sl2[1] = p.scale_log2 * p.k_scale;
@@ -160,7 +160,6 @@ template <typename T, int kD> struct QF8 {
             }
         }
         float inv[2];
-        uint32_t lo_regs[kD / 32][4];
 #pragma unroll
         for (int hr = 0; hr < 2; ++hr) {
             amax[hr] = fmaxf(amax[hr], __shfl_xor_sync(0xffffffffu, amax[hr], 1));
@@ -187,7 +186,7 @@ template <typename T, int kD> struct QF8 {
                 for (int e = 0; e < 4; ++e) {
                     x[e] -= back[e];
                 }
-                lo_regs[kk][j] = e4m3x4(x, back);
+                b[kk][j] = e4m3x4(x, back);
             }
         }
         if constexpr (kLoSmem<kD>) {
@@ -204,19 +203,11 @@ template <typename T, int kD> struct QF8 {
                     const int col = (32 * kk) % 128 + 16 * (j >> 1) + 4 * (lane % 4);
                     uint8_t *at = const_cast<uint8_t *>(q) + (kk / 4) * kHalfBytes + row * 128 +
                                   ((((col >> 4) ^ (row & 7)) << 4) | (col & 15));
-                    *reinterpret_cast<uint32_t *>(at) = lo_regs[kk][j];
+                    *reinterpret_cast<uint32_t *>(at) = b[kk][j];
                 }
             }
             fence_proxy_async();
             named_sync<128>(3 + wg); /* 1 and 2 are the ping-pong turns */
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < kD / 32; ++kk) {
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    b[kk][j] = lo_regs[kk][j];
-                }
-            }
         }
     }
     __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
