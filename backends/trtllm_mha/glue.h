@@ -44,8 +44,8 @@ struct ap_backend {
 /* validate.c */
 ap_status mha_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
-int mha_option_split_kv(const ap_options *options);
-int mha_option_nvfp4_keys_m(const ap_options *options);
+/* 1 unless the auto | off option `key` (split_kv, nvfp4_keys_m) is off. */
+int mha_option_auto(const ap_options *options, const char *key);
 /* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
 int mha_prefill_served(const ap_model *model);
 

@@ -66,13 +66,8 @@ static void mha_validate_dtypes(const ap_model *m, ap_msgbuf *reasons, int *refu
                   ap_dtype_str(m->kv_dtype));
 }
 
-int mha_option_split_kv(const ap_options *options) {
-    const char *value = ap_kit_option(options, "split_kv");
-    return value == NULL || strcmp(value, "off") != 0;
-}
-
-int mha_option_nvfp4_keys_m(const ap_options *options) {
-    const char *value = ap_kit_option(options, "nvfp4_keys_m");
+int mha_option_auto(const ap_options *options, const char *key) {
+    const char *value = ap_kit_option(options, key);
     return value == NULL || strcmp(value, "off") != 0;
 }
 
