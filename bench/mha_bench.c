@@ -20,6 +20,7 @@ typedef struct mb_case {
     const char *name;
     ap_dtype kv;
     int32_t batch, prefix, q_len, layers; /* layers > 1: the graph step */
+    int32_t hq, hk;                       /* query and KV heads */
 } mb_case;
 
 /* One layer's cache (its own memory, so a pass over the layers is not served from L2). */
@@ -89,7 +90,8 @@ static ap_status mb_setup(ap_registry *reg, const ap_device *dev, const mb_case 
     ap_status st = gpu_layout_build(seqs, n, 16, 0, &rng, &s->layout);
     free(seqs);
     if (st != AP_OK) return st;
-    gpu_layout_model(&s->layout, AP_DTYPE_BF16, c->kv, 32, 8, 128, &s->model);
+    const int32_t hq = c->hq, hk = c->hk;
+    gpu_layout_model(&s->layout, AP_DTYPE_BF16, c->kv, hq, hk, 128, &s->model);
     s->model.name = "bench";
     s->model.num_layers = c->layers;
     s->num_layers = c->layers;
@@ -101,7 +103,7 @@ static ap_status mb_setup(ap_registry *reg, const ap_device *dev, const mb_case 
                              .num_extra = mb_num_extra};
     st = ap_instance_open(reg, "trtllm_mha", &s->model, &opts, dev, &s->inst);
     if (st != AP_OK) return st;
-    const size_t rows = (size_t)s->layout.num_pages_pool * 16 * 8;
+    const size_t rows = (size_t)s->layout.num_pages_pool * 16 * hk;
     const int fp4 = c->kv == AP_DTYPE_NVFP4;
     s->value_bytes = rows * (fp4 ? 64 : 128 * gpu_dtype_bytes(c->kv));
     s->scale_bytes = fp4 ? rows * 8 : 0;
@@ -122,7 +124,7 @@ static ap_status mb_setup(ap_registry *reg, const ap_device *dev, const mb_case 
             GPU_CHECK(cudaMemset(y->vs, 0x30, s->scale_bytes));
         }
     }
-    const size_t q_bytes = (size_t)s->layout.num_tokens * 32 * 128 * 2;
+    const size_t q_bytes = (size_t)s->layout.num_tokens * hq * 128 * 2;
     GPU_CHECK(cudaMalloc(&s->q, q_bytes));
     GPU_CHECK(cudaMalloc(&s->out, q_bytes));
     GPU_CHECK((cudaError_t)bench_fill_random(s->q, q_bytes / 2, AP_DTYPE_BF16, 2.f, 7, s->stream));
@@ -230,21 +232,26 @@ static ap_status mb_graph_step(mb_state *s, int runs) {
 }
 
 static const mb_case mb_cases[] = {
-    {"decode_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 4},
-    {"decode_b64_l4096_fp8", AP_DTYPE_FP8_E4M3, 64, 4095, 1, 8},
-    {"decode_b64_l4096_nvfp4", AP_DTYPE_NVFP4, 64, 4095, 1, 8},
-    {"decode_b1_l8192_bf16", AP_DTYPE_BF16, 1, 8191, 1, 8},
-    {"decode_b1_l8192_fp8", AP_DTYPE_FP8_E4M3, 1, 8191, 1, 8},
-    {"decode_b1_l8192_nvfp4", AP_DTYPE_NVFP4, 1, 8191, 1, 8},
-    {"decode_b8_l32768_bf16", AP_DTYPE_BF16, 8, 32767, 1, 4},
-    {"decode_b8_l32768_fp8", AP_DTYPE_FP8_E4M3, 8, 32767, 1, 8},
-    {"decode_b8_l32768_nvfp4", AP_DTYPE_NVFP4, 8, 32767, 1, 8},
-    {"decode_b256_l1024_bf16", AP_DTYPE_BF16, 256, 1023, 1, 4},
-    {"decode_b256_l1024_fp8", AP_DTYPE_FP8_E4M3, 256, 1023, 1, 8},
-    {"decode_b256_l1024_nvfp4", AP_DTYPE_NVFP4, 256, 1023, 1, 8},
-    {"mtp4_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4092, 4, 4},
-    {"graph_step_b1_l1024_bf16", AP_DTYPE_BF16, 1, 1023, 1, 32},
-    {"graph_step_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 32},
+    {"decode_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 4, 32, 8},
+    {"decode_b64_l4096_fp8", AP_DTYPE_FP8_E4M3, 64, 4095, 1, 8, 32, 8},
+    {"decode_b64_l4096_nvfp4", AP_DTYPE_NVFP4, 64, 4095, 1, 8, 32, 8},
+    {"decode_b1_l8192_bf16", AP_DTYPE_BF16, 1, 8191, 1, 8, 32, 8},
+    {"decode_b1_l8192_fp8", AP_DTYPE_FP8_E4M3, 1, 8191, 1, 8, 32, 8},
+    {"decode_b1_l8192_nvfp4", AP_DTYPE_NVFP4, 1, 8191, 1, 8, 32, 8},
+    {"decode_b8_l32768_bf16", AP_DTYPE_BF16, 8, 32767, 1, 4, 32, 8},
+    {"decode_b8_l32768_fp8", AP_DTYPE_FP8_E4M3, 8, 32767, 1, 8, 32, 8},
+    {"decode_b8_l32768_nvfp4", AP_DTYPE_NVFP4, 8, 32767, 1, 8, 32, 8},
+    {"decode_b256_l1024_bf16", AP_DTYPE_BF16, 256, 1023, 1, 4, 32, 8},
+    {"decode_b256_l1024_fp8", AP_DTYPE_FP8_E4M3, 256, 1023, 1, 8, 32, 8},
+    {"decode_b256_l1024_nvfp4", AP_DTYPE_NVFP4, 256, 1023, 1, 8, 32, 8},
+    {"mtp4_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4092, 4, 4, 32, 8},
+    {"graph_step_b1_l1024_bf16", AP_DTYPE_BF16, 1, 1023, 1, 32, 32, 8},
+    {"graph_step_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 32, 32, 8},
+    /* Layout probes: one KV head (H4/1, the same group and bytes as B64 H32/8), so a head's rows
+     * of a page are contiguous, as in an HND cache: what the NHD row stride costs. */
+    {"probe_hk1_b512_l4096_bf16", AP_DTYPE_BF16, 512, 4095, 1, 4, 4, 1},
+    {"probe_hk1_b512_l4096_fp8", AP_DTYPE_FP8_E4M3, 512, 4095, 1, 8, 4, 1},
+    {"probe_hk1_b512_l4096_nvfp4", AP_DTYPE_NVFP4, 512, 4095, 1, 8, 4, 1},
 };
 
 int main(int argc, char **argv) {
@@ -289,7 +296,7 @@ int main(int argc, char **argv) {
         if (st != AP_OK) {
             printf("%-28s failed: %s: %s\n", c->name, ap_status_name(st), ap_last_error());
         } else if (c->layers < MB_LAYERS_MAX) {
-            const double bytes = (double)c->batch * (c->prefix + c->q_len) * 8 * 2 *
+            const double bytes = (double)c->batch * (c->prefix + c->q_len) * c->hk * 2 *
                                  (c->kv == AP_DTYPE_NVFP4 ? 72.0 : 128.0 * gpu_dtype_bytes(c->kv));
             printf("%-28s %.4f ms  %7.1f GB/s  %9.0f tok/s\n", c->name, ms, bytes / ms / 1e6,
                    (double)c->batch * c->q_len / (ms / 1e3));
