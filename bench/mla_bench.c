@@ -168,9 +168,12 @@ static ap_model mb_model(int32_t heads, ap_dtype kv_dtype, int32_t page_size, in
 }
 
 /* stages > 0: option decode_stages forced; sleep: each timed call behind a GPU sleep (the host's
- * cost of the call hidden, as FlashInfer's timing does), a row of its own named "... sleep". */
+ * cost of the call hidden, as FlashInfer's timing does), a row of its own named "... sleep".
+ * long_len > 0: sequence 0 is that long, the others L (a skewed batch, "... long N");
+ * schedule: option decode_schedule (NULL: unset), named in the row. */
 static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L, int H, int page,
-                           ap_dtype kvd, int q_len, int stages, int sleep, uint64_t *rng) {
+                           ap_dtype kvd, int q_len, int stages, int sleep, int long_len,
+                           const char *schedule, uint64_t *rng) {
     mb_decode d;
     memset(&d, 0, sizeof d);
     d.B = B, d.L = L, d.H = H, d.q_len = q_len, d.kv = kvd;
@@ -181,25 +184,34 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
     if (q_len > 1)
         snprintf(name, sizeof name, "decode B%d L%d H%d page%d %s MTP q%d", B, L, H, page,
                  kvd == AP_DTYPE_FP8_E4M3 ? "fp8" : "bf16", q_len);
+    if (long_len > 0)
+        snprintf(name + strlen(name), sizeof name - strlen(name), " long %d", long_len);
+    if (schedule != NULL)
+        snprintf(name + strlen(name), sizeof name - strlen(name), " %s", schedule);
     if (stages > 0) snprintf(name + strlen(name), sizeof name - strlen(name), " %dstage", stages);
     if (sleep) snprintf(name + strlen(name), sizeof name - strlen(name), " sleep");
     if (mb_skip(name)) return;
     char stages_text[8];
     snprintf(stages_text, sizeof stages_text, "%d", stages);
-    ap_option_kv forced = {"decode_stages", stages_text};
+    ap_option_kv forced[2];
+    size_t num_forced = 0;
+    if (stages > 0) forced[num_forced++] = (ap_option_kv){"decode_stages", stages_text};
+    if (schedule != NULL) forced[num_forced++] = (ap_option_kv){"decode_schedule", schedule};
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
                        .chunked_prefill = AP_OPTION_UNSET,
                        .cuda_graphs = AP_OPTION_UNSET,
-                       .extra = &forced,
-                       .num_extra = stages > 0 ? 1 : 0};
+                       .extra = forced,
+                       .num_extra = num_forced};
     if (ap_instance_open(reg, "trtllm_mla", &m, &opts, dev, &d.inst) != AP_OK) {
         printf("%s: open: %s\n", name, ap_last_error());
         return;
     }
     const int pages_per = L / page, T = B * q_len;
+    const int long_pages = long_len > 0 ? long_len / page : pages_per; /* sequence 0's */
+    const int pages_all = long_pages + (B - 1) * pages_per;
     const size_t elem = kvd == AP_DTYPE_FP8_E4M3 ? 1 : 2;
-    const size_t set_bytes = (size_t)B * pages_per * page * 576 * elem;
+    const size_t set_bytes = (size_t)pages_all * page * 576 * elem;
     d.sets = (int)((MB_L2_FLUSH + set_bytes - 1) / set_bytes);
     if (d.sets > MB_MAX_SETS) d.sets = MB_MAX_SETS;
     if (d.sets < 1) d.sets = 1;
@@ -214,19 +226,20 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
          mb_fill(d.q, (size_t)T * H * 512 * 2, 0, rng) &&
          mb_fill(d.qr, (size_t)T * H * 64 * 2, 0, rng);
     /* batch arrays: pages shuffled */
-    int n_ints = (B + 1) * 2 + B * pages_per + 2 * B + T;
+    int n_ints = (B + 1) * 2 + pages_all + 2 * B + T;
     int32_t *h = calloc((size_t)n_ints, 4);
-    int32_t *qo = h, *pi = qo + B + 1, *idx = pi + B + 1, *last = idx + B * pages_per,
-            *lens = last + B, *pos = lens + B;
-    for (int i = 0; i <= B; i++) qo[i] = i * q_len, pi[i] = i * pages_per;
-    for (int i = 0; i < B * pages_per; i++) idx[i] = i;
-    for (int i = B * pages_per - 1; i > 0; i--) {
+    int32_t *qo = h, *pi = qo + B + 1, *idx = pi + B + 1, *last = idx + pages_all, *lens = last + B,
+            *pos = lens + B;
+    for (int i = 0; i <= B; i++)
+        qo[i] = i * q_len, pi[i] = i == 0 ? 0 : long_pages + (i - 1) * pages_per;
+    for (int i = 0; i < pages_all; i++) idx[i] = i;
+    for (int i = pages_all - 1; i > 0; i--) {
         int j = (int)gpu_rand_below(rng, (uint32_t)i + 1), t = idx[i];
         idx[i] = idx[j], idx[j] = t;
     }
     for (int i = 0; i < B; i++) {
-        last[i] = page, lens[i] = L;
-        for (int j = 0; j < q_len; j++) pos[i * q_len + j] = L - q_len + j;
+        last[i] = page, lens[i] = i == 0 ? long_pages * page : L;
+        for (int j = 0; j < q_len; j++) pos[i * q_len + j] = lens[i] - q_len + j;
     }
     ok = ok && mb_ok(cudaMalloc((void **)&d.ints, (size_t)n_ints * 4), "ints") &&
          mb_ok(cudaMemcpy(d.ints, h, (size_t)n_ints * 4, cudaMemcpyHostToDevice), "ints");
@@ -237,14 +250,14 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
                          .num_seqs = B,
                          .num_tokens = T,
                          .max_q_len = q_len,
-                         .max_seq_len = L,
-                         .num_pages_total = B * pages_per,
+                         .max_seq_len = lens[0] > L ? lens[0] : L,
+                         .num_pages_total = pages_all,
                          .qo_indptr = g,
                          .kv_page_indptr = g + B + 1,
                          .kv_page_indices = g + 2 * (B + 1),
-                         .kv_last_page_len = g + 2 * (B + 1) + B * pages_per,
-                         .seq_lens = g + 2 * (B + 1) + B * pages_per + B,
-                         .positions = g + 2 * (B + 1) + B * pages_per + 2 * B,
+                         .kv_last_page_len = g + 2 * (B + 1) + pages_all,
+                         .seq_lens = g + 2 * (B + 1) + pages_all + B,
+                         .positions = g + 2 * (B + 1) + pages_all + 2 * B,
                          .qo_indptr_host = qo,
                          .kv_page_indptr_host = pi,
                          .kv_page_indices_host = idx,
@@ -256,7 +269,7 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
                                  .layout = AP_KV_LAYOUT_NHD,
                                  .dtype = kvd,
                                  .page_size = page,
-                                 .num_pages = B * pages_per,
+                                 .num_pages = pages_all,
                                  .num_kv_heads = 1,
                                  .head_dim_qk = 576,
                                  .head_dim_v = 512,
@@ -287,8 +300,9 @@ static void mb_decode_case(ap_registry *reg, const ap_device *dev, int B, int L,
     }
     double mn = 0, ms = mb_time(mb_decode_call, &d, d.sets, &mn, sleep);
     if (ms > 0) {
-        double bytes = (double)B * L * 576 * elem;
-        double flops = (double)B * q_len * H * L * (576 + 512) * 2;
+        const double tokens = (double)pages_all * page; /* every length is whole pages */
+        double bytes = tokens * 576 * elem;
+        double flops = (double)q_len * H * tokens * (576 + 512) * 2;
         mb_row("decode", name, ms, mn, bytes / (ms * 1e6), flops / (ms * 1e9));
     }
 out:
@@ -619,21 +633,30 @@ int main(int argc, char **argv) {
     for (int t = 1; t <= 4; t++) mb_pack_case(reg, &dev, t, 128, &rng);
     mb_append_case(reg, &dev, 16384, 16, AP_DTYPE_FP8_E4M3, &rng);
     mb_append_case(reg, &dev, 16384, 128, AP_DTYPE_BF16, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, 0, 0, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 64, 4096, 128, 64, AP_DTYPE_BF16, 2, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 128, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, 0, NULL, &rng);
     /* the 16-row kernel with the stage count forced (option decode_stages), beside the default */
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 2, 0, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, 0, &rng);
-    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, 0, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 2, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 2, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 3, 0, 0, NULL, &rng);
+    /* the flat schedule (decode_schedule unset) against the per-sequence split grid: the H16
+     * cases and a skewed batch (one sequence of 32768 among 63 of 1024) */
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "split", &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, 0, "split", &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "split", &rng);
+    mb_decode_case(reg, &dev, 64, 1024, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 32768, NULL, &rng);
+    mb_decode_case(reg, &dev, 64, 1024, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 32768, "split", &rng);
+    mb_decode_case(reg, &dev, 256, 2048, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 256, 2048, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "split", &rng);
     /* the H16 cases timed behind a GPU sleep (FlashInfer's timing: host cost of the call hidden) */
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 1, &rng);
-    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 1, &rng);
-    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 1, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 1, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 1, 0, NULL, &rng);
+    mb_decode_case(reg, &dev, 1, 32768, 16, 64, AP_DTYPE_BF16, 1, 0, 1, 0, NULL, &rng);
     if (mb_json != NULL) {
         fprintf(mb_json, "\n]\n");
         fclose(mb_json);

@@ -8,6 +8,7 @@
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
+#include "decode_seq.cuh"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla combine"
@@ -35,25 +36,40 @@ struct MergeState {
     float m, w;
 };
 
-// Fold splits s0, s0 + 16, ... (kCombinePer of them, those below S) into `ms`; their loads are
-// all issued before the first weight is formed.
-template <int M>
+// Where split s of a row left its state: slot s (the split grid: a row's splits side by side), or
+// the flat schedule's slots (decode_flat.cuh): piece 0 in `first`, piece s > 0 in 2 (c0 + s).
+struct SplitSlots {
+    __device__ __forceinline__ int operator()(int s) const {
+        return s;
+    }
+};
+struct FlatSlots {
+    int first, c0;
+    __device__ __forceinline__ int operator()(int s) const {
+        return s == 0 ? first : 2 * (c0 + s);
+    }
+};
+
+// Fold splits s0, s0 + kStride, ... (kCombinePer of them, those below S) into `ms`; their loads
+// are all issued before the first weight is formed. lse and src point at the row's split 0 slot
+// 0 entries: slot k's at lse[k * M] and src[k * M * 512].
+template <int M, int kStride, class SlotOf>
 __device__ __forceinline__ void merge_splits(const float *lse, const float *src, int s0, int S,
-                                             MergeState &ms) {
-    constexpr int64_t kStep = static_cast<int64_t>(M) * MLA_LATENT; // one split further
+                                             SlotOf slot_of, MergeState &ms) {
+    constexpr int64_t kStep = static_cast<int64_t>(M) * MLA_LATENT; // one slot further
     float l[kCombinePer];
     float4 v[kCombinePer];
     // unpredicated: a split past S loads split S - 1 again (no predicate per load, so ptxas
     // keeps all nine in flight) and gets weight 0 below
 #pragma unroll
     for (int i = 0; i < kCombinePer; i++) {
-        const int s = min(s0 + i * kCombineSlots, S - 1);
-        l[i] = lse[static_cast<int64_t>(s) * M];
-        v[i] = *reinterpret_cast<const float4 *>(src + s * kStep);
+        const int k = slot_of(min(s0 + i * kStride, S - 1));
+        l[i] = lse[static_cast<int64_t>(k) * M];
+        v[i] = *reinterpret_cast<const float4 *>(src + k * kStep);
     }
 #pragma unroll
     for (int i = 0; i < kCombinePer; i++)
-        if (s0 + i * kCombineSlots >= S) l[i] = -INFINITY;
+        if (s0 + i * kStride >= S) l[i] = -INFINITY;
     float mx = ms.m;
 #pragma unroll
     for (int i = 0; i < kCombinePer; i++) mx = fmaxf(mx, l[i]);
@@ -71,6 +87,45 @@ __device__ __forceinline__ void merge_splits(const float *lse, const float *src,
         ms.acc.w += wi * v[i].w;
     }
     ms.m = mx;
+}
+
+// Output dims d .. d + 3 of query row gr of sequence sq from a merged state: out (bf16) and, once
+// per row (write_lse), lse.
+__device__ __forceinline__ void combine_store(const mla_decode_params &p, int q_begin, int gr,
+                                              int d, float4 acc, float mx, float wsum,
+                                              bool write_lse) {
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int tok = gr / p.num_heads, head = gr % p.num_heads;
+    const int64_t orow = static_cast<int64_t>(q_begin + tok) * p.num_heads + head;
+    uint8_t *dst = static_cast<uint8_t *>(p.out) + (orow * MLA_LATENT + d) * 2;
+    *reinterpret_cast<uint2 *>(dst) = make_uint2(ap_pack2<__nv_bfloat16>(acc.x * inv, acc.y * inv),
+                                                 ap_pack2<__nv_bfloat16>(acc.z * inv, acc.w * inv));
+    if (p.lse != NULL && write_lse)
+        p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+}
+
+// The CTA's 16 slot groups' states (part, part_mw) merged by group 0's lanes and stored.
+__device__ __forceinline__ void combine_groups(const mla_decode_params &p,
+                                               const float4 (&part)[kCombineSlots][kCombineLanes],
+                                               const float2 (&part_mw)[kCombineSlots], int lane,
+                                               int q_begin, int gr, int d, bool chunk0) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kCombineSlots; k++) mx = fmaxf(mx, part_mw[k].x);
+    const float base = mx == -INFINITY ? 0.f : mx;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    float wsum = 0.f;
+#pragma unroll
+    for (int k = 0; k < kCombineSlots; k++) {
+        const float f = exp2f(part_mw[k].x - base); // a slot without weight: 0
+        const float4 v = part[k][lane];
+        wsum += f * part_mw[k].y;
+        acc.x += f * v.x;
+        acc.y += f * v.y;
+        acc.z += f * v.z;
+        acc.w += f * v.w;
+    }
+    combine_store(p, q_begin, gr, d, acc, mx, wsum, chunk0 && lane == 0);
 }
 
 template <int M>
@@ -98,39 +153,77 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
     ap_pdl_wait();
     MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
     for (int s0 = slot; s0 < S; s0 += kCombineSlots * kCombinePer)
-        merge_splits<M>(lse, src, s0, S, ms);
+        merge_splits<M, kCombineSlots>(lse, src, s0, S, SplitSlots(), ms);
     part[slot][lane] = ms.acc;
     if (lane == 0) part_mw[slot] = make_float2(ms.m, ms.w);
     __syncthreads();
     if (slot != 0) return;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kCombineSlots; k++) mx = fmaxf(mx, part_mw[k].x);
-    const float base = mx == -INFINITY ? 0.f : mx;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    float wsum = 0.f;
-#pragma unroll
-    for (int k = 0; k < kCombineSlots; k++) {
-        const float f = exp2f(part_mw[k].x - base); // a slot without weight: 0
-        const float4 v = part[k][lane];
-        wsum += f * part_mw[k].y;
-        acc.x += f * v.x;
-        acc.y += f * v.y;
-        acc.z += f * v.z;
-        acc.w += f * v.w;
+    combine_groups(p, part, part_mw, lane, q_begin, gr, d, chunk == 0);
+}
+
+// The flat schedule's combine (decode_flat.cuh). CTA (b, chunk) serves the sequence that CTA b's
+// share starts inside of, if it does: the sequence's n pieces lie in CTAs c0 .. c1 (b among
+// them), and its n - 1 combine CTAs b = c0 + 1 .. c1 share its rows, CTA k = b - c0 - 1 taking
+// rows k, k + n - 1, ... . With one row (a sequence cut into many pieces: B1's ~128) the 16 slot
+// groups split its pieces as mla_combine_kernel does; with more, group g takes every 16th of
+// them and merges all n pieces of each alone. 64 output dims per CTA (chunk of 8).
+template <int M>
+__global__ void __launch_bounds__(kCombineThreads, 1)
+    mla_flat_combine_kernel(const mla_decode_params p) {
+    __shared__ float4 part[kCombineSlots][kCombineLanes];
+    __shared__ float2 part_mw[kCombineSlots];
+    const int group = threadIdx.x / kCombineLanes, lane = threadIdx.x % kCombineLanes;
+    const int b = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
+    const int ctas = p.flat_ctas;
+    ap_pdl_wait(); // the table and the partial states are the decode grid's
+    if (b == 0) return;
+    const int seq = p.flat_table[b];
+    if (seq < 0) return;
+    const int start = p.flat_table[ctas + b], per = p.flat_table[2 * ctas];
+    if (start == b * per) return; // the sequence starts with b's share: no cut at b
+    const Seq sq = seq_of(p, seq);
+    const int rows = sq.q_len * p.num_heads;
+    const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
+    const int c0 = start / per, c1 = (start + tiles - 1) / per;
+    const int n = c1 - c0 + 1, helpers = n - 1, k = b - c0 - 1;
+    const FlatSlots slot_of = {2 * c0 + (start == c0 * per ? 0 : 1), c0};
+    const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
+    const int mine = rows > k ? (rows - k + helpers - 1) / helpers : 0;
+    if (mine == 1) {
+        const int gr = k;
+        const float *lse = p.partial_lse + gr;
+        const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
+        MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
+        for (int s0 = group; s0 < n; s0 += kCombineSlots * kCombinePer)
+            merge_splits<M, kCombineSlots>(lse, src, s0, n, slot_of, ms);
+        part[group][lane] = ms.acc;
+        if (lane == 0) part_mw[group] = make_float2(ms.m, ms.w);
+        __syncthreads();
+        if (group == 0) combine_groups(p, part, part_mw, lane, sq.q_begin, gr, d, chunk == 0);
+        return;
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    const int tok = gr / p.num_heads, head = gr % p.num_heads;
-    const int64_t orow = static_cast<int64_t>(q_begin + tok) * p.num_heads + head;
-    uint8_t *dst = static_cast<uint8_t *>(p.out) + (orow * MLA_LATENT + d) * 2;
-    *reinterpret_cast<uint2 *>(dst) = make_uint2(ap_pack2<__nv_bfloat16>(acc.x * inv, acc.y * inv),
-                                                 ap_pack2<__nv_bfloat16>(acc.z * inv, acc.w * inv));
-    if (p.lse != NULL && chunk == 0 && lane == 0)
-        p.lse[orow] = wsum > 0.f ? (mx + log2f(wsum)) * 0.69314718055994531f : -INFINITY;
+    for (int j = group; j < mine; j += kCombineSlots) {
+        const int gr = k + j * helpers;
+        const float *lse = p.partial_lse + gr;
+        const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
+        MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
+        for (int s0 = 0; s0 < n; s0 += kCombinePer)
+            merge_splits<M, 1>(lse, src, s0, n, slot_of, ms);
+        combine_store(p, sq.q_begin, gr, d, ms.acc, ms.m, ms.w, chunk == 0 && lane == 0);
+    }
 }
 
 template <int M>
 ap_status launch_combine(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
+    if (p.flat) {
+        const dim3 fgrid(static_cast<unsigned>(p.flat_ctas), kCombineChunks);
+        ap_status st =
+            ap_cuda_status(ap_launch(mla_flat_combine_kernel<M>, fgrid, dim3(kCombineThreads), 0,
+                                     stream, p.use_pdl != 0, p),
+                           MLA_WHO, "mla_flat_combine_kernel", msg);
+        if (st != AP_OK) return st;
+        return ap_cuda_launch_status(MLA_WHO, "mla_flat_combine_kernel", msg);
+    }
     const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
     const int64_t items = static_cast<int64_t>(p.num_seqs) * row_blocks * M * kCombineChunks;
     dim3 cgrid(static_cast<unsigned>(items));
@@ -161,6 +254,12 @@ extern "C" ap_status mla_combine_setup(ap_msgbuf *msg) {
         cudaFuncSetAttribute(mla_combine_kernel<16>, cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared),
         cudaFuncSetAttribute(mla_combine_kernel<64>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared),
+        cudaFuncSetAttribute(mla_flat_combine_kernel<16>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
+                             cudaSharedmemCarveoutMaxShared),
+        cudaFuncSetAttribute(mla_flat_combine_kernel<64>,
+                             cudaFuncAttributePreferredSharedMemoryCarveout,
                              cudaSharedmemCarveoutMaxShared)};
     for (cudaError_t err : errs)
         if (err != cudaSuccess) return ap_cuda_status(err, MLA_WHO, "cudaFuncSetAttribute", msg);

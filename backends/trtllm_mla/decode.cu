@@ -23,6 +23,7 @@
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
 #include "decode_finish.cuh"
+#include "decode_flat.cuh"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla decode"
@@ -492,29 +493,15 @@ __device__ __forceinline__ void load_advance(const mla_decode_params &p, const S
     ap_cp_async_commit();
 }
 
-template <int M, bool FP8, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
-    using L = Layout<M, FP8, STAGES>;
-    extern __shared__ __align__(128) uint8_t smem[];
-    const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
-
-    // Split: the grid is one wave (ctas x splits <= SMs) and the combine's wait holds until it
-    // is done, so the combine may launch now (its CTAs placed as SMs free), not after the loop.
-    if (p.num_splits > 1) ap_pdl_launch_dependents();
-    const Seq sq = seq_of(p, seq);
-    const int row0 = rb_cta * M;
-    const int rows = sq.q_len * p.num_heads;
-    const int cta = (seq * gridDim.y + rb_cta) * gridDim.x + split;
-    if (row0 >= rows) return; // a row block past this sequence's rows: nothing to write
-
-    const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
-    const int per = (tiles + p.num_splits - 1) / p.num_splits;
-    const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
-
+// One piece: rows [row0, row0 + M) of sequence sq (rows in all) over its KV tiles [t_begin, t_end),
+// its rows to out (slot < 0) or to partial slot `slot`. `trigger`: release a PDL successor once
+// the loads are done (the unsplit grid's point for it).
+template <int M, bool FP8, int STAGES, class L = Layout<M, FP8, STAGES>>
+__device__ __forceinline__ void run_piece(const mla_decode_params &p, const Seq &sq, int row0,
+                                          int rows, int t_begin, int t_end, int slot, bool trigger,
+                                          uint8_t *smem, const WarpPos &w) {
     uint32_t qf[L::kQReg ? MLA_ROW / 32 : 1][2][4]; // QREG: A fragments of 32 dims per step
-    load_prologue<M, FP8, STAGES>(p, sq, row0, t_begin, t_end, smem, qf, lane);
+    load_prologue<M, FP8, STAGES>(p, sq, row0, t_begin, t_end, smem, qf, w.lane);
     const uint32_t q_base = ap_smem_addr(smem + L::kQStage);
 
     // Per lane: rows rb*16 + g and + 8 of the CTA; their causal limits (last visible position).
@@ -552,18 +539,87 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decod
         tile_pv<L>(ap_smem_addr(smem + L::kP), k_base, w, st.o);
     }
     ap_cp_async_wait<0>();
-    if (p.num_splits == 1) ap_pdl_launch_dependents(); // a PDL successor of the caller's
-    rows_finish<M, L>(p, sq, st, reinterpret_cast<float *>(smem + L::kRedSum), w, row0, rows, cta);
+    if (trigger) ap_pdl_launch_dependents(); // a PDL successor of the caller's
+    rows_finish<M, L>(p, sq, st, reinterpret_cast<float *>(smem + L::kRedSum), w, row0, rows, slot);
+}
+
+// The flat schedule (decode_flat.cuh): warp 0 finds the CTA's share, which the CTA then runs
+// piece by piece; it records where its share starts for the combine.
+template <int M, bool FP8, int STAGES, class L = Layout<M, FP8, STAGES>>
+__device__ __forceinline__ void run_flat(const mla_decode_params &p, uint8_t *smem,
+                                         const WarpPos &w) {
+    int *shared = reinterpret_cast<int *>(smem + L::kRedSum); // free until rows_finish
+    const int cta = blockIdx.x, ctas = p.flat_ctas;
+    if (threadIdx.x < 32) {
+        const FlatShare f = flat_share(p, cta, ctas, w.lane);
+        if (w.lane == 0) {
+            shared[0] = f.begin;
+            shared[1] = f.end;
+            shared[2] = f.seq;
+            shared[3] = f.seq_start;
+            p.flat_table[cta] = f.seq;
+            p.flat_table[ctas + cta] = f.seq_start;
+            if (cta == 0) p.flat_table[2 * ctas] = f.per;
+        }
+    }
+    __syncthreads();
+    const int begin = shared[0], end = shared[1];
+    int seq = shared[2], at = shared[3]; // at: the flat position of seq's first tile
+    if (seq < 0) return;
+    for (int pos = begin; pos < end && seq < p.num_seqs; seq++) {
+        const Seq sq = seq_of(p, seq);
+        const int rows = sq.q_len * p.num_heads;
+        const int tiles = rows > 0 && sq.kv_len > 0 ? (sq.kv_len + MLA_TILE - 1) / MLA_TILE : 0;
+        const int t_begin = pos - at, t_end = min(tiles, end - at);
+        if (t_end > t_begin) {
+            const bool whole = t_begin == 0 && t_end == tiles;
+            const int slot = whole ? -1 : 2 * cta + (pos == begin ? 0 : 1);
+            __syncthreads(); // the previous piece's last reads of shared memory are done
+            run_piece<M, FP8, STAGES>(p, sq, 0, rows, t_begin, t_end, slot, false, smem, w);
+            pos = at + t_end;
+        }
+        at += tiles;
+    }
+}
+
+template <int M, bool FP8, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) mla_decode_kernel(const mla_decode_params p) {
+    using L = Layout<M, FP8, STAGES>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const WarpPos w = {lane, lane >> 2, lane & 3, warp % L::kRowBlocks, warp / L::kRowBlocks};
+    if (p.flat) {
+        // the combine's wait holds until this grid is done; its CTAs take SMs as ours leave
+        ap_pdl_launch_dependents();
+        run_flat<M, FP8, STAGES>(p, smem, w);
+        return;
+    }
+    const int split = blockIdx.x, rb_cta = blockIdx.y, seq = blockIdx.z;
+
+    // Split: the grid is one wave (ctas x splits <= SMs) and the combine's wait holds until it
+    // is done, so the combine may launch now (its CTAs placed as SMs free), not after the loop.
+    if (p.num_splits > 1) ap_pdl_launch_dependents();
+    const Seq sq = seq_of(p, seq);
+    const int row0 = rb_cta * M;
+    const int rows = sq.q_len * p.num_heads;
+    const int cta = (seq * gridDim.y + rb_cta) * gridDim.x + split;
+    if (row0 >= rows) return; // a row block past this sequence's rows: nothing to write
+
+    const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
+    const int per = (tiles + p.num_splits - 1) / p.num_splits;
+    const int t_begin = min(split * per, tiles), t_end = min(t_begin + per, tiles);
+    run_piece<M, FP8, STAGES>(p, sq, row0, rows, t_begin, t_end, p.num_splits == 1 ? -1 : cta,
+                              p.num_splits == 1, smem, w);
 }
 
 template <int M, bool FP8, int STAGES>
 ap_status launch_decode(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
     const int row_blocks = (p.max_q_len * p.num_heads + M - 1) / M;
-    dim3 grid(p.num_splits, row_blocks, p.num_seqs);
+    const dim3 grid = p.flat ? dim3(p.flat_ctas) : dim3(p.num_splits, row_blocks, p.num_seqs);
     mla_decode_kernel<M, FP8, STAGES>
         <<<grid, kThreads, Layout<M, FP8, STAGES>::kBytes, stream>>>(p);
     ap_status st = ap_cuda_launch_status(MLA_WHO, "mla_decode_kernel", msg);
-    if (st != AP_OK || p.num_splits == 1) return st;
+    if (st != AP_OK || (p.num_splits == 1 && !p.flat)) return st;
     return mla_combine_run(&p, M, stream, msg);
 }
 

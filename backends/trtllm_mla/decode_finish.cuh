@@ -31,8 +31,8 @@ template <int NT> struct RowState {
 template <int M, class L>
 __device__ __forceinline__ void
 finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 8> &st,
-             const WarpPos &w, int gr, int r, int h, float outs, float lse2, int cta) {
-    if (p.num_splits == 1) {
+             const WarpPos &w, int gr, int r, int h, float outs, float lse2, int slot) {
+    if (slot < 0) {
         const int64_t orow = out_row(p, sq, gr);
         uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
 #pragma unroll
@@ -45,7 +45,7 @@ finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 
         }
         if (p.lse != NULL && w.cs == 0 && w.t4 == 0) p.lse[orow] = lse2 * 0.69314718055994531f;
     } else {
-        const int64_t prow = static_cast<int64_t>(cta) * M + r;
+        const int64_t prow = static_cast<int64_t>(slot) * M + r;
         float *dst = p.partial_out + prow * MLA_LATENT;
 #pragma unroll
         for (int c = 0; c < L::kDN / 16; c++) {
@@ -59,11 +59,12 @@ finish_frag8(const mla_decode_params &p, const Seq &sq, const RowState<L::kDN / 
 }
 
 // End: full row sums (the other column splits' through red_sum), then rows rb*16 + g (+8),
-// dims cs*DN + i*8 + 2*t4 to the output, or to the CTA's partial slot when the KV is split.
+// dims cs*DN + i*8 + 2*t4 to the output (slot < 0), or to partial slot `slot` when the rows'
+// KV is split.
 template <int M, class L>
 __device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Seq &sq,
                                             RowState<L::kDN / 8> &st, float *red_sum,
-                                            const WarpPos &w, int row0, int rows, int cta) {
+                                            const WarpPos &w, int row0, int rows, int slot) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         st.l_run[h] += __shfl_xor_sync(0xffffffffu, st.l_run[h], 1);
@@ -91,8 +92,8 @@ __device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Se
         if (gr >= rows) continue;
         const float outs = inv[h] * p.kv_scale;
         if constexpr (L::kFragFp8) {
-            finish_frag8<M, L>(p, sq, st, w, gr, r, h, outs, lse2[h], cta);
-        } else if (p.num_splits == 1) {
+            finish_frag8<M, L>(p, sq, st, w, gr, r, h, outs, lse2[h], slot);
+        } else if (slot < 0) {
             const int64_t orow = out_row(p, sq, gr);
             uint8_t *dst = static_cast<uint8_t *>(p.out) + orow * MLA_LATENT * 2;
 #pragma unroll
@@ -104,7 +105,7 @@ __device__ __forceinline__ void rows_finish(const mla_decode_params &p, const Se
             if (p.lse != NULL && w.cs == 0 && w.t4 == 0)
                 p.lse[orow] = lse2[h] * 0.69314718055994531f;
         } else {
-            const int64_t prow = static_cast<int64_t>(cta) * M + r;
+            const int64_t prow = static_cast<int64_t>(slot) * M + r;
             float *dst = p.partial_out + prow * MLA_LATENT;
 #pragma unroll
             for (int i = 0; i < L::kDN / 8; i++) {

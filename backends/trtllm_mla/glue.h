@@ -19,6 +19,7 @@ typedef struct mla_plan {
     int32_t num_tokens;
     int32_t max_q_len;
     int32_t num_splits;
+    int32_t flat; /* decode.cu's kernels take the flat schedule (one row block per sequence) */
     const int32_t *qo_indptr;
     const int32_t *kv_page_indptr;
     const int32_t *kv_page_indices;
@@ -34,10 +35,12 @@ struct ap_backend {
     int32_t device_ordinal;
     int32_t sm_count;
     int32_t split_kv; /* 0: option split_kv off */
+    int32_t flat;     /* option decode_schedule: 1 flat (unset), 0 split */
     int32_t use_pdl;
     int32_t stages;     /* option decode_stages */
-    float *partial_out; /* [sm_count * 64][512]: split-KV partial states */
+    float *partial_out; /* [2 * sm_count * 64][512]: split-KV partial states */
     float *partial_lse;
+    int32_t *flat_table;               /* [2 * sm_count + 1]: the flat schedule's record (mla.h) */
     ap_kit_plan_buffer prefill_buffer; /* the MHA-form prefill's work list (prefill.c) */
     mla_plan plan;
 };
@@ -46,6 +49,7 @@ struct ap_backend {
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int mla_option_split_kv(const ap_options *options);
+int mla_option_flat(const ap_options *options);   /* decode_schedule: 1 flat (unset), 0 split */
 int mla_option_stages(const ap_options *options); /* decode_stages: 0 (unset), 2 or 3 */
 
 /* tensor.c: DLTensor checks shared by the forwards and the hooks */

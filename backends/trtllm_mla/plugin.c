@@ -41,19 +41,24 @@ static void mla_destroy(ap_backend *b) {
     if (ap_kit_set_device(b->device_ordinal, MLA_NAME, NULL) == AP_OK) {
         ap_kit_device_free(b->partial_out);
         ap_kit_device_free(b->partial_lse);
+        ap_kit_device_free(b->flat_table);
         mla_prefill_free(b);
     }
     free(b);
 }
 
-/* Split-KV partial states: splits happen only while a batch has fewer CTAs than SMs, so at most
- * sm_count CTAs of at most 64 rows each leave one. */
+/* Split-KV partial states: the split grid splits only while a batch has fewer CTAs than SMs, so
+ * at most sm_count CTAs of at most 64 rows each leave one; the flat schedule's sm_count CTAs
+ * leave at most two each (slots 2c, 2c + 1). 2 * sm_count * 64 rows: 34.6 MB on 132 SMs. */
 static ap_status mla_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
-    size_t rows = (size_t)b->sm_count * 64;
+    size_t rows = (size_t)b->sm_count * 2 * 64;
     ap_status st = ap_kit_device_alloc(rows * MLA_LATENT * sizeof(float), (void **)&b->partial_out,
                                        MLA_NAME, msg);
     if (st == AP_OK)
         st = ap_kit_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, MLA_NAME, msg);
+    if (st == AP_OK)
+        st = ap_kit_device_alloc(((size_t)b->sm_count * 2 + 1) * sizeof(int32_t),
+                                 (void **)&b->flat_table, MLA_NAME, msg);
     if (st == AP_OK) st = mla_prefill_alloc(b, msg);
     return st;
 }
@@ -67,6 +72,7 @@ static ap_status mla_create(const ap_model *model, const ap_options *options,
     b->device_ordinal = device->ordinal;
     b->sm_count = device->sm_count;
     b->split_kv = mla_option_split_kv(options);
+    b->flat = mla_option_flat(options);
     b->use_pdl = 1;
     b->stages = mla_option_stages(options);
     st = ap_kit_set_device(device->ordinal, MLA_NAME, msg);
@@ -131,6 +137,10 @@ static ap_status mla_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     p->num_splits = b->split_kv ? mla_decode_num_splits(p->num_seqs, b->model.num_qo_heads,
                                                         p->max_q_len, b->sm_count, MLA_MAX_SPLITS)
                                 : 1;
+    /* The flat schedule needs every row of a sequence in one CTA (one row block). */
+    p->flat = b->split_kv && b->flat && b->sm_count > 0 &&
+              b->model.num_qo_heads * p->max_q_len <=
+                  mla_decode_block_rows(b->model.num_qo_heads, p->max_q_len);
     p->ready = 1;
     return AP_OK;
 }

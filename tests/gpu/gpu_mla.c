@@ -115,45 +115,58 @@ typedef struct mt_decode_case {
     int split_off;     /* option split_kv: off */
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
-    int stages; /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 forced */
+    int stages;     /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 forced */
+    int split_grid; /* option decode_schedule: split (the per-sequence split grid) */
 } mt_decode_case;
 
-/* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages */
+/* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages,
+ * split_grid */
 // clang-format off
 static const mt_decode_case mt_decode_cases[] = {
-    {"mla-decode-bf16-h16-p64-mixed", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
-    {"mla-decode-bf16-h128-p32-mixed", 128, 32, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
-    {"mla-decode-fp8-h16-p32-mixed", 16, 32, AP_DTYPE_FP8_E4M3, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0},
-    {"mla-decode-fp8-h128-p64-mixed", 128, 64, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 0, 0, 0},
-    {"mla-decode-bf16-h16-b1-l32768-split", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 0},
-    {"mla-decode-bf16-h64-p64-nosplit", 64, 64, AP_DTYPE_BF16, 3, {100, 3000, 1}, {0}, 1, 1, 0, 0, 0},
-    {"mla-decode-bf16-h32-b40-random", 32, 32, AP_DTYPE_BF16, 40, {2000}, {0}, 0, 0, 0, 0, 0},
-    {"mla-decode-fp8-h128-b150-random", 128, 64, AP_DTYPE_FP8_E4M3, 150, {700}, {0}, 0, 0, 0, 0, 0},
-    {"mla-mtp-bf16-h128-q1to4", 128, 64, AP_DTYPE_BF16, 5, {4, 63, 64, 65, 5000}, {1, 2, 3, 4, 2}, 1, 0, 0, 0, 0},
-    {"mla-mtp-fp8-h16-q2", 16, 32, AP_DTYPE_FP8_E4M3, 4, {2, 65, 300, 4097}, {2, 2, 2, 2}, 1, 0, 0, 0, 0},
-    {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0},
-    {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0},
-    {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0},
+    {"mla-decode-bf16-h16-p64-mixed", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h128-p32-mixed", 128, 32, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h16-p32-mixed", 16, 32, AP_DTYPE_FP8_E4M3, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h128-p64-mixed", 128, 64, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-b1-l32768-split", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h64-p64-nosplit", 64, 64, AP_DTYPE_BF16, 3, {100, 3000, 1}, {0}, 1, 1, 0, 0, 0, 0},
+    {"mla-decode-bf16-h32-b40-random", 32, 32, AP_DTYPE_BF16, 40, {2000}, {0}, 0, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h128-b150-random", 128, 64, AP_DTYPE_FP8_E4M3, 150, {700}, {0}, 0, 0, 0, 0, 0, 0},
+    {"mla-mtp-bf16-h128-q1to4", 128, 64, AP_DTYPE_BF16, 5, {4, 63, 64, 65, 5000}, {1, 2, 3, 4, 2}, 1, 0, 0, 0, 0, 0},
+    {"mla-mtp-fp8-h16-q2", 16, 32, AP_DTYPE_FP8_E4M3, 4, {2, 65, 300, 4097}, {2, 2, 2, 2}, 1, 0, 0, 0, 0, 0},
+    {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0, 0},
+    {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0, 0},
     /* decode_stages forced: the 16-row kernel with two stages (Q in shared memory), or three */
-    {"mla-decode-bf16-h16-p64-mixed-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 2},
-    {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2},
+    {"mla-decode-bf16-h16-p64-mixed-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 2, 0},
+    {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2, 0},
     /* fp8 16 rows, 3 stages (fragment-converted K/V) without splits: the direct output stores */
-    {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0},
-    {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3},
+    {"mla-decode-fp8-h16-p64-nosplit", 16, 64, AP_DTYPE_FP8_E4M3, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 1, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-b1-l32768-split-3stage", 16, 64, AP_DTYPE_BF16, 1, {32768}, {0}, 0, 0, 0, 0, 3, 0},
     /* splits of 2 and 3 tiles on the 3-stage kernel (its prologue issues a third tile, the loop
      * none in its first step): 66 splits over 125 / 132 tiles of two pages of 32; 132 over 396
      * tiles, the last one 59 rows (fp8) */
-    {"mla-decode-bf16-h16-b2-p32-split-2tiles", 16, 32, AP_DTYPE_BF16, 2, {8000, 8447}, {0}, 1, 0, 0, 0, 0},
-    {"mla-decode-fp8-h16-b1-split-3tiles", 16, 64, AP_DTYPE_FP8_E4M3, 1, {25339}, {0}, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-b2-p32-split-2tiles", 16, 32, AP_DTYPE_BF16, 2, {8000, 8447}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h16-b1-split-3tiles", 16, 64, AP_DTYPE_FP8_E4M3, 1, {25339}, {0}, 0, 0, 0, 0, 0, 0},
+    /* the flat schedule (the default where a sequence's rows fit one CTA) over more sequences
+     * than SMs, random lengths; a skewed batch (one long sequence among short ones, the case it
+     * is for); fp8 MTP (the 64-row kernel, rows 64); and the split grid it replaced, forced */
+    {"mla-decode-bf16-h16-b200-random-flat", 16, 64, AP_DTYPE_BF16, 200, {3000}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-fp8-h16-b150-random-flat", 16, 32, AP_DTYPE_FP8_E4M3, 150, {2500}, {0}, 0, 0, 1, 0, 0, 0},
+    {"mla-decode-bf16-h16-skew-flat", 16, 64, AP_DTYPE_BF16, 8, {20000, 1, 63, 64, 65, 5000, 3, 130}, {0}, 0, 0, 1, 0, 0, 0},
+    {"mla-mtp-fp8-h16-q4-b140-flat", 16, 64, AP_DTYPE_FP8_E4M3, 140, {1500}, {4, 1, 3, 2, 4, 4, 1, 2}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-p64-mixed-splitgrid", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 1},
+    {"mla-decode-fp8-h16-b1-l32768-splitgrid", 16, 64, AP_DTYPE_FP8_E4M3, 1, {32768}, {0}, 0, 0, 1, 0, 0, 1},
     /* the quick subset, run under compute-sanitizer */
-    {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0},
-    {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0},
-    {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1, 0},
-    {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0},
-    {"quick-mla-decode-bf16-h16-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 2},
-    {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0},
-    {"quick-mla-decode-bf16-h16-split-2tiles", 16, 64, AP_DTYPE_BF16, 1, {16833}, {0}, 0, 0, 1, 1, 0},
-    {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2},
+    {"quick-mla-decode-bf16-h16-p64", 16, 64, AP_DTYPE_BF16, 4, {1, 63, 65, 300}, {0}, 0, 0, 0, 1, 0, 0},
+    {"quick-mla-decode-fp8-h128-p32", 128, 32, AP_DTYPE_FP8_E4M3, 3, {1, 65, 200}, {0}, 0, 0, 1, 1, 0, 0},
+    {"quick-mla-mtp-bf16-h16-q2", 16, 64, AP_DTYPE_BF16, 3, {2, 64, 131}, {2, 1, 2}, 0, 0, 0, 1, 0, 0},
+    {"quick-mla-decode-bf16-h64-b1-split", 64, 64, AP_DTYPE_BF16, 1, {1000}, {0}, 0, 0, 0, 1, 0, 0},
+    {"quick-mla-decode-bf16-h16-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 65, 300, 129}, {0}, 1, 0, 1, 1, 2, 0},
+    {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0, 0},
+    {"quick-mla-decode-bf16-h16-split-2tiles", 16, 64, AP_DTYPE_BF16, 1, {16833}, {0}, 0, 0, 1, 1, 0, 0},
+    {"quick-mla-decode-bf16-h16-b150-flat", 16, 64, AP_DTYPE_BF16, 150, {300}, {0}, 0, 0, 1, 1, 0, 0},
+    {"quick-mla-mtp-fp8-h16-q4-b40-flat", 16, 32, AP_DTYPE_FP8_E4M3, 40, {400}, {4, 2}, 0, 0, 0, 1, 0, 0},
+    {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2, 0},
 };
 // clang-format on
 
@@ -553,8 +566,9 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     ap_instance *inst = NULL;
     char detail[256] = "";
     int ok = mt_decode_data_make(c, &seed, &d);
-    ap_option_kv extra[2];
+    ap_option_kv extra[3];
     size_t num_extra = 0;
+    if (c->split_grid) extra[num_extra++] = (ap_option_kv){"decode_schedule", "split"};
     if (c->split_off) extra[num_extra++] = (ap_option_kv){"split_kv", "off"};
     if (c->stages == 3) extra[num_extra++] = (ap_option_kv){"decode_stages", "3"};
     if (c->stages == 2) extra[num_extra++] = (ap_option_kv){"decode_stages", "2"};

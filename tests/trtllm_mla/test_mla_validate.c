@@ -54,6 +54,12 @@ static void test_validate(void) {
     ap_test_expect_verdict(vt, "decode_stages 3", &m, &o, &d, NULL);
     o.extra = &four;
     ap_test_expect_verdict(vt, "decode_stages 4", &m, &o, &d, "decode_stages is '4', not 2 or 3");
+    ap_option_kv split = {"decode_schedule", "split"}, bal = {"decode_schedule", "balanced"};
+    o.extra = &split;
+    ap_test_expect_verdict(vt, "decode_schedule split", &m, &o, &d, NULL);
+    o.extra = &bal;
+    ap_test_expect_verdict(vt, "decode_schedule balanced", &m, &o, &d,
+                           "decode_schedule is 'balanced', not flat or split");
     /* every reason, not just the first */
     m = deepseek(8), m.page_size = 16;
     char text[1024] = "";
