@@ -8,6 +8,7 @@
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
+#include "decode_flat.cuh"
 #include "decode_seq.cuh"
 #include "mla.h"
 
@@ -161,49 +162,56 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
     combine_groups(p, part, part_mw, lane, q_begin, gr, d, chunk == 0);
 }
 
-// The flat schedule's combine (decode_flat.cuh). CTA (b, chunk) serves the sequence that CTA b's
-// share starts inside of, if it does: the sequence's n pieces lie in CTAs c0 .. c1 (b among
-// them), and its n - 1 combine CTAs b = c0 + 1 .. c1 share its rows, CTA k = b - c0 - 1 taking
-// rows k, k + n - 1, ... . With one row (a sequence cut into many pieces: B1's ~128) the 16 slot
-// groups split its pieces as mla_combine_kernel does; with more, group g takes every 16th of
-// them and merges all n pieces of each alone. 64 output dims per CTA (chunk of 8).
+// The flat schedule's combine (decode_flat.cuh), one CTA per decode CTA. CTA b serves the
+// sequence that decode CTA b's share starts inside of, if it does (a cut at b; none when the
+// decode ran whole sequences): the sequence's n pieces lie in decode CTAs c0 .. c1 (b among
+// them), and its n - 1 combine CTAs b = c0 + 1 .. c1 share its items, (row, 64 of the 512 dims):
+// CTA k = b - c0 - 1 takes items k, k + n - 1, ... . With more than 16 pieces (B1's ~128) the 16
+// slot groups split each item's pieces as mla_combine_kernel does, item after item; with fewer,
+// group g takes every 16th item and merges all n pieces of it alone. The schedule is computed
+// before the wait, beside the decode grid's tail.
 template <int M>
 __global__ void __launch_bounds__(kCombineThreads, 1)
     mla_flat_combine_kernel(const mla_decode_params p) {
     __shared__ float4 part[kCombineSlots][kCombineLanes];
     __shared__ float2 part_mw[kCombineSlots];
+    __shared__ int share[6];
     const int group = threadIdx.x / kCombineLanes, lane = threadIdx.x % kCombineLanes;
-    const int b = static_cast<int>(blockIdx.x), chunk = static_cast<int>(blockIdx.y);
-    const int ctas = p.flat_ctas;
-    ap_pdl_wait(); // the table and the partial states are the decode grid's
+    const int b = static_cast<int>(blockIdx.x);
     if (b == 0) return;
-    const int seq = p.flat_table[b];
-    if (seq < 0) return;
-    const int start = p.flat_table[ctas + b], per = p.flat_table[2 * ctas];
-    if (start == b * per) return; // the sequence starts with b's share: no cut at b
-    const Seq sq = seq_of(p, seq);
+    const FlatShare f = flat_share_cta(p, b, p.flat_ctas, share);
+    if (f.whole || f.seq < 0 || f.seq_start == f.begin) return; // no cut at b
+    const Seq sq = seq_of(p, f.seq);
     const int rows = sq.q_len * p.num_heads;
     const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
-    const int c0 = start / per, c1 = (start + tiles - 1) / per;
+    const int c0 = f.seq_start / f.per, c1 = (f.seq_start + tiles - 1) / f.per;
     const int n = c1 - c0 + 1, helpers = n - 1, k = b - c0 - 1;
-    const FlatSlots slot_of = {2 * c0 + (start == c0 * per ? 0 : 1), c0};
-    const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
-    const int mine = rows > k ? (rows - k + helpers - 1) / helpers : 0;
-    if (mine == 1) {
-        const int gr = k;
-        const float *lse = p.partial_lse + gr;
-        const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
-        MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
-        for (int s0 = group; s0 < n; s0 += kCombineSlots * kCombinePer)
-            merge_splits<M, kCombineSlots>(lse, src, s0, n, slot_of, ms);
-        part[group][lane] = ms.acc;
-        if (lane == 0) part_mw[group] = make_float2(ms.m, ms.w);
-        __syncthreads();
-        if (group == 0) combine_groups(p, part, part_mw, lane, sq.q_begin, gr, d, chunk == 0);
+    const FlatSlots slot_of = {2 * c0 + (f.seq_start == c0 * f.per ? 0 : 1), c0};
+    const int items = rows * kCombineChunks;
+    const int mine = items > k ? (items - k + helpers - 1) / helpers : 0;
+    ap_pdl_wait();           // the partial states are the decode grid's
+    if (n > kCombineSlots) { // many pieces: all 16 slot groups on each item's pieces
+        for (int j = 0; j < mine; j++) {
+            const int item = k + j * helpers;
+            const int gr = item / kCombineChunks, chunk = item % kCombineChunks;
+            const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
+            const float *lse = p.partial_lse + gr;
+            const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
+            MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
+            for (int s0 = group; s0 < n; s0 += kCombineSlots * kCombinePer)
+                merge_splits<M, kCombineSlots>(lse, src, s0, n, slot_of, ms);
+            part[group][lane] = ms.acc;
+            if (lane == 0) part_mw[group] = make_float2(ms.m, ms.w);
+            __syncthreads();
+            if (group == 0) combine_groups(p, part, part_mw, lane, sq.q_begin, gr, d, chunk == 0);
+            __syncthreads(); // part is free for the next item
+        }
         return;
     }
     for (int j = group; j < mine; j += kCombineSlots) {
-        const int gr = k + j * helpers;
+        const int item = k + j * helpers;
+        const int gr = item / kCombineChunks, chunk = item % kCombineChunks;
+        const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
         const float *lse = p.partial_lse + gr;
         const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
         MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
 template <int M>
 ap_status launch_combine(const mla_decode_params &p, cudaStream_t stream, ap_msgbuf *msg) {
     if (p.flat) {
-        const dim3 fgrid(static_cast<unsigned>(p.flat_ctas), kCombineChunks);
+        const dim3 fgrid(static_cast<unsigned>(p.flat_ctas));
         ap_status st =
             ap_cuda_status(ap_launch(mla_flat_combine_kernel<M>, fgrid, dim3(kCombineThreads), 0,
                                      stream, p.use_pdl != 0, p),

@@ -544,36 +544,35 @@ __device__ __forceinline__ void run_piece(const mla_decode_params &p, const Seq 
 }
 
 // The flat schedule (decode_flat.cuh): warp 0 finds the CTA's share, which the CTA then runs
-// piece by piece; it records where its share starts for the combine.
+// piece by piece (or sequence by sequence, whole).
 template <int M, bool FP8, int STAGES, class L = Layout<M, FP8, STAGES>>
 __device__ __forceinline__ void run_flat(const mla_decode_params &p, uint8_t *smem,
                                          const WarpPos &w) {
-    int *shared = reinterpret_cast<int *>(smem + L::kRedSum); // free until rows_finish
-    const int cta = blockIdx.x, ctas = p.flat_ctas;
-    if (threadIdx.x < 32) {
-        const FlatShare f = flat_share(p, cta, ctas, w.lane);
-        if (w.lane == 0) {
-            shared[0] = f.begin;
-            shared[1] = f.end;
-            shared[2] = f.seq;
-            shared[3] = f.seq_start;
-            p.flat_table[cta] = f.seq;
-            p.flat_table[ctas + cta] = f.seq_start;
-            if (cta == 0) p.flat_table[2 * ctas] = f.per;
+    const int cta = blockIdx.x;
+    // kRedSum: free until rows_finish, whose first barrier follows every thread's read of it
+    const FlatShare f =
+        flat_share_cta(p, cta, p.flat_ctas, reinterpret_cast<int *>(smem + L::kRedSum));
+    if (f.whole) {
+        for (int seq = cta; seq < p.num_seqs; seq += p.flat_ctas) {
+            const Seq sq = seq_of(p, seq);
+            const int rows = sq.q_len * p.num_heads;
+            if (rows <= 0) continue;
+            const int tiles = (sq.kv_len + MLA_TILE - 1) / MLA_TILE;
+            __syncthreads(); // the previous sequence's last reads of shared memory are done
+            run_piece<M, FP8, STAGES>(p, sq, 0, rows, 0, tiles, -1, false, smem, w);
         }
+        return;
     }
-    __syncthreads();
-    const int begin = shared[0], end = shared[1];
-    int seq = shared[2], at = shared[3]; // at: the flat position of seq's first tile
+    int seq = f.seq, at = f.seq_start; // at: the flat position of seq's first tile
     if (seq < 0) return;
-    for (int pos = begin; pos < end && seq < p.num_seqs; seq++) {
+    for (int pos = f.begin; pos < f.end && seq < p.num_seqs; seq++) {
         const Seq sq = seq_of(p, seq);
         const int rows = sq.q_len * p.num_heads;
         const int tiles = rows > 0 && sq.kv_len > 0 ? (sq.kv_len + MLA_TILE - 1) / MLA_TILE : 0;
-        const int t_begin = pos - at, t_end = min(tiles, end - at);
+        const int t_begin = pos - at, t_end = min(tiles, f.end - at);
         if (t_end > t_begin) {
             const bool whole = t_begin == 0 && t_end == tiles;
-            const int slot = whole ? -1 : 2 * cta + (pos == begin ? 0 : 1);
+            const int slot = whole ? -1 : 2 * cta + (pos == f.begin ? 0 : 1);
             __syncthreads(); // the previous piece's last reads of shared memory are done
             run_piece<M, FP8, STAGES>(p, sq, 0, rows, t_begin, t_end, slot, false, smem, w);
             pos = at + t_end;

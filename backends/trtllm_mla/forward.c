@@ -115,7 +115,6 @@ static ap_status mla_forward(ap_backend *b, const ap_layer *layer, const ap_forw
     if (mla_decode_wgmma_covers(&p)) return mla_decode_wgmma_run(&p, stream, msg);
     p.flat = plan->flat;
     p.flat_ctas = b->sm_count;
-    p.flat_table = b->flat_table;
     return mla_decode_run(&p, stream, msg);
 }
 

@@ -40,7 +40,6 @@ struct ap_backend {
     int32_t stages;     /* option decode_stages */
     float *partial_out; /* [2 * sm_count * 64][512]: split-KV partial states */
     float *partial_lse;
-    int32_t *flat_table;               /* [2 * sm_count + 1]: the flat schedule's record (mla.h) */
     ap_kit_plan_buffer prefill_buffer; /* the MHA-form prefill's work list (prefill.c) */
     mla_plan plan;
 };

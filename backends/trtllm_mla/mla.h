@@ -42,15 +42,13 @@ typedef struct mla_decode_params {
     int32_t num_splits;      /* CTAs per (sequence, row block); 1 writes out directly */
     float *partial_out;      /* [slots][block_rows][512], used when num_splits > 1 or flat */
     float *partial_lse;      /* [slots][block_rows] base-2 */
-    /* The flat schedule (decode.cu, one row block per sequence): flat_ctas CTAs (one per SM)
-     * each take an equal share of the batch's KV tiles laid end to end, sequence after sequence
-     * (its own share in 1..n pieces of sequences); a sequence cut between CTAs leaves partial
-     * states in slots 2c (CTA c's first piece) or 2c + 1 (its last), merged by the flat combine.
-     * flat_table: [flat_ctas] the sequence holding each CTA's first tile (-1: no tiles),
-     * [flat_ctas] that sequence's first tile, [1] the tiles per CTA; written by the decode. */
+    /* The flat schedule (decode.cu, one row block per sequence; decode_flat.cuh): flat_ctas CTAs
+     * (one per SM) each take an equal share of the batch's KV tiles laid end to end, sequence
+     * after sequence; a sequence cut between CTAs leaves partial states in slots 2c (CTA c's
+     * first piece) or 2c + 1 (its last), merged by the flat combine. Both kernels compute the
+     * schedule from qo_indptr and seq_lens themselves. */
     int32_t flat;
     int32_t flat_ctas;
-    int32_t *flat_table;
     int32_t use_pdl;  /* 1: launch the combine with programmatic dependent launch */
     int32_t stages;   /* cp.async stages of the 16-row kernel: 2, 3 (Q in registers), 0: by dtype */
     int64_t kv_slots; /* rows of the cache, num_pages * page_size (the wgmma kernel's TMA map) */

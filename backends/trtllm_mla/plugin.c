@@ -41,7 +41,6 @@ static void mla_destroy(ap_backend *b) {
     if (ap_kit_set_device(b->device_ordinal, MLA_NAME, NULL) == AP_OK) {
         ap_kit_device_free(b->partial_out);
         ap_kit_device_free(b->partial_lse);
-        ap_kit_device_free(b->flat_table);
         mla_prefill_free(b);
     }
     free(b);
@@ -56,9 +55,6 @@ static ap_status mla_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
                                        MLA_NAME, msg);
     if (st == AP_OK)
         st = ap_kit_device_alloc(rows * sizeof(float), (void **)&b->partial_lse, MLA_NAME, msg);
-    if (st == AP_OK)
-        st = ap_kit_device_alloc(((size_t)b->sm_count * 2 + 1) * sizeof(int32_t),
-                                 (void **)&b->flat_table, MLA_NAME, msg);
     if (st == AP_OK) st = mla_prefill_alloc(b, msg);
     return st;
 }

@@ -149,11 +149,13 @@ static const mt_decode_case mt_decode_cases[] = {
     {"mla-decode-fp8-h16-b1-split-3tiles", 16, 64, AP_DTYPE_FP8_E4M3, 1, {25339}, {0}, 0, 0, 0, 0, 0, 0},
     /* the flat schedule (the default where a sequence's rows fit one CTA) over more sequences
      * than SMs, random lengths; a skewed batch (one long sequence among short ones, the case it
-     * is for); fp8 MTP (the 64-row kernel, rows 64); and the split grid it replaced, forced */
+     * is for); fp8 MTP (the 64-row kernel, rows 64); short sequences that it runs whole (one
+     * sequence per CTA at a time); and the split grid it replaced, forced */
     {"mla-decode-bf16-h16-b200-random-flat", 16, 64, AP_DTYPE_BF16, 200, {3000}, {0}, 1, 0, 0, 0, 0, 0},
     {"mla-decode-fp8-h16-b150-random-flat", 16, 32, AP_DTYPE_FP8_E4M3, 150, {2500}, {0}, 0, 0, 1, 0, 0, 0},
     {"mla-decode-bf16-h16-skew-flat", 16, 64, AP_DTYPE_BF16, 8, {20000, 1, 63, 64, 65, 5000, 3, 130}, {0}, 0, 0, 1, 0, 0, 0},
     {"mla-mtp-fp8-h16-q4-b140-flat", 16, 64, AP_DTYPE_FP8_E4M3, 140, {1500}, {4, 1, 3, 2, 4, 4, 1, 2}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h16-b250-short-whole", 16, 64, AP_DTYPE_BF16, 250, {100}, {0}, 1, 0, 1, 0, 0, 0},
     {"mla-decode-bf16-h16-p64-mixed-splitgrid", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 1},
     {"mla-decode-fp8-h16-b1-l32768-splitgrid", 16, 64, AP_DTYPE_FP8_E4M3, 1, {32768}, {0}, 0, 0, 1, 0, 0, 1},
     /* the quick subset, run under compute-sanitizer */
@@ -165,6 +167,7 @@ static const mt_decode_case mt_decode_cases[] = {
     {"quick-mla-decode-fp8-h16-split", 16, 32, AP_DTYPE_FP8_E4M3, 1, {700}, {0}, 0, 0, 0, 1, 0, 0},
     {"quick-mla-decode-bf16-h16-split-2tiles", 16, 64, AP_DTYPE_BF16, 1, {16833}, {0}, 0, 0, 1, 1, 0, 0},
     {"quick-mla-decode-bf16-h16-b150-flat", 16, 64, AP_DTYPE_BF16, 150, {300}, {0}, 0, 0, 1, 1, 0, 0},
+    {"quick-mla-decode-fp8-h16-b200-short-whole-flat", 16, 32, AP_DTYPE_FP8_E4M3, 200, {120}, {0}, 0, 0, 0, 1, 0, 0},
     {"quick-mla-mtp-fp8-h16-q4-b40-flat", 16, 32, AP_DTYPE_FP8_E4M3, 40, {400}, {4, 2}, 0, 0, 0, 1, 0, 0},
     {"quick-mla-decode-fp8-h16-2stage", 16, 64, AP_DTYPE_FP8_E4M3, 3, {1, 200, 64}, {0}, 1, 0, 0, 1, 2, 0},
 };

@@ -2,8 +2,9 @@
 combine (combine.cu: mla_flat_combine_kernel) as written, CTA by CTA, on random and adversarial
 batches: every tile of every sequence is attended by exactly one piece, each piece's state lands
 in a slot no other piece uses, a sequence in one piece goes straight to out, and the combine
-merges exactly a cut sequence's pieces into each of its rows once (slots and rows checked, not
-numbers). Plain Python. Run: python3 backends/trtllm_mla/emu/flat_emu.py"""
+merges exactly a cut sequence's pieces into each (row, 64-dim chunk) of it once (slots and items
+checked, not numbers); batches the whole-sequence rule keeps whole are checked the same way.
+Plain Python. Run: python3 backends/trtllm_mla/emu/flat_emu.py"""
 
 import random
 import sys
@@ -16,13 +17,15 @@ def seq_tiles(q_len, kv_len):
 
 
 def flat_share(tiles, cta, ctas):
-    """flat_share: (begin, end, seq, seq_start, per), the warp's two passes collapsed."""
+    """flat_share: (begin, end, seq, seq_start, per, whole), the warp's passes collapsed."""
     total = sum(tiles)
     per = (total + ctas - 1) // ctas
     begin = min(cta * per, total)
     end = min(begin + per, total)
-    if begin >= end:
-        return begin, end, -1, begin, per
+    waves = (len(tiles) + ctas - 1) // ctas
+    whole = max(tiles + [0]) * waves <= per + per // 8 + 4
+    if whole or begin >= end:
+        return begin, end, -1, begin, per, whole
     n = len(tiles)
     carry = 0
     for base in range(0, n, 32 * PER_LANE):
@@ -38,7 +41,7 @@ def flat_share(tiles, cta, ctas):
                 at = start
                 for i in range(PER_LANE):
                     if at <= begin < at + lane_t[lane][i]:
-                        return begin, end, base + lane * PER_LANE + i, at, per
+                        return begin, end, base + lane * PER_LANE + i, at, per, whole
                     at += lane_t[lane][i]
         carry += incl
     raise AssertionError("begin past the tiles")
@@ -47,15 +50,18 @@ def flat_share(tiles, cta, ctas):
 def run(q_lens, kv_lens, heads, ctas):
     n = len(q_lens)
     tiles = [seq_tiles(q, k) for q, k in zip(q_lens, kv_lens)]
-    table_seq, table_start, per_out = [None] * ctas, [None] * ctas, None
     covered = [[0] * t for t in tiles]   # tile -> times attended
     whole = [0] * n                        # seq -> times written straight to out
     slots = {}                             # slot -> (seq, first tile, end tile)
     for cta in range(ctas):
-        begin, end, seq, at, per = flat_share(tiles, cta, ctas)
-        table_seq[cta], table_start[cta] = seq, at
-        if cta == 0:
-            per_out = per
+        begin, end, seq, at, per, whole_mode = flat_share(tiles, cta, ctas)
+        if whole_mode:
+            for s in range(cta, n, ctas):
+                if q_lens[s] * heads > 0 and tiles[s] > 0:
+                    for i in range(tiles[s]):
+                        covered[s][i] += 1
+                    whole[s] += 1
+            continue
         if seq < 0:
             continue
         pos = begin
@@ -78,14 +84,11 @@ def run(q_lens, kv_lens, heads, ctas):
             seq += 1
     for s in range(n):
         assert all(c == 1 for c in covered[s]), f"seq {s}: tiles attended {covered[s]}"
-    # the combine, CTA (b, chunk) for every chunk alike
-    merged = {}  # (seq, row) -> sorted slots
+    # the combine: CTA b computes the same share, then takes its items (row, chunk of 8)
+    merged = {}  # (seq, row, chunk) -> sorted slots
     for b in range(1, ctas):
-        seq = table_seq[b]
-        if seq < 0:
-            continue
-        start, per = table_start[b], per_out
-        if start == b * per:
+        begin, end, seq, start, per, whole_mode = flat_share(tiles, b, ctas)
+        if whole_mode or seq < 0 or start == begin:
             continue
         rows = q_lens[seq] * heads
         t = seq_tiles(q_lens[seq], kv_lens[seq])
@@ -93,11 +96,13 @@ def run(q_lens, kv_lens, heads, ctas):
         cnt, helpers, k = c1 - c0 + 1, c1 - c0, b - c0 - 1
         first = 2 * c0 + (0 if start == c0 * per else 1)
         slot_of = [first] + [2 * (c0 + i) for i in range(1, cnt)]
-        mine = (rows - k + helpers - 1) // helpers if rows > k else 0
+        items = rows * 8
+        mine = (items - k + helpers - 1) // helpers if items > k else 0
         for j in range(mine):
-            gr = k + j * helpers
-            assert (seq, gr) not in merged, "row merged twice"
-            merged[(seq, gr)] = sorted(slot_of)
+            item = k + j * helpers
+            key = (seq, item // 8, item % 8)
+            assert key not in merged, "item merged twice"
+            merged[key] = sorted(slot_of)
     for s in range(n):
         rows = q_lens[s] * heads
         pieces = sorted(k for k, v in slots.items() if v[0] == s)
@@ -106,12 +111,14 @@ def run(q_lens, kv_lens, heads, ctas):
             continue
         if whole[s]:
             assert whole[s] == 1 and not pieces, f"seq {s}: whole and pieces"
-            assert all((s, r) not in merged for r in range(rows))
+            assert all((s, r, c) not in merged for r in range(rows) for c in range(8))
             continue
         spans = sorted((slots[k][1], slots[k][2]) for k in pieces)
         assert spans[0][0] == 0 and spans[-1][1] == tiles[s], f"seq {s}: {spans}"
         for r in range(rows):
-            assert merged.get((s, r)) == pieces, f"seq {s} row {r}: {merged.get((s, r))} {pieces}"
+            for c in range(8):
+                got = merged.get((s, r, c))
+                assert got == pieces, f"seq {s} row {r} chunk {c}: {got} {pieces}"
     return len(slots)
 
 
@@ -130,10 +137,14 @@ def main():
         q = [rng.choice([0, 1, 1, 1, 2, 4]) for _ in range(n)]
         kv = [max(q[i], rng.choice([1, 63, 64, 65, rng.randrange(1, 20000)])) for i in range(n)]
         cases.append((q, kv, rng.choice([16, 4, 1]), rng.choice([1, 2, 3, 7, 66, 132])))
+    cut = wholes = 0
     for q, kv, h, ctas in cases:
-        run(q, kv, h, ctas)
+        if run(q, kv, h, ctas):
+            cut += 1
+        else:
+            wholes += 1
     print(f"flat_emu: {len(cases)} batches: every tile once, slots distinct, every cut row merged "
-          "once from exactly its pieces: ok")
+          f"once from exactly its pieces ({cut} of them cut, {wholes} run whole): ok")
     return 0
 
 
