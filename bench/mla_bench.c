@@ -653,6 +653,9 @@ int main(int argc, char **argv) {
     mb_decode_case(reg, &dev, 64, 1024, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 32768, "split", &rng);
     mb_decode_case(reg, &dev, 256, 2048, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, NULL, &rng);
     mb_decode_case(reg, &dev, 256, 2048, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "split", &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "cut", &rng);
+    mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 0, 0, "cut", &rng);
+    mb_decode_case(reg, &dev, 256, 2048, 16, 64, AP_DTYPE_BF16, 1, 0, 0, 0, "cut", &rng);
     /* the H16 cases timed behind a GPU sleep (FlashInfer's timing: host cost of the call hidden) */
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_BF16, 1, 0, 1, 0, NULL, &rng);
     mb_decode_case(reg, &dev, 128, 4096, 16, 64, AP_DTYPE_FP8_E4M3, 1, 0, 1, 0, NULL, &rng);

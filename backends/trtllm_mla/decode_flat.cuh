@@ -100,7 +100,7 @@ __device__ __forceinline__ FlatShare flat_share(const mla_decode_params &p, int 
     f.seq = -1;
     f.seq_start = f.begin;
     const int waves = (p.num_seqs + ctas - 1) / ctas;
-    f.whole = static_cast<int64_t>(longest) * waves <= f.per + f.per / 8 + 4;
+    f.whole = p.flat == 1 && static_cast<int64_t>(longest) * waves <= f.per + f.per / 8 + 4;
     if (f.whole || f.begin >= f.end) return f;
     int carry = 0;
     for (int base = 0; base < p.num_seqs; base += 32 * kFlatPerLane) {

@@ -19,7 +19,8 @@ typedef struct mla_plan {
     int32_t num_tokens;
     int32_t max_q_len;
     int32_t num_splits;
-    int32_t flat; /* decode.cu's kernels take the flat schedule (one row block per sequence) */
+    int32_t flat; /* decode.cu's kernels take the flat schedule (one row block per sequence):
+                   * 1, or 2 with every share cut (option decode_schedule: cut); else 0 */
     const int32_t *qo_indptr;
     const int32_t *kv_page_indptr;
     const int32_t *kv_page_indices;
@@ -35,7 +36,7 @@ struct ap_backend {
     int32_t device_ordinal;
     int32_t sm_count;
     int32_t split_kv; /* 0: option split_kv off */
-    int32_t flat;     /* option decode_schedule: 1 flat (unset), 0 split */
+    int32_t flat;     /* option decode_schedule: 1 flat (unset), 0 split, 2 cut */
     int32_t use_pdl;
     int32_t stages;     /* option decode_stages */
     float *partial_out; /* [2 * sm_count * 64][512]: split-KV partial states */
@@ -48,7 +49,8 @@ struct ap_backend {
 ap_status mla_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 int mla_option_split_kv(const ap_options *options);
-int mla_option_flat(const ap_options *options);   /* decode_schedule: 1 flat (unset), 0 split */
+int mla_option_flat(
+    const ap_options *options); /* decode_schedule: 1 flat (unset), 0 split, 2 cut */
 int mla_option_stages(const ap_options *options); /* decode_stages: 0 (unset), 2 or 3 */
 
 /* tensor.c: DLTensor checks shared by the forwards and the hooks */

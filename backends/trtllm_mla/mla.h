@@ -46,7 +46,8 @@ typedef struct mla_decode_params {
      * (one per SM) each take an equal share of the batch's KV tiles laid end to end, sequence
      * after sequence; a sequence cut between CTAs leaves partial states in slots 2c (CTA c's
      * first piece) or 2c + 1 (its last), merged by the flat combine. Both kernels compute the
-     * schedule from qo_indptr and seq_lens themselves. */
+     * schedule from qo_indptr and seq_lens themselves. flat 1: whole sequences per CTA where
+     * cutting would not pay (decode_flat.cuh); 2: every share cut (a measurement knob). */
     int32_t flat;
     int32_t flat_ctas;
     int32_t use_pdl;  /* 1: launch the combine with programmatic dependent launch */

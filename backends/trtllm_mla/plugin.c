@@ -136,9 +136,9 @@ static ap_status mla_init_metadata(ap_backend *b, const ap_batch *batch, void *s
     /* The flat schedule needs every row of a sequence in one CTA (one row block). One sequence
      * cannot be skewed: the split grid cuts it the same way without computing a share first
      * (H100, 2026-11-27: B1 L32768 H16 0.0300 ms split against 0.0312 flat). */
-    p->flat = b->split_kv && b->flat && b->sm_count > 0 && p->num_seqs > 1 &&
-              b->model.num_qo_heads * p->max_q_len <=
-                  mla_decode_block_rows(b->model.num_qo_heads, p->max_q_len);
+    const int fits = b->model.num_qo_heads * p->max_q_len <=
+                     mla_decode_block_rows(b->model.num_qo_heads, p->max_q_len);
+    p->flat = b->split_kv && b->sm_count > 0 && p->num_seqs > 1 && fits ? b->flat : 0;
     p->ready = 1;
     return AP_OK;
 }

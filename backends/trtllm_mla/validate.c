@@ -70,7 +70,8 @@ int mla_option_split_kv(const ap_options *options) {
 
 int mla_option_flat(const ap_options *options) {
     const char *value = ap_kit_option(options, "decode_schedule");
-    return value == NULL || strcmp(value, "split") != 0;
+    if (value == NULL || strcmp(value, "flat") == 0) return 1;
+    return strcmp(value, "cut") == 0 ? 2 : 0;
 }
 
 /* 0 (unset: the kernel picks), 2 or 3. */
@@ -82,11 +83,12 @@ int mla_option_stages(const ap_options *options) {
 
 /* Backend-specific options, measurement knobs:
  *   split_kv: auto | off       off: one CTA per (sequence, row block), no combine
- *   decode_schedule: flat | split
+ *   decode_schedule: flat | split | cut
  *                              how decode.cu's kernels share a batch's KV among CTAs when a
  *                              sequence's rows fit one CTA: flat (unset), one equal share of
  *                              all tiles per SM (decode_flat.cuh); split, per sequence, a wave
- *                              of equal splits only while sequences are fewer than SMs
+ *                              of equal splits only while sequences are fewer than SMs; cut,
+ *                              flat with every share cut (no whole-sequence rule)
  *   decode_stages: 2 | 3       cp.async stages of the 16-row decode kernel (3 keeps Q in
  *                              registers to make room); the 64-row kernel always has 2. Unset:
  *                              3 (decode.cu) */
@@ -101,7 +103,7 @@ static void mla_validate_options(const ap_options *options, ap_msgbuf *reasons, 
     static const ap_kit_option_rule rules[] = {
         {"split_kv", "auto|off", NULL, NULL},
         {"decode_stages", "2|3", NULL, NULL},
-        {"decode_schedule", "flat|split", NULL, NULL},
+        {"decode_schedule", "flat|split|cut", NULL, NULL},
     };
     if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], MLA_NAME, reasons))
         *refused = 1;

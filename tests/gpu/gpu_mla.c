@@ -116,7 +116,7 @@ typedef struct mt_decode_case {
     int graph;         /* also capture the decode in a CUDA graph and replay it */
     int quick;
     int stages;     /* option decode_stages: 0 unset (3 for 16-row kernels), or 2 / 3 forced */
-    int split_grid; /* option decode_schedule: split (the per-sequence split grid) */
+    int split_grid; /* option decode_schedule: 1 split (the per-sequence split grid), 2 cut */
 } mt_decode_case;
 
 /* name, heads, page, kv dtype, seqs, lens, q_lens, strided, split_off, graph, quick, stages,
@@ -156,6 +156,7 @@ static const mt_decode_case mt_decode_cases[] = {
     {"mla-decode-bf16-h16-skew-flat", 16, 64, AP_DTYPE_BF16, 8, {20000, 1, 63, 64, 65, 5000, 3, 130}, {0}, 0, 0, 1, 0, 0, 0},
     {"mla-mtp-fp8-h16-q4-b140-flat", 16, 64, AP_DTYPE_FP8_E4M3, 140, {1500}, {4, 1, 3, 2, 4, 4, 1, 2}, 1, 0, 0, 0, 0, 0},
     {"mla-decode-bf16-h16-b250-short-whole", 16, 64, AP_DTYPE_BF16, 250, {100}, {0}, 1, 0, 1, 0, 0, 0},
+    {"mla-decode-bf16-h16-b250-short-cut", 16, 64, AP_DTYPE_BF16, 250, {100}, {0}, 0, 0, 0, 0, 0, 2},
     {"mla-decode-bf16-h16-p64-mixed-splitgrid", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 0, 1},
     {"mla-decode-fp8-h16-b1-l32768-splitgrid", 16, 64, AP_DTYPE_FP8_E4M3, 1, {32768}, {0}, 0, 0, 1, 0, 0, 1},
     /* the quick subset, run under compute-sanitizer */
@@ -571,7 +572,9 @@ static void mt_decode_case_run(mt_ctx *ctx, const mt_decode_case *c, uint64_t se
     int ok = mt_decode_data_make(c, &seed, &d);
     ap_option_kv extra[3];
     size_t num_extra = 0;
-    if (c->split_grid) extra[num_extra++] = (ap_option_kv){"decode_schedule", "split"};
+    if (c->split_grid)
+        extra[num_extra++] =
+            (ap_option_kv){"decode_schedule", c->split_grid == 2 ? "cut" : "split"};
     if (c->split_off) extra[num_extra++] = (ap_option_kv){"split_kv", "off"};
     if (c->stages == 3) extra[num_extra++] = (ap_option_kv){"decode_stages", "3"};
     if (c->stages == 2) extra[num_extra++] = (ap_option_kv){"decode_stages", "2"};

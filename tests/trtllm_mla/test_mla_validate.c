@@ -59,7 +59,7 @@ static void test_validate(void) {
     ap_test_expect_verdict(vt, "decode_schedule split", &m, &o, &d, NULL);
     o.extra = &bal;
     ap_test_expect_verdict(vt, "decode_schedule balanced", &m, &o, &d,
-                           "decode_schedule is 'balanced', not flat or split");
+                           "decode_schedule is 'balanced', not flat, split or cut");
     /* every reason, not just the first */
     m = deepseek(8), m.page_size = 16;
     char text[1024] = "";

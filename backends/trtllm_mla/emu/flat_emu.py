@@ -16,14 +16,15 @@ def seq_tiles(q_len, kv_len):
     return (kv_len + TILE - 1) // TILE if q_len > 0 and kv_len > 0 else 0
 
 
-def flat_share(tiles, cta, ctas):
-    """flat_share: (begin, end, seq, seq_start, per, whole), the warp's passes collapsed."""
+def flat_share(tiles, cta, ctas, cut=False):
+    """flat_share: (begin, end, seq, seq_start, per, whole), the warp's passes collapsed; cut:
+    option decode_schedule cut (no whole-sequence rule)."""
     total = sum(tiles)
     per = (total + ctas - 1) // ctas
     begin = min(cta * per, total)
     end = min(begin + per, total)
     waves = (len(tiles) + ctas - 1) // ctas
-    whole = max(tiles + [0]) * waves <= per + per // 8 + 4
+    whole = not cut and max(tiles + [0]) * waves <= per + per // 8 + 4
     if whole or begin >= end:
         return begin, end, -1, begin, per, whole
     n = len(tiles)
@@ -47,14 +48,14 @@ def flat_share(tiles, cta, ctas):
     raise AssertionError("begin past the tiles")
 
 
-def run(q_lens, kv_lens, heads, ctas):
+def run(q_lens, kv_lens, heads, ctas, cut=False):
     n = len(q_lens)
     tiles = [seq_tiles(q, k) for q, k in zip(q_lens, kv_lens)]
     covered = [[0] * t for t in tiles]   # tile -> times attended
     whole = [0] * n                        # seq -> times written straight to out
     slots = {}                             # slot -> (seq, first tile, end tile)
     for cta in range(ctas):
-        begin, end, seq, at, per, whole_mode = flat_share(tiles, cta, ctas)
+        begin, end, seq, at, per, whole_mode = flat_share(tiles, cta, ctas, cut)
         if whole_mode:
             for s in range(cta, n, ctas):
                 if q_lens[s] * heads > 0 and tiles[s] > 0:
@@ -87,7 +88,7 @@ def run(q_lens, kv_lens, heads, ctas):
     # the combine: CTA b computes the same share, then takes its items (row, chunk of 8)
     merged = {}  # (seq, row, chunk) -> sorted slots
     for b in range(1, ctas):
-        begin, end, seq, start, per, whole_mode = flat_share(tiles, b, ctas)
+        begin, end, seq, start, per, whole_mode = flat_share(tiles, b, ctas, cut)
         if whole_mode or seq < 0 or start == begin:
             continue
         rows = q_lens[seq] * heads
@@ -143,8 +144,9 @@ def main():
             cut += 1
         else:
             wholes += 1
+        run(q, kv, h, ctas, cut=True)
     print(f"flat_emu: {len(cases)} batches: every tile once, slots distinct, every cut row merged "
-          f"once from exactly its pieces ({cut} of them cut, {wholes} run whole): ok")
+          f"once from exactly its pieces ({cut} of them cut, {wholes} run whole; all again cut): ok")
     return 0
 
 
