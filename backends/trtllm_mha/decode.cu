@@ -37,8 +37,11 @@ enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
 // and the math reads its fragments with ldmatrix: 16-bit tiles straight (tile_math), fp8 and
 // nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
 // every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
-// KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh).
-template <int D, typename KV, int KW, bool KM = false> struct decode_shape {
+// KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh):
+// kKeysM, or kKeysM2 (its v2, D = 128; option nvfp4_keys_m: v2) or kKeysM2P (v2 whose value
+// copies prefetch 256 bytes into L2, not 128: option v2p). kRowsM: rows on M.
+enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2, kKeysM2P = 3 };
+template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
     static constexpr bool half_math = is_nvfp4 || is_fp8;
@@ -69,6 +72,7 @@ template <int D, typename KV, int KW, bool KM = false> struct decode_shape {
     static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
     static_assert(!KM || (is_nvfp4 && KW == 4 && D <= 128), "keys on M: nvfp4, one row block");
+    static_assert(KM < kKeysM2 || D == 128, "keys on M v2: D = 128");
 };
 
 struct decode_args {
@@ -410,7 +414,7 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
 // per step frees the oldest stage (every warp has finished the previous step) before it is
 // refilled. Warp w takes rows
 // (w / KW) * 16 .. of the block and the 32-key sub-tile w % KW of each stage.
-template <int D, typename KV, typename QT, int KW, bool KM>
+template <int D, typename KV, typename QT, int KW, int KM>
 __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ctas))
     mha_decode_kernel(const decode_args a) {
     using S = decode_shape<D, KV, KW, KM>;
@@ -423,36 +427,63 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     const bool has_rows = w.block * S::block_rows + local0 < w.rows;
     const uint32_t ring = ap_smem_addr(smem);
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
+    km2_sources from = {NULL, NULL};
+    if constexpr (KM >= kKeysM2) from = km2_sources_of<S>(w, a);
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
-        if (s < steps)
-            tile_issue<S>(w, a, s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
+        if (s < steps) {
+            if constexpr (KM >= kKeysM2)
+                tile_issue_km2<S, KM == kKeysM2P>(w, a, from, s, ring + s * S::stage_bytes,
+                                                  stage_pages<S>(w, a, s, lane));
+            else
+                tile_issue<S>(w, a, s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
+        }
         ap_cp_async_commit();
     }
     int32_t pages_next = stage_pages<S>(w, a, S::stages - 1, lane);
     static_assert(!KM || S::layout == kLayoutNvfp4, "keys on M: nvfp4's dim order");
-    typename std::conditional<KM, km_state<D>, warp_state<D>>::type st;
-    if constexpr (KM)
+    typename std::conditional<KM != kRowsM, km_state<D>, warp_state<D>>::type st;
+    if constexpr (KM != kRowsM)
         km_begin<D, QT>(st, w, a, w.block * S::block_rows + local0, lane);
     else
         state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
+    // kKeysM2(P): the ring offsets of steps i and i + stages - 1 kept as running counters, not
+    // i % stages (a multiply-high and two more per use for 3 stages)
+    int ring_i = 0, ring_next = (S::stages - 1) * S::stage_bytes;
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
         const int next = i + S::stages - 1;
         if (next < steps) {
-            tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
+            if constexpr (KM >= kKeysM2) {
+                tile_issue_km2<S, KM == kKeysM2P>(w, a, from, next, ring + ring_next, pages_next);
+            } else {
+                tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
+            }
             pages_next = stage_pages<S>(w, a, next + 1, lane);
         }
         ap_cp_async_commit();
         const int first_key = w.key_begin + i * S::keys + kg * kTile;
-        const uint32_t stage = ring + (i % S::stages) * S::stage_bytes;
+        const int at_i = KM >= kKeysM2 ? ring_i : (i % S::stages) * S::stage_bytes;
+        if constexpr (KM >= kKeysM2) {
+            ring_i = ring_i + S::stage_bytes == S::ring_bytes ? 0 : ring_i + S::stage_bytes;
+            ring_next =
+                ring_next + S::stage_bytes == S::ring_bytes ? 0 : ring_next + S::stage_bytes;
+        }
+        const uint32_t stage = ring + at_i;
         const uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
         if (has_rows && first_key < w.key_end) {
             if constexpr (S::is_nvfp4) {
-                const uint8_t *scales = smem + (i % S::stages) * S::stage_bytes +
-                                        S::keys * S::raw_row + kg * kTile * S::scale_row;
-                if constexpr (KM)
+                const uint8_t *scales =
+                    smem + at_i + S::keys * S::raw_row + kg * kTile * S::scale_row;
+                if constexpr (KM >= kKeysM2) {
+                    if (km_step_full(st, first_key, w.key_end))
+                        tile_math_km2<false>(st, tile_k, tile_v, scales, scales + S::raw_tile,
+                                             first_key, w.key_end, a.scale_log2, lane);
+                    else
+                        tile_math_km2<true>(st, tile_k, tile_v, scales, scales + S::raw_tile,
+                                            first_key, w.key_end, a.scale_log2, lane);
+                } else if constexpr (KM != kRowsM)
                     tile_math_km<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
                                     w.key_end, a.scale_log2, lane);
                 else
@@ -469,7 +500,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     ap_pdl_launch_dependents(); // the combine's CTAs may take their slots; it waits for our writes
     if constexpr (KW > 1) {
         __syncthreads(); // the ring is free: its bytes hold the warps' states
-        if constexpr (KM)
+        if constexpr (KM != kRowsM)
             km_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
         else
             state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
@@ -477,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     }
     if (!has_rows) return;
     const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
-    if constexpr (KM)
+    if constexpr (KM != kRowsM)
         km_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
     else
         state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
@@ -490,26 +521,34 @@ struct decode_kernel_info {
     int smem_bytes;
 };
 
-// km: at most 8 rows per (sequence, KV head); nvfp4 with 4 key warps then puts the keys on M.
-template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, bool km) {
-    if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128)
-        if (kw == 4 && km)
-            return {mha_decode_kernel<D, KV, QT, 4, true>, decode_shape<D, KV, 4, true>::smem};
-    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4, false>, decode_shape<D, KV, 4>::smem};
-    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2, false>, decode_shape<D, KV, 2>::smem};
-    return {mha_decode_kernel<D, KV, QT, 1, false>, decode_shape<D, KV, 1>::smem};
+// km: kRowsM, or (at most 8 rows per (sequence, KV head), nvfp4 with 4 key warps) kKeysM or
+// kKeysM2 / kKeysM2P (D = 128 only; D = 64 takes kKeysM).
+template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, int km) {
+    if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128) {
+        constexpr int v2 = D == 128 ? kKeysM2 : kKeysM, v2p = D == 128 ? kKeysM2P : kKeysM;
+        if (kw == 4 && km == kKeysM2 && D == 128)
+            return {mha_decode_kernel<D, KV, QT, 4, v2>, decode_shape<D, KV, 4, v2>::smem};
+        if (kw == 4 && km == kKeysM2P && D == 128)
+            return {mha_decode_kernel<D, KV, QT, 4, v2p>, decode_shape<D, KV, 4, v2p>::smem};
+        if (kw == 4 && km != kRowsM)
+            return {mha_decode_kernel<D, KV, QT, 4, kKeysM>, decode_shape<D, KV, 4, kKeysM>::smem};
+    }
+    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4, kRowsM>, decode_shape<D, KV, 4>::smem};
+    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2, kRowsM>, decode_shape<D, KV, 2>::smem};
+    return {mha_decode_kernel<D, KV, QT, 1, kRowsM>, decode_shape<D, KV, 1>::smem};
 }
 
 template <int D, typename QT>
-decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, bool km) {
+decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, int km) {
     switch (kv_dtype) {
-        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw, false);
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw, kRowsM);
         case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw, km);
         case AP_DTYPE_BF16:
-            if (std::is_same<QT, __nv_bfloat16>::value) return decode_variant<D, QT, QT>(kw, false);
+            if (std::is_same<QT, __nv_bfloat16>::value)
+                return decode_variant<D, QT, QT>(kw, kRowsM);
             break;
         case AP_DTYPE_F16:
-            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw, false);
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw, kRowsM);
             break;
         default: break;
     }
@@ -517,7 +556,7 @@ decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, bool km) {
 }
 
 template <int D>
-decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw, bool km) {
+decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw, int km) {
     if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw, km);
     if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw, km);
     return {NULL, 0};
@@ -526,30 +565,37 @@ decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int k
 // The small dispatch: the only place that instantiates kernels.
 // Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
 // else 1 (mha_decode_key_warps, plan.c). rows: a (sequence, KV head)'s rows at most (group x
-// max_q_len); <= 8 takes the keys-on-M nvfp4 kernel (decode_keys_m.cuh).
+// max_q_len); <= 8 takes the keys-on-M nvfp4 kernel (decode_keys_m.cuh) unless keys_m is
+// MHA_KEYS_M_OFF, its v2 where keys_m is MHA_KEYS_M_V2 (MHA_KEYS_M_V2P: with 256-byte L2
+// prefetches).
 decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw,
-                                   int32_t rows) {
+                                   int32_t rows, int32_t keys_m) {
     if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
-    const bool km = rows >= 1 && rows <= 8;
+    const int km = rows < 1 || rows > 8 || keys_m == MHA_KEYS_M_OFF
+                       ? kRowsM
+                       : (keys_m == MHA_KEYS_M_V2    ? kKeysM2
+                          : keys_m == MHA_KEYS_M_V2P ? kKeysM2P
+                                                     : kKeysM);
     switch (head_dim) {
         case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km);
         case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km);
-        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw, false);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw, kRowsM);
         default: return {NULL, 0};
     }
 }
 
 ap_status decode_setup_all(ap_msgbuf *msg) {
     const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4}, rows[2] = {8, 16};
+    const int32_t keys_m[3] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V2, MHA_KEYS_M_V2P};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
     for (int d = 0; d < 3; d++)
         for (int q = 0; q < 2; q++)
             for (int k = 0; k < 4; k++)
                 for (int w = 0; w < 3; w++)
-                    for (int r = 0; r < 2; r++) {
-                        decode_kernel_info v =
-                            decode_dispatch(dims[d], qs[q], kvs[k], kws[w], rows[r]);
+                    for (int r = 0; r < 6; r++) {
+                        decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w],
+                                                               rows[r % 2], keys_m[r / 2]);
                         if (v.kernel == NULL) continue;
                         ap_status st =
                             ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
@@ -568,8 +614,7 @@ extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, 
                                             int32_t key_warps, int32_t rows, int32_t keys_m,
                                             int32_t *out, ap_msgbuf *msg) {
     *out = 1;
-    decode_kernel_info v =
-        decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, keys_m ? rows : MHA_BLOCK_ROWS);
+    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, rows, keys_m);
     if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
     int blocks = 0;
     ap_status st = ap_cuda_status(
@@ -609,8 +654,8 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
-    decode_kernel_info v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw,
-                                           p->keys_m ? group * p->max_q_len : MHA_BLOCK_ROWS);
+    decode_kernel_info v =
+        decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len, p->keys_m);
     // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||

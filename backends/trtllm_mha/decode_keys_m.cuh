@@ -72,10 +72,13 @@ __device__ __forceinline__ void km_begin(km_state<D> &st, const cta_work &w, con
 
 // tile_softmax's online softmax over S^T (s[mt][2 hi + j]: key 16mt + 8hi + g, row 2t + j): a
 // row's max runs over the lane's 4 keys, then the 8 lanes g of its column (3 shuffles).
-template <int D>
+// MASKED (v2): 0 for a step known to be full (no mask code at all), 1 for one that may not be,
+// -1 (v1) to test it here.
+template <int D, int MASKED = -1>
 __device__ __forceinline__ void km_softmax(km_state<D> &st, float (&s)[2][4], int first_key,
                                            int key_end, float scale_log2, int g) {
-    const bool full = first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
+    const bool full = MASKED == 0 || (MASKED < 0 && first_key + kTile <= key_end &&
+                                      first_key + kTile - 1 <= st.prefix);
     float alpha[2];
     bool grew = false;
 #pragma unroll
@@ -177,6 +180,215 @@ tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *s
             }
         }
     }
+}
+
+// ---- v2 (option nvfp4_keys_m: v2; D = 128 only, D = 64 keeps the step above) ----
+// The same fragments and the same mma as tile_math_km, with fewer instructions around them
+// (counted in the sm_90a SASS of one 32-key step, .dev-notes/nvfp4c.md):
+// - K's block scales: one prmt takes the lane's four (p = t / 2: blocks p, 2 + p, 4 + p, 6 + p,
+//   one per 32-dim chunk) from the key's 8-byte scale row, two cvt make them two half2, and the
+//   scaling multiply reads its half through HMUL2's operand selector (.H0_H0 / .H1_H1): 3
+//   instructions per key row of the step, not 2 x (prmt, 2 cvt, shift).
+// - V's block-scale pairs: the high pair of a prmt word is converted through the register's
+//   upper half (ap_fp8x4_to_half2x2), not after a shift.
+// - tile_issue_km2: one page-table shuffle and one slot per thread and stage (its rows share a
+//   page), not one per copy.
+
+// Pair of halves times half H (0: low, 1: high) of the half2 `scales`, as bits (the
+// duplication folds into HMUL2's operand selector).
+template <int H>
+__device__ __forceinline__ uint32_t scaled_pair_half(uint32_t pair, uint32_t scales) {
+    uint32_t out;
+    if constexpr (H == 0)
+        asm("{\n.reg .b16 l, h;\n.reg .b32 d;\nmov.b32 {l, h}, %2;\nmov.b32 d, {l, l};\n"
+            "mul.rn.f16x2 %0, %1, d;\n}"
+            : "=r"(out)
+            : "r"(pair), "r"(scales));
+    else
+        asm("{\n.reg .b16 l, h;\n.reg .b32 d;\nmov.b32 {l, h}, %2;\nmov.b32 d, {h, h};\n"
+            "mul.rn.f16x2 %0, %1, d;\n}"
+            : "=r"(out)
+            : "r"(pair), "r"(scales));
+    return out;
+}
+
+// K (D = 128): key 8n + g's block scales of chunks 0..3 (blocks 2c + p, p = t / 2): ks[n][0]
+// holds chunks 0 (low) and 1 (high), ks[n][1] chunks 2 and 3.
+__device__ __forceinline__ void nvfp4_k_scales2(const uint8_t *scale_k, int g, int t,
+                                                uint32_t (&ks)[4][2]) {
+    const uint32_t sel = (uint32_t)(t >> 1) * 0x1111u + 0x6420u;
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const uint2 row = *reinterpret_cast<const uint2 *>(scale_k + (8 * n + g) * 8);
+        ap_fp8x4_to_half2x2(ap_nvfp4_prmt(row.x, row.y, sel), ks[n][0], ks[n][1]);
+    }
+}
+
+// nvfp4_k_pairs with chunk c's scale: half c % 2 of the lane's scale word.
+template <int H>
+__device__ __forceinline__ void nvfp4_k_pairs2(uint32_t r, uint32_t sc, uint32_t (&b)[4]) {
+    const ap_nvfp4_hi h = ap_nvfp4_hi_bytes(r);
+    b[0] = scaled_pair_half<H>(ap_nvfp4_pair14(h.even, 0, 1), sc);
+    b[1] = scaled_pair_half<H>(ap_nvfp4_pair14(h.even, 2, 3), sc);
+    b[2] = scaled_pair_half<H>(ap_nvfp4_pair14(h.odd, 0, 1), sc);
+    b[3] = scaled_pair_half<H>(ap_nvfp4_pair14(h.odd, 2, 3), sc);
+}
+
+// V (D = 128): nvfp4_v_scales for chunks c, c + 1 (c even) from both keys' rows (one 16-byte
+// load: keys 2t and 2t + 1 are adjacent rows), the high pair read as the upper half.
+__device__ __forceinline__ void nvfp4_v_scales2(const uint8_t *scale_v, int c, int g, int t,
+                                                uint32_t (&vs)[2][2][2]) {
+    const uint32_t sel = (uint32_t)(g >> 2) * 0x1111u + 0x6240u;
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++)
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            const uint4 rows =
+                *reinterpret_cast<const uint4 *>(scale_v + (16 * kk + 8 * m + 2 * t) * 8);
+            const uint32_t a = c == 0 ? rows.x : rows.y, b = c == 0 ? rows.z : rows.w;
+            ap_fp8x4_to_half2x2(ap_nvfp4_prmt(a, b, sel), vs[0][kk][m], vs[1][kk][m]);
+        }
+}
+
+// tile_math_km, v2 (D = 128). MASKED: whether the step may need the mask (km_step_full), so
+// that a full step has no mask code: left to the compiler, the masked softmax is if-converted
+// and its ~40 compares and selects run on every step.
+template <bool MASKED>
+__device__ __forceinline__ void
+tile_math_km2(km_state<128> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *scale_k,
+              const uint8_t *scale_v, int first_key, int key_end, float scale_log2, int lane) {
+    constexpr int D = 128, C = D / 32;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t lane_row = lane * (D / 2);
+    float s[2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.f;
+    uint32_t ks[4][2];
+    nvfp4_k_scales2(scale_k, g, t, ks);
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        uint32_t r[4];
+        ap_ldmatrix_x4(r, tile_k + lane_row + ap_swizzle<C>(lane, c) * 16);
+        uint32_t kf[4][4]; // key 8n + g: dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}
+#pragma unroll
+        for (int n = 0; n < 4; n++) {
+            if (c % 2 == 0)
+                nvfp4_k_pairs2<0>(r[n], ks[n][c / 2], kf[n]);
+            else
+                nvfp4_k_pairs2<1>(r[n], ks[n][c / 2], kf[n]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
+                                      kf[2 * mt + 1][1]};
+            const uint32_t odd[4] = {kf[2 * mt][2], kf[2 * mt + 1][2], kf[2 * mt][3],
+                                     kf[2 * mt + 1][3]};
+            ap_mma_16816<__half>(s[mt], even, st.q[2 * c][0], st.q[2 * c][1]);
+            ap_mma_16816<__half>(s[mt], odd, st.q[2 * c + 1][0], st.q[2 * c + 1][1]);
+        }
+    }
+    km_softmax<D, MASKED ? 1 : 0>(st, s, first_key, key_end, scale_log2, g);
+    uint32_t pb[2][2]; // P^T as B: keys 16kk + 2t.. (b0), + 8 (b1), row g
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
+        pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
+    }
+    uint32_t vs[2][2][2];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (c % 2 == 0) nvfp4_v_scales2(scale_v, c, g, t, vs);
+        uint32_t r[4];
+        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
+#pragma unroll
+            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], vf[m]);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
+                                        vf[1][2 * h + 1]};
+                ap_mma_16816<__half>(st.acc[c][h], va, pb[kk][0], pb[kk][1]);
+            }
+        }
+    }
+}
+
+// A step every row of the warp sees whole: its keys end before key_end and at or before the
+// prefix (every row's causal limit is at least the prefix).
+__device__ __forceinline__ bool km_step_full(const km_state<128> &st, int first_key, int key_end) {
+    return first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
+}
+
+// The copies of stage `index` for v2 (D = 128: rows of 4 chunks and an 8-byte scale row, 128
+// keys a stage, page-table entries a step ahead). Thread (q = tid / 4, c = tid % 4) copies
+// chunk c of rows r0 + 2j (j = 0..3, r0 = 8 (q / 2) + q % 2) and the scale rows of row r0 + 2c.
+// The stage starts on a page (key_begin and the stage size are multiples of 128, pages of
+// 16..64), so a thread's 8-row group lies in one page: one shuffle and one slot, the four rows
+// at slot + 2j. The copies of one instruction are still 8 whole 64-byte rows (the 8 lanes of a
+// quarter warp: rows r0 + 2j and r0 + 1 + 2j, one 128-byte line of the stage), and the swizzle
+// of row r0 + 2j is chunk c ^ j (ap_swizzle<4>: chunk ^ (row / 2) % 4), an XOR of the
+// thread's first destination (the stage and r0 * 64 are multiples of 64).
+// Where a thread's copies read (tile_issue_km2), set once before the loop: its chunk of the
+// KV head's row in slot 0 of K and of V (one wide multiply-add per copy then).
+struct km2_sources {
+    const uint8_t *k, *v;
+};
+
+// (The moves hide the sum from the compiler, which would otherwise keep only the offset and add
+// each base again per copy: two more instructions for each of the stage's 8 copies.)
+template <class S>
+__device__ __forceinline__ km2_sources km2_sources_of(const cta_work &w, const decode_args &a) {
+    const int64_t head = (int64_t)w.kv_head * S::raw_row + (threadIdx.x & 3) * 16;
+    uint64_t k, v;
+    asm("mov.b64 %0, %1;" : "=l"(k) : "l"(a.k_pages + head));
+    asm("mov.b64 %0, %1;" : "=l"(v) : "l"(a.v_pages + head));
+    return {reinterpret_cast<const uint8_t *>(k), reinterpret_cast<const uint8_t *>(v)};
+}
+
+// ap_cp_async_16 whose L2 fill is 256 bytes around the source, not 128 (v2p: at H8 a head's
+// 64-byte row is a quarter of such a block, the other three the neighbouring heads' CTAs read).
+__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void *src, bool valid) {
+    int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(src_bytes)
+                 : "memory");
+}
+
+// PREFETCH256: the value copies by cp_async_16_l2_256 (option v2p).
+template <class S, bool PREFETCH256>
+__device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_args &a,
+                                               const km2_sources &from, int index, uint32_t stage,
+                                               int32_t pages) {
+    static_assert(S::keys == kThreads && S::raw_chunks == 4 && S::scale_row == 8 &&
+                      S::pages_ahead && S::stage_bytes % 64 == 0,
+                  "v2: D = 128, 128 keys a stage");
+    const int q = threadIdx.x >> 2, c = threadIdx.x & 3, shift = a.log2_page_size;
+    const int r0 = 8 * (q >> 1) + (q & 1);
+    const int first = w.key_begin + index * S::keys, pos = first + r0;
+    const uint32_t page = __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
+    const uint32_t slot = (page << shift) + (pos & ((1 << shift) - 1));
+    const int left = w.key_end - pos; // row r0 + 2j is a key when 2j < left
+    const uint32_t stride = (uint32_t)a.num_kv_heads * S::raw_row;
+    const uint32_t dst = stage + r0 * S::raw_row + c * 16;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t at = (dst ^ (16u * j)) + 128u * j;
+        const uint64_t src = (uint64_t)(slot + 2 * j) * stride;
+        if constexpr (PREFETCH256) {
+            cp_async_16_l2_256(at, from.k + src, 2 * j < left);
+            cp_async_16_l2_256(at + S::raw_tile, from.v + src, 2 * j < left);
+        } else {
+            ap_cp_async_16(at, from.k + src, 2 * j < left);
+            ap_cp_async_16(at + S::raw_tile, from.v + src, 2 * j < left);
+        }
+    }
+    const uint64_t scale_src =
+        (uint64_t)(slot + 2 * c) * ((uint32_t)a.num_kv_heads * 8u) + (uint32_t)w.kv_head * 8u;
+    const uint32_t scale_dst = stage + S::keys * S::raw_row + (r0 + 2 * c) * 8;
+    cp_async_small<8>(scale_dst, a.k_scales + scale_src, 2 * c < left);
+    cp_async_small<8>(scale_dst + S::raw_tile, a.v_scales + scale_src, 2 * c < left);
 }
 
 // Rows 2t + j, dims 32c + 4g .. 4g + 3 of O (unnormalised) as four floats.

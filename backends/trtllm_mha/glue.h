@@ -31,7 +31,7 @@ struct ap_backend {
     int32_t device_ordinal;
     int32_t sm_count;
     int32_t split_kv;   /* 0: option split_kv off */
-    int32_t keys_m;     /* 0: option nvfp4_keys_m off */
+    int32_t keys_m;     /* MHA_KEYS_M_*: option nvfp4_keys_m */
     int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
     float *partial_out; /* [MHA_SPLIT_WAVES * wave_slots][MHA_BLOCK_ROWS][head_dim] */
     float *partial_lse;
@@ -46,6 +46,8 @@ ap_status mha_validate(const ap_model *model, const ap_options *options, const a
                        ap_msgbuf *reasons);
 /* 1 unless the auto | off option `key` (split_kv, nvfp4_keys_m) is off. */
 int mha_option_auto(const ap_options *options, const char *key);
+/* Option nvfp4_keys_m as MHA_KEYS_M_OFF / AUTO / V2 (validated: anything else was refused). */
+int32_t mha_option_keys_m(const ap_options *options);
 /* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
 int mha_prefill_served(const ap_model *model);
 

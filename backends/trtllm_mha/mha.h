@@ -14,6 +14,13 @@ extern "C" {
 #define MHA_BLOCK_ROWS 64 /* (token, head) rows of one sequence and KV head per CTA */
 #define MHA_MAX_SPLITS 64 /* KV splits per (sequence, row block) at most */
 #define MHA_HEAD_DIMS_TEXT "64, 128 or 256"
+/* Option nvfp4_keys_m (a measurement knob): off keeps nvfp4's rows-on-M decode kernel, auto
+ * takes the keys-on-M one (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head), v2 its v2
+ * (D = 128; D = 64 as auto), v2p the v2 with 256-byte L2 prefetches on its value copies. */
+#define MHA_KEYS_M_OFF 0
+#define MHA_KEYS_M_AUTO 1
+#define MHA_KEYS_M_V2 2
+#define MHA_KEYS_M_V2P 3
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
@@ -45,7 +52,7 @@ typedef struct mha_decode_params {
     const int32_t *kv_page_indices;
     const int32_t *seq_lens; /* device [num_seqs] */
     int32_t num_splits;      /* CTAs per (sequence, KV head, row block); 1 writes out directly */
-    int32_t keys_m;          /* 1: nvfp4 with <= 8 rows per KV head takes decode_keys_m.cuh */
+    int32_t keys_m;          /* MHA_KEYS_M_*: <= 8 rows per KV head, nvfp4's decode_keys_m.cuh */
     float *partial_out;      /* [ctas][MHA_BLOCK_ROWS][D] when num_splits > 1 */
     float *partial_lse;      /* [ctas][MHA_BLOCK_ROWS] base 2 */
 } mha_decode_params;

@@ -88,7 +88,7 @@ static ap_status mha_create(const ap_model *model, const ap_options *options,
     b->device_ordinal = device->ordinal;
     b->sm_count = device->sm_count;
     b->split_kv = mha_option_auto(options, "split_kv");
-    b->keys_m = mha_option_auto(options, "nvfp4_keys_m");
+    b->keys_m = mha_option_keys_m(options);
     st = ap_kit_set_device(device->ordinal, MHA_NAME, msg);
     if (st == AP_OK) st = mha_decode_setup(msg);
     if (st == AP_OK) st = mha_alloc_workspace(b, msg);

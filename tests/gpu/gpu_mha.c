@@ -18,12 +18,18 @@
 #define MH_BACKEND "trtllm_mha"
 #define MH_EXIT_SKIP 77
 
+/* --option KEY=VALUE: trtllm_mha's own options for every case (e.g. nvfp4_keys_m=v2), after the
+ * case's own split_kv=off. */
+#define MH_OPTIONS_MAX 4
+
 typedef struct mh_ctx {
     ap_registry *registry;
     ap_device device, cpu;
     cudaStream_t stream;
     int quick;
     const char *filter;
+    ap_option_kv options[MH_OPTIONS_MAX];
+    size_t num_options;
     size_t passed, failed;
 } mh_ctx;
 
@@ -37,6 +43,7 @@ typedef struct mh_case {
     const char *seqs_replay; /* NULL: no graph */
     int split_off;
     int quick;
+    const char *keys_m; /* NULL, or the case's nvfp4_keys_m (v2's own cases) */
 } mh_case;
 
 /* The inputs of one batch on both sides: host (cpu_ref) and device (trtllm_mha). The cache and
@@ -403,13 +410,16 @@ static void mh_case_run(mh_ctx *ctx, const mh_case *c, uint64_t seed) {
                      c->head_dim, &d.model);
     d.model.max_tokens = tokens;
     d.model.max_kv_len = 65536;
-    ap_option_kv extra[1] = {{"split_kv", "off"}};
+    ap_option_kv extra[2 + MH_OPTIONS_MAX] = {{"split_kv", "off"}};
+    size_t num_extra = c->split_off ? 1 : 0;
+    if (c->keys_m != NULL) extra[num_extra++] = (ap_option_kv){"nvfp4_keys_m", c->keys_m};
+    for (size_t i = 0; i < ctx->num_options; i++) extra[num_extra++] = ctx->options[i];
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
                        .chunked_prefill = AP_OPTION_UNSET,
                        .cuda_graphs = AP_OPTION_UNSET,
                        .extra = extra,
-                       .num_extra = c->split_off ? 1 : 0};
+                       .num_extra = num_extra};
     ap_instance *inst = NULL, *ref = NULL;
     if (ok &&
         (ap_instance_open(ctx->registry, MH_BACKEND, &d.model, &opts, &ctx->device, &inst) !=
@@ -485,6 +495,13 @@ static size_t mh_cases_sweep(mh_case *out, size_t cap) {
         .split_off = split_off_, .quick = quick_ \
     }
 
+#define MH_CASE_V2(name_, q_, page_, hq_, hk_, seqs_, replay_, quick_) \
+    { \
+        .name = name_, .q_dtype = q_, .kv_dtype = AP_DTYPE_NVFP4, .page_size = page_, \
+        .head_dim = 128, .num_qo_heads = hq_, .num_kv_heads = hk_, .seqs = seqs_, \
+        .seqs_replay = replay_, .quick = quick_, .keys_m = "v2" \
+    }
+
 static const mh_case mh_named[] = {
     MH_CASE("mtp_bf16_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_MTP_SEQS, NULL,
             0, 1),
@@ -524,6 +541,16 @@ static const mh_case mh_named[] = {
             MH_DECODE_SEQS, "1:1,2000:1,31:1,32:1,9000:1", 0, 0),
     MH_CASE("graph_fp8_g32_d64_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 64, 32, 1, "100:1,7000:1",
             "6000:1,5:1", 0, 0),
+    /* nvfp4_keys_m: v2 (D = 128): its copies take 8-row groups of a page per thread, a step's
+     * mask only where the step may need it: lengths around 8-row, page and stage edges, causal
+     * MTP rows, splits (stages from a multiple of 128), a graph replayed on other lengths */
+    MH_CASE_V2("v2_decode_nvfp4_g4_p16", AP_DTYPE_BF16, 16, 32, 8,
+               "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
+    MH_CASE_V2("v2_mtp_nvfp4_g2_p32", AP_DTYPE_F16, 32, 16, 8, "0:1,61:2,61:3,60:4,4995:4,120:3",
+               NULL, 0),
+    MH_CASE_V2("v2_split_b1_l32768_nvfp4_p64", AP_DTYPE_BF16, 64, 8, 1, "32766:1", NULL, 0),
+    MH_CASE_V2("v2_graph_nvfp4_g8_p16", AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
+               "1:1,2000:1,31:1,32:1,9000:1", 0),
 };
 
 int main(int argc, char **argv) {
@@ -541,14 +568,22 @@ int main(int argc, char **argv) {
             ctx.filter = argv[++i];
         else if (strcmp(argv[i], "--quick") == 0)
             ctx.quick = 1;
-        else {
+        else if (strcmp(argv[i], "--option") == 0 && i + 1 < argc &&
+                 ctx.num_options < MH_OPTIONS_MAX && strchr(argv[i + 1], '=') != NULL) {
+            char *kv = argv[++i], *eq = strchr(kv, '=');
+            *eq = '\0';
+            ctx.options[ctx.num_options++] = (ap_option_kv){kv, eq + 1};
+        } else {
             fprintf(stderr, "usage: gpu-mha [--quick] [--seed N] [--filter TEXT] "
-                            "[--plugin-dir DIR]...\n");
+                            "[--option KEY=VALUE]... [--plugin-dir DIR]...\n");
             return 2;
         }
     }
     if (!have_seed) seed = gpu_rand_fresh_seed();
-    printf("gpu-mha: %s vs cpu_ref, seed %llu\n", MH_BACKEND, (unsigned long long)seed);
+    printf("gpu-mha: %s vs cpu_ref, seed %llu", MH_BACKEND, (unsigned long long)seed);
+    for (size_t i = 0; i < ctx.num_options; i++)
+        printf("%s %s=%s", i == 0 ? ", options" : ",", ctx.options[i].key, ctx.options[i].value);
+    printf("\n");
     ap_registry_options ro = {
         .struct_size = sizeof ro, .search_dirs = dirs, .num_search_dirs = num_dirs};
     if (ap_registry_create(&ro, &ctx.registry) != AP_OK) {

@@ -53,11 +53,19 @@ static void test_validate(void) {
     o.extra = &wrong;
     ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
     ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
+    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"}, split_v2 = {"split_kv", "v2"};
+    ap_option_kv keys_m_v2p = {"nvfp4_keys_m", "v2p"};
     o.extra = &keys_m_off;
     ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
+    o.extra = &keys_m_v2;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d, NULL);
+    o.extra = &keys_m_v2p;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2p", &m, &o, &d, NULL);
     o.extra = &keys_m_bad;
     ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
-                           "nvfp4_keys_m is 'on', not auto or off");
+                           "nvfp4_keys_m is 'on', not auto, v2, v2p or off");
+    o.extra = &split_v2; /* v2 is nvfp4_keys_m's value only */
+    ap_test_expect_verdict(vt, "split_kv v2", &m, &o, &d, "split_kv is 'v2', not auto or off");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
     ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
     /* every reason, not just the first */

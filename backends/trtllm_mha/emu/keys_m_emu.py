@@ -9,7 +9,10 @@ online softmax with its causal / key_end mask, km_merge over 4 key warps and km_
 order, over several 32-key steps, against plain float64 attention on the dequantized cache. It
 checks the index math as written (copied from the .cuh by hand: keep them in step), not the
 compiler or the hardware; halves are rounded as the kernel rounds them (P to half, products
-exact). Run: python3 backends/trtllm_mha/emu/keys_m_emu.py
+exact). With --v2 the step is tile_math_km2's (K's four block scales of a key by one prmt and
+two cvt, each multiply taking its half) and each stage is laid by tile_issue_km2's addresses
+from a paged NHD cache (a shuffled page table, several KV heads), checked byte for byte against
+the layout tile_issue gives. Run: python3 backends/trtllm_mha/emu/keys_m_emu.py [--v2]
 """
 import sys
 
@@ -130,7 +133,21 @@ class Warp:
                 s.limit[l][j] = prefix + (rj // group if rj < rows else 0)
 
 
-def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_log2):
+def scaled_pair_half(pair, scales, h):
+    p, s = halves(pair), halves(scales)
+    return to_bits(p[0] * s[h], p[1] * s[h])
+
+
+def k_scales2(row, t):
+    """nvfp4_k_scales2: one key's 8-byte scale row -> (chunks 0, 1), (chunks 2, 3) as half2."""
+    w0 = int.from_bytes(bytes(row[0:4]), "little")
+    w1 = int.from_bytes(bytes(row[4:8]), "little")
+    four = prmt(w0, w1, (t >> 1) * 0x1111 + 0x6420)
+    cvt = lambda two: to_bits(e4m3(two & 0xFF), e4m3(two >> 8))
+    return cvt(four & 0xFFFF), cvt(four >> 16)
+
+
+def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_log2, v2=False):
     D = st.D
     C, SR = D // 32, D // 16
     s = [[[0.0] * 4 for _ in range(2)] for _ in range(32)]
@@ -142,6 +159,17 @@ def tile_math_km(st, kbytes, vbytes, kscale, vscale, first_key, key_end, scale_l
         for l in range(32):
             g, t = l // 4, l % 4
             sel_k = (t >> 1) * 0x1111 + 0x2200
+            if v2:
+                assert D == 128
+                kf[l] = []
+                for n in range(4):
+                    sc = k_scales2(kscale[8 * n + g], t)[c // 2]
+                    ev, od = hi_bytes(r[l][n])
+                    kf[l].append([scaled_pair_half(pair14(ev, 0, 1), sc, c % 2),
+                                  scaled_pair_half(pair14(ev, 2, 3), sc, c % 2),
+                                  scaled_pair_half(pair14(od, 0, 1), sc, c % 2),
+                                  scaled_pair_half(pair14(od, 2, 3), sc, c % 2)])
+                continue
             if c % 2 == 0:
                 ks[l] = [[0] * 4, [0] * 4]
                 for n in range(4):
@@ -325,7 +353,63 @@ def tile_bytes(codes, D):
     return raw
 
 
-def run(D, seq_len, q_len, group, seed):
+def issue_km2(codes, sc, first, key_end, page_size, table, heads, head):
+    """tile_issue_km2's copies of one stage (128 keys from `first`) for one of K / V: the cache
+    is paged NHD (slot = page * page_size + offset, `heads` KV heads of 64-byte rows and 8-byte
+    scale rows), `table` the sequence's page table. Returns the stage's value bytes (128 rows of
+    64, swizzled) and scale rows (128 x 8) as the copies leave them (invalid rows zero-filled)."""
+    D, shift = 128, page_size.bit_length() - 1
+    nslots = len(table) * page_size
+    cache = np.zeros((len(table) * page_size * 4, heads, D // 2), dtype=np.uint8)
+    scales = np.zeros((len(table) * page_size * 4, heads, 8), dtype=np.uint8)
+    for k in range(nslots):
+        slot = table[k >> shift] * page_size + (k & (page_size - 1))
+        cache[slot, head] = [codes[k][2 * i] | codes[k][2 * i + 1] << 4 for i in range(D // 2)]
+        scales[slot, head] = sc[k]
+    flat, sflat = cache.reshape(-1), scales.reshape(-1)
+    stride, sstride = heads * 64, heads * 8
+    pages = [table[(first >> shift) + j] if ((first >> shift) + j) << shift < key_end else 0
+             for j in range(32)]  # stage_pages: lane j's entry
+    vals, srows = np.full(128 * 64, 0xEE, dtype=np.uint8), np.full(128 * 8, 0xEE, dtype=np.uint8)
+    for tid in range(128):
+        q, c = tid >> 2, tid & 3
+        r0 = 8 * (q >> 1) + (q & 1)
+        pos = first + r0
+        page = pages[(pos >> shift) - (first >> shift)]
+        slot = (page << shift) + (pos & ((1 << shift) - 1))
+        left = key_end - pos
+        dst = r0 * 64 + c * 16
+        for j in range(4):
+            at = (dst ^ (16 * j)) + 128 * j
+            src = (slot + 2 * j) * stride + head * 64 + c * 16
+            vals[at:at + 16] = flat[src:src + 16] if 2 * j < left else 0
+        src = (slot + 2 * c) * sstride + head * 8
+        at = (r0 + 2 * c) * 8
+        srows[at:at + 8] = sflat[src:src + 8] if 2 * c < left else 0
+    return vals, srows.reshape(128, 8)
+
+
+def check_issue_km2(rng):
+    """tile_issue_km2's stage against tile_issue's layout (tile_bytes, scale rows in key order)."""
+    for page_size, seq_len, first in ((16, 300, 128), (32, 250, 128), (64, 131, 0), (16, 7, 0)):
+        npages = (seq_len + page_size - 1) // page_size + 2
+        table = [int(x) for x in rng.permutation(npages * 4)[:npages]]
+        codes = rng.integers(0, 16, (npages * page_size, 128))
+        sc = rng.integers(0, 256, (npages * page_size, 8))
+        vals, srows = issue_km2(codes, sc, first, seq_len, page_size, table, 3, 1)
+        for kg in range(4):
+            keys = range(first + 32 * kg, first + 32 * kg + 32)
+            want = tile_bytes([[int(x) for x in codes[k]] if k < seq_len else [0] * 128
+                               for k in keys], 128)
+            if not np.array_equal(vals[kg * 32 * 64:(kg + 1) * 32 * 64], want):
+                return False
+        want_s = np.array([sc[k] if k < seq_len else [0] * 8 for k in range(first, first + 128)])
+        if not np.array_equal(srows, want_s):
+            return False
+    return True
+
+
+def run(D, seq_len, q_len, group, seed, v2=False):
     rng = np.random.default_rng(seed)
     rows = q_len * group
     prefix = seq_len - q_len
@@ -356,17 +440,25 @@ def run(D, seq_len, q_len, group, seed):
                                    for k in keys]
             tk, tv = tile_bytes(pad(codes_k, 0), D), tile_bytes(pad(codes_v, 0), D)
             skr, svr = pad(sc_k, 0), pad(sc_v, 0)
-            tile_math_km(warps[kg], tk, tv, skr, svr, fk, seq_len, scale_log2)
+            tile_math_km(warps[kg], tk, tv, skr, svr, fk, seq_len, scale_log2, v2)
     got = km_finish(km_merge(warps), rows, 16384.0)
     err = np.linalg.norm(got[:rows] - want) / np.linalg.norm(want)
-    print(f"D{D} seq_len {seq_len} q_len {q_len} group {group}: rel L2 {err:.2e}")
+    print(f"D{D} seq_len {seq_len} q_len {q_len} group {group}{' v2' if v2 else ''}: "
+          f"rel L2 {err:.2e}")
     return err
 
 
 def main():
+    v2 = "--v2" in sys.argv[1:]
     cases = [(128, 200, 1, 4), (64, 77, 1, 8), (128, 131, 2, 4), (64, 40, 8, 1), (128, 33, 1, 1)]
-    worst = max(run(*c, seed=i) for i, c in enumerate(cases))
+    if v2:
+        cases = [c for c in cases if c[0] == 128]
+    worst = max(run(*c, seed=i, v2=v2) for i, c in enumerate(cases))
     ok = worst < 2e-3  # the kernel's only rounding: P to half
+    if v2:
+        laid = check_issue_km2(np.random.default_rng(7))
+        print("tile_issue_km2 stage bytes:", "equal" if laid else "DIFFER")
+        ok = ok and laid
     print("keys_m_emu:", "ok" if ok else "MISMATCH")
     return 0 if ok else 1
 
