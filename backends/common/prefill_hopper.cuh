@@ -36,6 +36,13 @@ constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
 constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
+#ifndef AP_HOPPER_QBUF
+#define AP_HOPPER_QBUF 0 /* 1: two Q buffers at head dims 128 and 64 (Geo::kQBufs) */
+#endif
+#ifndef AP_HOPPER_QBUF_VSTAGES
+#define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
+#endif
+constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
@@ -56,8 +63,17 @@ template <int kD> struct Geo {
     static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
     static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
     static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2;
-    static constexpr int kSmem = kQBytes + kStg * (kKBytes + kVBytes) + 1024 + 128;
+    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2; /* the K ring's depth */
+    /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
+     * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
+     * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
+     * 32 + 3 x 64); kD 256 and 192 keep one (their rings have no stage to spare). */
+    static constexpr int kQBufs = AP_HOPPER_QBUF && (kD == 128 || kD == 64) ? 2 : 1;
+    static constexpr int kVStg =
+        AP_HOPPER_QBUF && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg ? AP_HOPPER_QBUF_VSTAGES
+                                                                     : kStg;
+    static constexpr int kSmem =
+        kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -192,23 +208,27 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
 /* k_empty / v_empty: a stage's K tile is released once S = Q K is done, its V tile after P V,
  * so the next K load need not wait for the P V that reads the same stage's V. */
 struct Bars {
-    uint64_t q_full;
-    uint64_t q_empty; /* both consumer warpgroups' last S = Q K of a tile done: Q may be reloaded */
+    uint64_t q_full[kMaxQBufs];
+    uint64_t q_empty[kMaxQBufs]; /* both consumer warpgroups' last S = Q K of a tile done: that Q
+                                  * buffer may be reloaded */
     uint64_t k_full[kMaxStages];
     uint64_t v_full[kMaxStages];
     uint64_t k_empty[kMaxStages];
     uint64_t v_empty[kMaxStages];
 };
 
-// The CTA's Q tile (query head h), once, by one producer thread: both sources.
-template <int kD>
+// The CTA's Q tile (query head h), once, by one producer thread: both sources. Q load qn goes to
+// buffer qn % kQBufs, that buffer's (qn / kQBufs)-th use.
+template <int kD, int kQBufs = Geo<kD>::kQBufs>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
                                           const Shape &sh, int h, int qn) {
-    bar_wait(&b->q_empty, (qn & 1) ^ 1);
-    bar_expect_tx(&b->q_full, Geo<kD>::kQBytes);
+    const int qb = qn % kQBufs;
+    uint8_t *q = sq + qb * Geo<kD>::kQBytes;
+    bar_wait(&b->q_empty[qb], ((qn / kQBufs) & 1) ^ 1);
+    bar_expect_tx(&b->q_full[qb], Geo<kD>::kQBytes);
 #pragma unroll
     for (int c = 0; c < Geo<kD>::kChunks; ++c) {
-        tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+        tma_load(tq, q + c * kHalfBytes, &b->q_full[qb], 64 * c, h, sh.q_start + sh.m0);
     }
 }
 
@@ -221,20 +241,22 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
+        const int vs = (ring + i) % G::kVStg; /* the V stage: s without AP_HOPPER_QBUF */
+        const uint32_t vph = (((ring + i) / G::kVStg) & 1) ^ 1;
         const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
         uint8_t *k = sk + s * G::kKBytes;
-        uint8_t *v = sv + s * G::kVBytes;
+        uint8_t *v = sv + vs * G::kVBytes;
         bar_wait(&b->k_empty[s], ph);
         bar_expect_tx(&b->k_full[s], G::kKBytes);
 #pragma unroll
         for (int c = 0; c < G::kChunks; ++c) {
             tma_load(tk, k + c * G::kKChunk, &b->k_full[s], 64 * c, hk, row);
         }
-        bar_wait(&b->v_empty[s], ph);
-        bar_expect_tx(&b->v_full[s], G::kVBytes);
+        bar_wait(&b->v_empty[vs], vph);
+        bar_expect_tx(&b->v_full[vs], G::kVBytes);
 #pragma unroll
         for (int c = 0; c < G::kVChunks; ++c) {
-            tma_load(tv, v + c * G::kKChunk, &b->v_full[s], 64 * c, hk, row);
+            tma_load(tv, v + c * G::kKChunk, &b->v_full[vs], 64 * c, hk, row);
         }
     }
 }
@@ -476,8 +498,10 @@ __device__ __forceinline__ uint8_t *smem_base(uint8_t *raw) {
 /* Thread 0's init of the Q and ring barriers (stages of them; v_full with v_full_count
  * arrivals: 1, a TMA's, or the fp8 kernel's converter warps). The caller fences and syncs. */
 __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count) {
-    bar_init(&b->q_full, 1);
-    bar_init(&b->q_empty, 8); /* one arrival per consumer warp */
+    for (int qb = 0; qb < kMaxQBufs; ++qb) {
+        bar_init(&b->q_full[qb], 1);
+        bar_init(&b->q_empty[qb], 8); /* one arrival per consumer warp */
+    }
     for (int s = 0; s < stages; ++s) {
         bar_init(&b->k_full[s], 1);
         bar_init(&b->v_full[s], v_full_count);
@@ -489,11 +513,15 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
  * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo).
- * Barriers (mbarriers in shared memory, phases counted per CTA across its work tiles): q_full
- * (producer's expect_tx + TMA; consumers wait phase qn & 1), q_empty (8 consumer warps arrive
- * after their tile's last S = Q K; the producer waits phase (qn & 1) ^ 1 before the next Q),
- * k_full / v_full of stage g % kStg (consumers wait phase (g / kStg) & 1) and k_empty / v_empty
- * (8 warps arrive after S / after P V; the producer waits the flipped phase). A tile with no key
+ * Barriers (mbarriers in shared memory, phases counted per CTA across its work tiles): Q load qn
+ * in buffer qb = qn % kQBufs (kQBufs 1 unless AP_HOPPER_QBUF), its use u = qn / kQBufs: q_full[qb]
+ * (producer's expect_tx + TMA; consumers wait phase u & 1), q_empty[qb] (8 consumer warps arrive
+ * after their tile's last S = Q K; the producer waits phase (u & 1) ^ 1 before loading it again),
+ * k_full / k_empty of K stage g % kStg (consumers wait phase (g / kStg) & 1), v_full / v_empty of
+ * V stage g % kVStg (phase (g / kVStg) & 1; kVStg is kStg unless AP_HOPPER_QBUF at kD 128), the
+ * empty ones with 8 warps arriving after S / after P V and the producer waiting the flipped
+ * phase. With two Q buffers the producer loads tile r + 1's Q once tile r - 1 released its
+ * buffer, so a tile's Q is in shared memory before its first S. A tile with no key
  * tile (n_blocks 0) loads nothing and is skipped by both sides alike, since both derive n_blocks
  * from the same plan item. */
 template <typename T, int kMode, int kD = 128, bool kPaged = false>
@@ -506,9 +534,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     using G = Geo<kD>;
     uint8_t *sq = smem_base(smem_raw);
-    uint8_t *sk = sq + G::kQBytes;
+    uint8_t *sk = sq + G::kQBufs * G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
-    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
+    Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
     if (threadIdx.x == 0) {
         bars_init(b, G::kStg, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
