@@ -36,8 +36,10 @@ constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
 constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
+/* AP_HOPPER_QBUF 1: two Q buffers at head dims 128 and 64 (Geo::kQBufs); 2: and the tile
+ * boundaries merged (prefill_hopper_merge.cuh). 0, the default: one Q buffer. */
 #ifndef AP_HOPPER_QBUF
-#define AP_HOPPER_QBUF 0 /* 1: two Q buffers at head dims 128 and 64 (Geo::kQBufs) */
+#define AP_HOPPER_QBUF 0
 #endif
 #ifndef AP_HOPPER_QBUF_VSTAGES
 #define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
@@ -69,11 +71,10 @@ template <int kD> struct Geo {
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
      * 32 + 3 x 64); kD 256 and 192 keep one (their rings have no stage to spare). */
     static constexpr int kQBufs = AP_HOPPER_QBUF && (kD == 128 || kD == 64) ? 2 : 1;
-    static constexpr int kVStg =
-        AP_HOPPER_QBUF && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg ? AP_HOPPER_QBUF_VSTAGES
-                                                                     : kStg;
-    static constexpr int kSmem =
-        kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
+    static constexpr int kVStg = AP_HOPPER_QBUF && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
+                                     ? AP_HOPPER_QBUF_VSTAGES
+                                     : kStg;
+    static constexpr int kSmem = kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -433,6 +434,8 @@ __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &
     return true;
 }
 
+#include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
+
 /* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
  * last tile's (so the next tile's loads start while the consumers finish this one). */
@@ -468,20 +471,24 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     if (kMode == 2 && wg == 1) {
         named_arrive<256>(1);
     }
-    int ring = 0, qn = 0, item = 0, h = 0;
-    for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
-        if (sh.n_blocks < 0) {
-            continue; /* not a tile start: another tile covers these tokens */
-        }
-        if constexpr (kMode == 0) {
-            consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
-        } else {
-            consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
-        }
-        if (sh.n_blocks > 0) {
-            ring += sh.n_blocks;
-            ++qn;
+    if constexpr (AP_HOPPER_QBUF >= 2 && kMode != 0 && Q::G::kQBufs == 2) {
+        consumer_loop_merged<T, kMode == 2, kPaged, Q>(sq, sk, sv, b, p);
+    } else {
+        int ring = 0, qn = 0, item = 0, h = 0;
+        for (int r = 0; tile_at(p, r, item, h); ++r) {
+            const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+            if (sh.n_blocks < 0) {
+                continue; /* not a tile start: another tile covers these tokens */
+            }
+            if constexpr (kMode == 0) {
+                consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+            } else {
+                consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
+            }
+            if (sh.n_blocks > 0) {
+                ring += sh.n_blocks;
+                ++qn;
+            }
         }
     }
     if (kMode == 2 && wg == 0) {

@@ -148,11 +148,10 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
  * becomes P_i. The last step's S done, Q is released. */
 template <bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
-__device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const Q &q,
-                                          const uint8_t *sk, const uint8_t *sv, Bars *b, int ring,
-                                          int qb, int i, int wg, int r0, int lane,
-                                          float (&o)[G::kOn], float (&m)[2], float (&l)[2],
-                                          uint32_t (&pf)[G::kPk][4]) {
+__device__ __forceinline__ void
+pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const uint8_t *sv,
+          Bars *b, int ring, int qb, int i, int wg, int r0, int lane, float (&o)[G::kOn],
+          float (&m)[2], float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
     constexpr int kStg = G::kStg, kVStg = G::kVStg;
     const int g = ring + i;
     const int s = g % kStg;
@@ -227,8 +226,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
         pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, r0, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, qb, i, wg, r0, lane, o, m, l,
-                                      pf);
+        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, qb, i, wg, r0, lane, o, m, l, pf);
     }
     if (nb > 0) {
         pipe_last_pv<typename Q::PT, kSplitN, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
