@@ -178,8 +178,10 @@ static void bench_tiles() {
     for (int len : mix) {
         tokens += len;
     }
-    char what[48];
-    std::snprintf(what, sizeof what, "varlen64 %dtok", tokens);
+    const Case c{"mix", false, true, 32, 8, mix, mix};
+    const long long tiles = static_cast<long long>(make_batch(c).items.size()) * 32;
+    char what[64];
+    std::snprintf(what, sizeof what, "varlen64 %dtok %lldtiles", tokens, tiles);
     bench_lens(true, mix, what, 32, 8, 128, 2);
 }
 
