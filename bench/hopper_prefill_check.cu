@@ -6,7 +6,9 @@
  * exact Q; LSE within kLseF8 = 1e-2 there, the fp8 accumulation), then its timing on B4 S4096
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
- * Usage: hopper_prefill_check [--no-bench]. Exit 1 on any failed case. */
+ * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --profile V |
+ * --match TEXT].
+ * Exit 1 on any failed case. */
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -611,16 +613,32 @@ static bool run_case(const Case &c, unsigned seed) {
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
-     * --profile V: one causal H32/8 launch set of variant V (for ncu). */
+     * --profile V: one causal H32/8 launch set of variant V (for ncu); --time: bench_tiles'
+     * timings only (the per-work-tile overhead's shapes); --match TEXT: the checks whose name
+     * holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;
+    if (argc > 1 && std::strcmp(argv[1], "--time") == 0) {
+        bench_tiles();
+        return 0;
+    }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
         bench(true, 4, 32, 8, 128, std::atoi(argv[2]));
         return 0;
     }
     std::vector<Case> cases = quick ? quick_cases() : check_cases();
+    const bool match = argc > 2 && std::strcmp(argv[1], "--match") == 0;
+    if (match) {
+        std::vector<Case> picked;
+        for (const Case &c : cases) {
+            if (std::strstr(c.name, argv[2]) != nullptr) {
+                picked.push_back(c);
+            }
+        }
+        cases = picked;
+    }
     int dev = 0;
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));

@@ -3,11 +3,13 @@
 #ifndef AP_BENCH_HOPPER_PREFILL_TIMING_CUH
 #define AP_BENCH_HOPPER_PREFILL_TIMING_CUH
 
-/* B sequences of S tokens, H query heads over hkv, Q/K dqk wide (V dv_of(dqk)); page > 0: K/V
- * read as a paged cache of that page size through a shuffled page table. */
-static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
-    const int S = 4096, D = dv_of(dqk);
-    Case c{"bench", false, causal, H, hkv, std::vector<int>(B, S), std::vector<int>(B, S), dqk};
+/* Sequences of lens tokens (Q and K/V alike), H query heads over hkv, Q/K dqk wide (V
+ * dv_of(dqk)); page > 0: K/V read as a paged cache of that page size through a shuffled page
+ * table. what: the shape in the printed line. */
+static void bench_lens(bool causal, const std::vector<int> &lens, const char *what, int H, int hkv,
+                       int dqk, int variant, int page = 0) {
+    const int D = dv_of(dqk);
+    Case c{"bench", false, causal, H, hkv, lens, lens, dqk};
     const Batch b = make_batch(c);
     const int sets = 2;
     std::vector<void *> bufs;
@@ -111,9 +113,13 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    const double flops = (causal ? 1.0 : 2.0) * B * H * static_cast<double>(S) * S * (dqk + D);
-    std::printf("hopper %s B%d S%d H%d/%d D%d/%d bf16 %s%s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", B, S, H, hkv, dqk, D, kVariant[variant],
+    double sq = 0; /* sum of S^2 */
+    for (int len : lens) {
+        sq += static_cast<double>(len) * len;
+    }
+    const double flops = (causal ? 1.0 : 2.0) * H * sq * (dqk + D);
+    std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s: %.3f ms %.1f TFLOP/s\n",
+                causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant],
                 page == 16 ? " paged16"
                 : page > 0 ? " paged"
                            : "",
@@ -129,6 +135,54 @@ static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int 
     cudaFree(dqo);
     cudaFree(dkv);
     cudaFree(ditems);
+}
+
+/* B sequences of S = 4096 tokens. */
+static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
+    char what[32];
+    std::snprintf(what, sizeof what, "B%d S4096", B);
+    bench_lens(causal, std::vector<int>(B, 4096), what, H, hkv, dqk, variant, page);
+}
+
+/* fav-bench's varlen shape (bench/fav_bench.c fb_lengths): 64 sequences of 16..4096 tokens
+ * scaled to about 64k in all, here from a fixed splitmix64 seed (not fav-bench's stream, so the
+ * same mix, not the same lengths). */
+static std::vector<int> varlen_mix() {
+    uint64_t state = 20261127u;
+    auto next = [&state]() {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        return z ^ (z >> 31);
+    };
+    std::vector<int> lens(64);
+    double total = 0;
+    for (int &len : lens) {
+        len = 16 + static_cast<int>(next() % 4081u);
+        total += len;
+    }
+    for (int &len : lens) {
+        len = std::min(4096, std::max(16, static_cast<int>(std::llround(len * 65536.0 / total))));
+    }
+    return lens;
+}
+
+/* --time: the shapes of the per-work-tile overhead (issue 10's causal targets), the dispatched
+ * ping-pong mode: causal H32/8 B4 S4096 D128 and D64, B16 S4096 D128, the varlen mix D128. */
+static void bench_tiles() {
+    bench(true, 4, 32, 8, 128, 2);
+    bench(true, 4, 32, 8, 64, 2);
+    bench(true, 16, 32, 8, 128, 2);
+    const std::vector<int> mix = varlen_mix();
+    int tokens = 0;
+    for (int len : mix) {
+        tokens += len;
+    }
+    const Case c{"mix", false, true, 32, 8, mix, mix};
+    const long long tiles = static_cast<long long>(make_batch(c).items.size()) * 32;
+    char what[64];
+    std::snprintf(what, sizeof what, "varlen64 %dtok %lldtiles", tokens, tiles);
+    bench_lens(true, mix, what, 32, 8, 128, 2);
 }
 
 #endif /* AP_BENCH_HOPPER_PREFILL_TIMING_CUH */

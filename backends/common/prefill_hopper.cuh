@@ -36,6 +36,15 @@ constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
 constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
+/* AP_HOPPER_QBUF 1: two Q buffers at head dims 128 and 64 (Geo::kQBufs); 2: and the tile
+ * boundaries merged (prefill_hopper_merge.cuh). 0, the default: one Q buffer. */
+#ifndef AP_HOPPER_QBUF
+#define AP_HOPPER_QBUF 0
+#endif
+#ifndef AP_HOPPER_QBUF_VSTAGES
+#define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
+#endif
+constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
@@ -56,8 +65,16 @@ template <int kD> struct Geo {
     static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
     static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
     static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2;
-    static constexpr int kSmem = kQBytes + kStg * (kKBytes + kVBytes) + 1024 + 128;
+    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2; /* the K ring's depth */
+    /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
+     * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
+     * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
+     * 32 + 3 x 64); kD 256 and 192 keep one (their rings have no stage to spare). */
+    static constexpr int kQBufs = AP_HOPPER_QBUF && (kD == 128 || kD == 64) ? 2 : 1;
+    static constexpr int kVStg = AP_HOPPER_QBUF && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
+                                     ? AP_HOPPER_QBUF_VSTAGES
+                                     : kStg;
+    static constexpr int kSmem = kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -192,23 +209,27 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
 /* k_empty / v_empty: a stage's K tile is released once S = Q K is done, its V tile after P V,
  * so the next K load need not wait for the P V that reads the same stage's V. */
 struct Bars {
-    uint64_t q_full;
-    uint64_t q_empty; /* both consumer warpgroups' last S = Q K of a tile done: Q may be reloaded */
+    uint64_t q_full[kMaxQBufs];
+    uint64_t q_empty[kMaxQBufs]; /* both consumer warpgroups' last S = Q K of a tile done: that Q
+                                  * buffer may be reloaded */
     uint64_t k_full[kMaxStages];
     uint64_t v_full[kMaxStages];
     uint64_t k_empty[kMaxStages];
     uint64_t v_empty[kMaxStages];
 };
 
-// The CTA's Q tile (query head h), once, by one producer thread: both sources.
-template <int kD>
+// The CTA's Q tile (query head h), once, by one producer thread: both sources. Q load qn goes to
+// buffer qn % kQBufs, that buffer's (qn / kQBufs)-th use.
+template <int kD, int kQBufs = Geo<kD>::kQBufs>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
                                           const Shape &sh, int h, int qn) {
-    bar_wait(&b->q_empty, (qn & 1) ^ 1);
-    bar_expect_tx(&b->q_full, Geo<kD>::kQBytes);
+    const int qb = qn % kQBufs;
+    uint8_t *q = sq + qb * Geo<kD>::kQBytes;
+    bar_wait(&b->q_empty[qb], ((qn / kQBufs) & 1) ^ 1);
+    bar_expect_tx(&b->q_full[qb], Geo<kD>::kQBytes);
 #pragma unroll
     for (int c = 0; c < Geo<kD>::kChunks; ++c) {
-        tma_load(tq, sq + c * kHalfBytes, &b->q_full, 64 * c, h, sh.q_start + sh.m0);
+        tma_load(tq, q + c * kHalfBytes, &b->q_full[qb], 64 * c, h, sh.q_start + sh.m0);
     }
 }
 
@@ -221,20 +242,22 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
+        const int vs = (ring + i) % G::kVStg; /* the V stage: s without AP_HOPPER_QBUF */
+        const uint32_t vph = (((ring + i) / G::kVStg) & 1) ^ 1;
         const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
         uint8_t *k = sk + s * G::kKBytes;
-        uint8_t *v = sv + s * G::kVBytes;
+        uint8_t *v = sv + vs * G::kVBytes;
         bar_wait(&b->k_empty[s], ph);
         bar_expect_tx(&b->k_full[s], G::kKBytes);
 #pragma unroll
         for (int c = 0; c < G::kChunks; ++c) {
             tma_load(tk, k + c * G::kKChunk, &b->k_full[s], 64 * c, hk, row);
         }
-        bar_wait(&b->v_empty[s], ph);
-        bar_expect_tx(&b->v_full[s], G::kVBytes);
+        bar_wait(&b->v_empty[vs], vph);
+        bar_expect_tx(&b->v_full[vs], G::kVBytes);
 #pragma unroll
         for (int c = 0; c < G::kVChunks; ++c) {
-            tma_load(tv, v + c * G::kKChunk, &b->v_full[s], 64 * c, hk, row);
+            tma_load(tv, v + c * G::kKChunk, &b->v_full[vs], 64 * c, hk, row);
         }
     }
 }
@@ -352,12 +375,79 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], fl
     rescale_pack<T>(s, o, corr, move, p);
 }
 
+#ifndef AP_HOPPER_EPI16
+#define AP_HOPPER_EPI16 0 /* 1: the epilogue stores 16 bytes per lane (epilogue_v16) */
+#endif
+
+/* The 4 x 4 words a quad holds (lane q: w[c], c = 0..3) transposed: lane q gets word q of each
+ * lane, in lane order (out[s] = lane s's w[q]). Three xor exchanges, the indices by select (a
+ * register array indexed by a lane-dependent value would go to local memory). */
+__device__ __forceinline__ void quad_transpose(const uint32_t (&w)[4], uint32_t (&out)[4], int q) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        out[c] = c == q ? w[c] : 0u;
+    }
+#pragma unroll
+    for (int d = 1; d < 4; ++d) {
+        const int want = q ^ d; /* the partner wants my word `want`; I get its word q */
+        const uint32_t send = want == 0 ? w[0] : want == 1 ? w[1] : want == 2 ? w[2] : w[3];
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, send, d);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            out[c] = c == want ? got : out[c];
+        }
+    }
+}
+
+/* epilogue with 16-byte stores: a thread holds, per row, words (bf16 / fp16 pairs) at columns
+ * 8 j + 2 (lane % 4) for j < kN / 4, so each 8-column chunk j is spread over a quad; a quad
+ * transpose gives lane q chunks j = 4 k + q whole. Per warp store instruction 8 rows x 64 B
+ * instead of 8 rows x 16 B: a quarter of the LSU wavefronts (kN / 16 STG.128 per row against
+ * kN / 4 STG.32), for 3 shuffles per 4 chunks. out must be 16-byte aligned (rows of 2 kN
+ * elements are). */
+template <typename T, int kN>
+__device__ __forceinline__ void epilogue_v16(const Params &p, const Shape &sh, const float (&o)[kN],
+                                             const float (&m)[2], float (&l)[2], int h, int r0,
+                                             int lane, const float (&ms)[2], float os) {
+    const int q = lane % 4;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+        float sum = l[hr];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = r0 + 8 * hr;
+        const float inv = sum > 0.f ? os / sum : 0.f;
+        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
+        T *out = static_cast<T *>(p.out) + row * (2 * kN);
+#pragma unroll
+        for (int k = 0; k < kN / 16; ++k) {
+            uint32_t w[4], t[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int j = 4 * k + c;
+                w[c] = pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+            }
+            quad_transpose(w, t, q); /* every lane: the shuffles want the whole warp */
+            if (r < sh.q_len) {
+                *reinterpret_cast<uint4 *>(out + 8 * (4 * k + q)) =
+                    make_uint4(t[0], t[1], t[2], t[3]);
+            }
+        }
+        if (r < sh.q_len && p.lse != nullptr && q == 0) {
+            p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
+        }
+    }
+}
+
 /* O / l into out and the LSE: ms, per row, the factor from S (m) to natural-log units
  * (sm_scale, times the Q and K scales of fp8 S); os multiplies O (1, or the V scale). */
 template <typename T, int kN>
 __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int r0,
                                          int lane, const float (&ms)[2], float os) {
+#if AP_HOPPER_EPI16
+    epilogue_v16<T>(p, sh, o, m, l, h, r0, lane, ms, os);
+#else
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float sum = l[hr];
@@ -379,6 +469,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
             p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
         }
     }
+#endif
 }
 
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
@@ -410,6 +501,8 @@ __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &
     ap_hopper_band_tile(t, p.num_items, p.num_qo_heads, p.group, kBandKv, &item, &h);
     return true;
 }
+
+#include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
 
 /* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
@@ -446,20 +539,24 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     if (kMode == 2 && wg == 1) {
         named_arrive<256>(1);
     }
-    int ring = 0, qn = 0, item = 0, h = 0;
-    for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
-        if (sh.n_blocks < 0) {
-            continue; /* not a tile start: another tile covers these tokens */
-        }
-        if constexpr (kMode == 0) {
-            consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
-        } else {
-            consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
-        }
-        if (sh.n_blocks > 0) {
-            ring += sh.n_blocks;
-            ++qn;
+    if constexpr (AP_HOPPER_QBUF >= 2 && kMode != 0 && Q::G::kQBufs == 2) {
+        consumer_loop_merged<T, kMode == 2, kPaged, Q>(sq, sk, sv, b, p);
+    } else {
+        int ring = 0, qn = 0, item = 0, h = 0;
+        for (int r = 0; tile_at(p, r, item, h); ++r) {
+            const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+            if (sh.n_blocks < 0) {
+                continue; /* not a tile start: another tile covers these tokens */
+            }
+            if constexpr (kMode == 0) {
+                consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+            } else {
+                consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
+            }
+            if (sh.n_blocks > 0) {
+                ring += sh.n_blocks;
+                ++qn;
+            }
         }
     }
     if (kMode == 2 && wg == 0) {
@@ -476,8 +573,10 @@ __device__ __forceinline__ uint8_t *smem_base(uint8_t *raw) {
 /* Thread 0's init of the Q and ring barriers (stages of them; v_full with v_full_count
  * arrivals: 1, a TMA's, or the fp8 kernel's converter warps). The caller fences and syncs. */
 __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count) {
-    bar_init(&b->q_full, 1);
-    bar_init(&b->q_empty, 8); /* one arrival per consumer warp */
+    for (int qb = 0; qb < kMaxQBufs; ++qb) {
+        bar_init(&b->q_full[qb], 1);
+        bar_init(&b->q_empty[qb], 8); /* one arrival per consumer warp */
+    }
     for (int s = 0; s < stages; ++s) {
         bar_init(&b->k_full[s], 1);
         bar_init(&b->v_full[s], v_full_count);
@@ -489,11 +588,15 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
  * P V in flight during softmax (intra-warpgroup overlap); 2: 1 plus ping-pong between the two
  * consumer warpgroups on named barriers. kD: the Q/K head dim (Geo).
- * Barriers (mbarriers in shared memory, phases counted per CTA across its work tiles): q_full
- * (producer's expect_tx + TMA; consumers wait phase qn & 1), q_empty (8 consumer warps arrive
- * after their tile's last S = Q K; the producer waits phase (qn & 1) ^ 1 before the next Q),
- * k_full / v_full of stage g % kStg (consumers wait phase (g / kStg) & 1) and k_empty / v_empty
- * (8 warps arrive after S / after P V; the producer waits the flipped phase). A tile with no key
+ * Barriers (mbarriers in shared memory, phases counted per CTA across its work tiles): Q load qn
+ * in buffer qb = qn % kQBufs (kQBufs 1 unless AP_HOPPER_QBUF), its use u = qn / kQBufs: q_full[qb]
+ * (producer's expect_tx + TMA; consumers wait phase u & 1), q_empty[qb] (8 consumer warps arrive
+ * after their tile's last S = Q K; the producer waits phase (u & 1) ^ 1 before loading it again),
+ * k_full / k_empty of K stage g % kStg (consumers wait phase (g / kStg) & 1), v_full / v_empty of
+ * V stage g % kVStg (phase (g / kVStg) & 1; kVStg is kStg unless AP_HOPPER_QBUF at kD 128), the
+ * empty ones with 8 warps arriving after S / after P V and the producer waiting the flipped
+ * phase. With two Q buffers the producer loads tile r + 1's Q once tile r - 1 released its
+ * buffer, so a tile's Q is in shared memory before its first S. A tile with no key
  * tile (n_blocks 0) loads nothing and is skipped by both sides alike, since both derive n_blocks
  * from the same plan item. */
 template <typename T, int kMode, int kD = 128, bool kPaged = false>
@@ -506,9 +609,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     using G = Geo<kD>;
     uint8_t *sq = smem_base(smem_raw);
-    uint8_t *sk = sq + G::kQBytes;
+    uint8_t *sk = sq + G::kQBufs * G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
-    Bars *b = reinterpret_cast<Bars *>(sv + G::kStg * G::kVBytes);
+    Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
     if (threadIdx.x == 0) {
         bars_init(b, G::kStg, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -2,7 +2,8 @@
  * tile (128 query rows of one head) at a time: S = Q K^T, online softmax and O += P V, plain
  * (consume) or pipelined with ping-pong (consume_pipe). `ring` is the CTA's count of K/V tiles
  * before this work tile (the ring runs on across a persistent CTA's tiles: K/V tile g sits in
- * stage g % kStg, phase (g / kStg) & 1) and qn its count of Q loads (q_full's phase). A part of
+ * K stage g % kStg, phase (g / kStg) & 1; its V in V stage g % kVStg, phase (g / kVStg) & 1) and
+ * qn its count of Q loads (in Q buffer qn % kQBufs, phase (qn / kQBufs) & 1). A part of
  * prefill_hopper.cuh, which includes it after the softmax and the epilogue; not a header of its
  * own. */
 #ifndef AP_COMMON_PREFILL_HOPPER_CONSUME_CUH
@@ -48,19 +49,22 @@ template <typename T, bool kSplitN, int kD>
 __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
                                         const uint8_t *sk, const uint8_t *sv, Bars *b, int h,
                                         int ring, int qn) {
-    constexpr int kStg = Geo<kD>::kStg;
+    constexpr int kStg = Geo<kD>::kStg, kVStg = Geo<kD>::kVStg, kQBufs = Geo<kD>::kQBufs;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
     const int r0 = sh.m0 + wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4;
+    const int qb = qn % kQBufs;
     float o[Geo<kD>::kOn], m[2], l[2];
     state_init(o, m, l);
     if (sh.n_blocks > 0) {
-        bar_wait(&b->q_full, qn & 1);
+        bar_wait(&b->q_full[qb], (qn / kQBufs) & 1);
     }
-    const uint8_t *q = sq + wg * 64 * 128;
+    const uint8_t *q = sq + qb * Geo<kD>::kQBytes + wg * 64 * 128;
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % kStg;
         const uint32_t ph = ((ring + i) / kStg) & 1;
+        const int vs = (ring + i) % kVStg;
+        const uint32_t vph = ((ring + i) / kVStg) & 1;
         const int n = sh.n_blocks - 1 - i;
         float sc[Geo<kD>::kSn];
         bar_wait(&b->k_full[s], ph);
@@ -70,7 +74,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         wg_wait0();
         release_stage(&b->k_empty[s]);
         if (i == sh.n_blocks - 1) {
-            release_stage(&b->q_empty);
+            release_stage(&b->q_empty[qb]);
         }
         if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
             mask_tile(sc, sh, p.causal, n, r0, lane);
@@ -78,12 +82,12 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         uint32_t pf[Geo<kD>::kPk][4];
         const float sl2[2] = {p.scale_log2, p.scale_log2};
         softmax_tile<T>(sc, o, m, l, pf, sl2);
-        bar_wait(&b->v_full[s], ph);
+        bar_wait(&b->v_full[vs], vph);
         wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + s * Geo<kD>::kVBytes);
+        pv_gemm<T, kSplitN>(o, pf, sv + vs * Geo<kD>::kVBytes);
         wg_commit();
         wg_wait0();
-        release_stage(&b->v_empty[s]);
+        release_stage(&b->v_empty[vs]);
     }
     const float ms[2] = {p.sm_scale, p.sm_scale};
     epilogue<T>(p, sh, o, m, l, h, r0, lane, ms, 1.f);
@@ -117,7 +121,7 @@ template <typename T, int kD> struct QSmem {
 template <bool kPingPong, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, Bars *b,
-                  int ring, int wg, int r0, int lane, float (&o)[G::kOn], float (&m)[2],
+                  int ring, int qb, int wg, int r0, int lane, float (&o)[G::kOn], float (&m)[2],
                   float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
     constexpr int kStg = G::kStg;
     const int nb = sh.n_blocks;
@@ -132,7 +136,7 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
     wg_wait0();
     release_stage(&b->k_empty[s]);
     if (nb == 1) {
-        release_stage(&b->q_empty);
+        release_stage(&b->q_empty[qb]);
     }
     if (pipe_needs_mask<G::kKeys>(p, sh, nb - 1)) {
         mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
@@ -144,18 +148,18 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
  * becomes P_i. The last step's S done, Q is released. */
 template <bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
-__device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, const Q &q,
-                                          const uint8_t *sk, const uint8_t *sv, Bars *b, int ring,
-                                          int i, int wg, int r0, int lane, float (&o)[G::kOn],
-                                          float (&m)[2], float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
-    constexpr int kStg = G::kStg;
+__device__ __forceinline__ void
+pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const uint8_t *sv,
+          Bars *b, int ring, int qb, int i, int wg, int r0, int lane, float (&o)[G::kOn],
+          float (&m)[2], float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
+    constexpr int kStg = G::kStg, kVStg = G::kVStg;
     const int g = ring + i;
     const int s = g % kStg;
-    const int sp = (g - 1) % kStg;
+    const int sp = (g - 1) % kVStg;
     const int n = sh.n_blocks - 1 - i;
     float sc[G::kSn];
     bar_wait(&b->k_full[s], (g / kStg) & 1);
-    bar_wait(&b->v_full[sp], ((g - 1) / kStg) & 1);
+    bar_wait(&b->v_full[sp], ((g - 1) / kVStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
     q.qk(sc, sk + s * G::kKBytes);
@@ -166,7 +170,7 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
     wg_wait1();
     release_stage(&b->k_empty[s]);
     if (i == sh.n_blocks - 1) {
-        release_stage(&b->q_empty);
+        release_stage(&b->q_empty[qb]);
     }
     if (pipe_needs_mask<G::kKeys>(p, sh, n)) {
         mask_tile(sc, sh, p.causal, n, r0, lane);
@@ -183,10 +187,10 @@ __device__ __forceinline__ void pipe_step(const Params &p, const Shape &sh, cons
 template <typename PT, bool kSplitN, bool kPingPong, class G>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int ring, int nb, int wg,
                                              float (&o)[G::kOn], const uint32_t (&pf)[G::kPk][4]) {
-    constexpr int kStg = G::kStg;
+    constexpr int kVStg = G::kVStg;
     const int g = ring + nb - 1;
-    const int sp = g % kStg;
-    bar_wait(&b->v_full[sp], (g / kStg) & 1);
+    const int sp = g % kVStg;
+    bar_wait(&b->v_full[sp], (g / kVStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
     pv_gemm<PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
@@ -215,13 +219,14 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     Q q;
     q.init(p);
     uint32_t pf[G::kPk][4];
+    const int qb = qn % G::kQBufs;
     if (nb > 0) {
-        bar_wait(&b->q_full, qn & 1);
-        q.load(p, sq, wg);
-        pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, wg, r0, lane, o, m, l, pf);
+        bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
+        q.load(p, sq + qb * G::kQBytes, wg);
+        pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, r0, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, i, wg, r0, lane, o, m, l, pf);
+        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, qb, i, wg, r0, lane, o, m, l, pf);
     }
     if (nb > 0) {
         pipe_last_pv<typename Q::PT, kSplitN, kPingPong, G>(sv, b, ring, nb, wg, o, pf);

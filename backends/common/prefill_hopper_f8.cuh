@@ -45,6 +45,8 @@ template <int kD> struct GeoF8 {
     static constexpr int kSn = kKeys / 2;
     static constexpr int kPk = kKeys / 16;
     static constexpr int kStg = kD == 128 ? 3 : 2;
+    static constexpr int kVStg = kStg; /* one ring depth for K and V; one Q buffer (Geo's) */
+    static constexpr int kQBufs = 1;
     static constexpr int kSmem =
         kQBytes + kStg * (kKBytes + kVBytes) + kVsStages * kVsBytes + 1024 + 256;
 };
@@ -224,7 +226,7 @@ __device__ __forceinline__ void produce_f8(const CUtensorMap *tq, const CUtensor
                                            int ring, int qn) {
     using G = GeoF8<kD>;
     Bars *b = &bf->b;
-    produce_q<kD>(tq, sq, b, sh, h, qn);
+    produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn);
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int g = ring + i;
         const int s = g % G::kStg;

@@ -31,16 +31,18 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
     }
 }
 
-/* K/V tile n of a paged sequence into stage s, by the producer warp: one TMA box per page (or
- * per 128 rows of a larger page) at its row offset (the 128-byte swizzle repeats every 8 rows,
- * so the boxes build the layout of one 128-row box); box j and its page number on lane j. K
+/* K/V tile n of a paged sequence into K stage s and V stage vs (phases ph, vph), by the producer
+ * warp: one TMA box per page (or per 128 rows of a larger page) at its row offset (the 128-byte
+ * swizzle repeats every 8 rows, so the boxes build the layout of one 128-row box); box j and its
+ * page number on lane j. K
  * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
  * masked P of 0 times a never-written (NaN) V would still poison O. */
 template <int kD>
 __device__ __forceinline__ void
 produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
-                   int s, uint32_t ph, const Params &p, const Shape &sh, int n, int hk, int lane) {
+                   int s, uint32_t ph, int vs, uint32_t vph, const Params &p, const Shape &sh,
+                   int n, int hk, int lane) {
     using G = Geo<kD>;
     const int box = min(G::kKeys, 1 << p.page_shift);
     const int pos = n * G::kKeys + lane * box;
@@ -64,17 +66,17 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
         }
     }
     constexpr int kVc = G::kVChunks;
-    bar_wait(&b->v_empty[s], ph);
+    bar_wait(&b->v_empty[vs], vph);
     if (lane == 0 && full * box == G::kKeys) {
-        bar_expect_tx(&b->v_full[s], G::kVBytes); /* TMA bytes alone complete it */
+        bar_expect_tx(&b->v_full[vs], G::kVBytes); /* TMA bytes alone complete it */
     } else if (lane == 0 && full > 0) {
-        expect_tx(&b->v_full[s], full * box * 128 * kVc); /* the arrival comes after the copy */
+        expect_tx(&b->v_full[vs], full * box * 128 * kVc); /* the arrival comes after the copy */
     }
     __syncwarp();
     if (valid == box) {
 #pragma unroll
         for (int c = 0; c < kVc; ++c) {
-            tma_load(tv, v + c * G::kKChunk + lane * box * 128, &b->v_full[s], 64 * c, hk, row);
+            tma_load(tv, v + c * G::kKChunk + lane * box * 128, &b->v_full[vs], 64 * c, hk, row);
         }
     }
     if (full * box < G::kKeys) {
@@ -87,7 +89,7 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
         fence_proxy_async();
         __syncwarp();
         if (lane == 0) {
-            bar_arrive(&b->v_full[s]);
+            bar_arrive(&b->v_full[vs]);
         }
     }
 }
@@ -104,8 +106,10 @@ __device__ __forceinline__ void produce_paged(const CUtensorMap *tq, const CUten
     if (lane == 0) produce_q<kD>(tq, sq, b, sh, h, qn);
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % G::kStg;
-        produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + s * G::kVBytes, b, s,
-                               (((ring + i) / G::kStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk,
+        const int vs = (ring + i) % G::kVStg; /* s without AP_HOPPER_QBUF */
+        produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + vs * G::kVBytes, b, s,
+                               (((ring + i) / G::kStg) & 1) ^ 1, vs,
+                               (((ring + i) / G::kVStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk,
                                lane);
     }
 }

@@ -1,0 +1,133 @@
+# Protocol model of the kit Hopper prefill kernel's barriers (producer, 2 consumer warpgroups,
+# ping-pong named barriers) for the merged boundary variant; random interleavings; checks no
+# deadlock and that every read sees the data it expects and no buffer is overwritten while read.
+import random, sys
+
+class MBar:
+    def __init__(s, count): s.count=count; s.pending=count; s.phase=0; s.tx=0
+    def arrive(s):
+        s.pending-=1; s._chk()
+    def expect_arrive(s, tx): s.tx+=tx; s.pending-=1; s._chk()
+    def complete_tx(s, tx): s.tx-=tx; s._chk()
+    def _chk(s):
+        if s.pending==0 and s.tx==0: s.phase+=1; s.pending=s.count
+    def done(s, parity):  # try_wait.parity: true once the phase with that parity completed
+        return (s.phase & 1) != parity
+class Named:
+    def __init__(s): s.arrivals=0; s.gen=0
+def run(tiles, kStg, kVStg, kQB, merge, seed):
+    rng=random.Random(seed)
+    qf=[MBar(1) for _ in range(kQB)]; qe=[MBar(2) for _ in range(kQB)]
+    kf=[MBar(1) for _ in range(kStg)]; ke=[MBar(2) for _ in range(kStg)]
+    vf=[MBar(1) for _ in range(kVStg)]; ve=[MBar(2) for _ in range(kVStg)]
+    qbuf=[None]*kQB; kbuf=[None]*kStg; vbuf=[None]*kVStg
+    readers={}  # (kind,idx) -> set of wg reading
+    named={1:[0,0],2:[0,0]}  # id -> [arrivals in current gen, gen]
+    pending_tma=[]
+    out={}
+    def nb_arrive(i):
+        named[i][0]+=1
+        if named[i][0]==2: named[i][0]=0; named[i][1]+=1
+    def producer():
+        ring=0; qn=0
+        for t,nb in enumerate(tiles):
+            if nb<=0: continue
+            qb=qn%kQB
+            while not qe[qb].done(((qn//kQB)&1)^1): yield
+            qf[qb].expect_arrive(1); pending_tma.append(('q',qb,(t,),qf[qb]))
+            for i in range(nb):
+                g=ring+i; s=g%kStg; vs=g%kVStg
+                while not ke[s].done(((g//kStg)&1)^1): yield
+                kf[s].expect_arrive(1); pending_tma.append(('k',s,(t,i),kf[s]))
+                while not ve[vs].done(((g//kVStg)&1)^1): yield
+                vf[vs].expect_arrive(1); pending_tma.append(('v',vs,(t,i),vf[vs]))
+            ring+=nb; qn+=1
+    def hold(wg,kind,idx,expect):
+        buf={'q':qbuf,'k':kbuf,'v':vbuf}[kind]
+        assert buf[idx]==expect, (wg,kind,idx,buf[idx],expect)
+        readers.setdefault((kind,idx),set()).add(wg)
+    def unhold(wg,kind,idx,expect):
+        buf={'q':qbuf,'k':kbuf,'v':vbuf}[kind]
+        assert buf[idx]==expect, ('overwritten while read',wg,kind,idx,buf[idx],expect)
+        readers[(kind,idx)].discard(wg)
+    def consumer(wg):
+        # returns generator; ping-pong: take = sync on 1+wg, give = arrive 2-wg
+        def take():
+            named[1+wg][0]+=1
+            gen=named[1+wg][1]
+            if named[1+wg][0]==2: named[1+wg][0]=0; named[1+wg][1]+=1
+            while named[1+wg][1]==gen: yield
+        def give(): nb_arrive(2-wg)
+        def wait(bar,par):
+            while not bar.done(par): yield
+        if wg==1: give_init=nb_arrive(1)
+        ring=0; qn=0; primed=False; turns=0
+        T=len(tiles)
+        for t in range(T):
+            nb=tiles[t]
+            if nb<0: continue
+            if nb>0 and not primed:
+                qb=qn%kQB
+                yield from wait(qf[qb],(qn//kQB)&1); hold(wg,'q',qb,(t,))
+                g=ring; s=g%kStg
+                yield from wait(kf[s],(g//kStg)&1)
+                yield from take(); hold(wg,'k',s,(t,0)); give(); turns+=1
+                yield; unhold(wg,'k',s,(t,0)); ke[s].arrive()
+                if nb==1: unhold(wg,'q',qb,(t,)); qe[qb].arrive()
+            primed=False
+            for i in range(1,nb):
+                g=ring+i; s=g%kStg; sp=(g-1)%kVStg; qb=qn%kQB
+                yield from wait(kf[s],(g//kStg)&1); yield from wait(vf[sp],((g-1)//kVStg)&1)
+                yield from take(); hold(wg,'k',s,(t,i)); hold(wg,'v',sp,(t,i-1)); give(); turns+=1
+                yield; unhold(wg,'k',s,(t,i)); ke[s].arrive()
+                if i==nb-1: unhold(wg,'q',qb,(t,)); qe[qb].arrive()
+                yield; unhold(wg,'v',sp,(t,i-1)); ve[sp].arrive()
+            nxt = t+1 if t+1<T else None
+            if merge and nb>0 and nxt is not None and tiles[nxt]>0:
+                nb2=tiles[nxt]; g=ring+nb-1; sp=g%kVStg; g2=ring+nb; s2=g2%kStg; qn2=qn+1; qb2=qn2%kQB
+                yield from wait(qf[qb2],(qn2//kQB)&1); hold(wg,'q',qb2,(nxt,))
+                yield from wait(kf[s2],(g2//kStg)&1); yield from wait(vf[sp],(g//kVStg)&1)
+                yield from take(); hold(wg,'k',s2,(nxt,0)); hold(wg,'v',sp,(t,nb-1)); give(); turns+=1
+                yield; unhold(wg,'k',s2,(nxt,0)); ke[s2].arrive()
+                if nb2==1: unhold(wg,'q',qb2,(nxt,)); qe[qb2].arrive()
+                yield; unhold(wg,'v',sp,(t,nb-1)); ve[sp].arrive()
+                out.setdefault(t,[]).append(wg)
+                primed=True
+            else:
+                if nb>0:
+                    g=ring+nb-1; sp=g%kVStg
+                    yield from wait(vf[sp],(g//kVStg)&1)
+                    yield from take(); hold(wg,'v',sp,(t,nb-1)); give(); turns+=1
+                    yield; unhold(wg,'v',sp,(t,nb-1)); ve[sp].arrive()
+                out.setdefault(t,[]).append(wg)
+            if nb>0: ring+=nb; qn+=1
+        if wg==0:
+            yield from take()
+    procs=[producer(),consumer(0),consumer(1)]
+    alive=[True]*3; steps=0
+    while any(alive):
+        steps+=1
+        if steps>2_000_000: raise Exception('deadlock? tiles=%s'%tiles)
+        # complete a random pending TMA sometimes
+        if pending_tma and rng.random()<0.3:
+            j=rng.randrange(len(pending_tma)) if rng.random()<0.3 else 0
+            kind,idx,tag,bar=pending_tma.pop(j)
+            assert not readers.get((kind,idx)), ('TMA into a stage being read',kind,idx)
+            {'q':qbuf,'k':kbuf,'v':vbuf}[kind][idx]=tag; bar.complete_tx(1)
+            continue
+        i=rng.randrange(3)
+        if alive[i]:
+            try: next(procs[i])
+            except StopIteration: alive[i]=False
+    assert not pending_tma
+    for t,nb in enumerate(tiles):
+        if nb>=0: assert sorted(out.get(t,[]))==[0,1], (t, out.get(t))
+    assert named[1]==[0,named[1][1]] and named[2]==[0,named[2][1]], named
+    return True
+n=0
+for seed in range(int(sys.argv[1]) if len(sys.argv)>1 else 300):
+    rng=random.Random(seed*7+1)
+    tiles=[rng.choice([0,1,1,2,3,4,5,-1]) if rng.random()<0.5 else rng.randint(1,8) for _ in range(rng.randint(1,9))]
+    for cfg in [(3,2,2,True),(3,3,2,True),(2,2,2,True),(3,3,1,True),(3,3,1,False),(3,2,2,False)]:
+        run(tiles,*cfg,seed); n+=1
+print('ok', n, 'runs')

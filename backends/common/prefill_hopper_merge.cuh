@@ -1,0 +1,134 @@
+/* prefill_hopper_merge.cuh: the pipelined consumers of the kit's Hopper prefill kernel over a
+ * persistent CTA's work tiles with the tile boundary merged (AP_HOPPER_QBUF 2): tile r's last
+ * O += P V and tile r + 1's first S = Q K issued in one turn, then r + 1's softmax and r's
+ * epilogue while the other warpgroup's GEMMs run. A part of prefill_hopper.cuh, which includes it
+ * after tile_at; not a header of its own. */
+#ifndef AP_COMMON_PREFILL_HOPPER_MERGE_CUH
+#define AP_COMMON_PREFILL_HOPPER_MERGE_CUH
+
+#ifndef AP_COMMON_PREFILL_HOPPER_CUH
+#error "prefill_hopper_merge.cuh is included by prefill_hopper.cuh only"
+#endif
+
+/* Without the merge a work tile's first turn issues S_0 alone and its softmax has no P V to hide
+ * under, and its last turn's P V is followed by the epilogue with only the other warpgroup's last
+ * P V in flight: two half-empty turns per tile. Merged, the boundary is one full turn.
+ * The boundary of tile r (shape sh, nb K/V tiles from ring position ring, head h) and tile r + 1
+ * (sh2, nb2 > 0, ring position ring + nb, Q load qn + 1): issues S_0 of r + 1 and r's last P V,
+ * releases the K stage (and r + 1's Q when nb2 is 1), runs r + 1's first softmax statistics, then
+ * (P V done) releases r's last V stage and writes r's O and LSE; o, m, l, pf leave holding r + 1's
+ * state after its first tile, as pipe_first_scores leaves them. The barrier waits are those of
+ * pipe_last_pv and pipe_first_scores, in one turn: the producer issued r + 1's Q and first K
+ * without waiting for anything this turn releases (its Q buffer was freed by tile r - 1, its K
+ * stage by r's step nb - kStg + 1), so both can be waited for before the turn. */
+template <typename T, bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
+__device__ __forceinline__ void
+pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const uint8_t *sq,
+              const uint8_t *sk, const uint8_t *sv, Bars *b, int ring, int qn, int h, int wg,
+              int rw, int lane, float (&o)[G::kOn], float (&m)[2], float (&l)[2],
+              uint32_t (&pf)[G::kPk][4]) {
+    constexpr int kStg = G::kStg, kVStg = G::kVStg, kQBufs = G::kQBufs;
+    const int nb = sh.n_blocks, nb2 = sh2.n_blocks;
+    const int g = ring + nb - 1; /* r's last K/V tile: its V */
+    const int sp = g % kVStg;
+    const int g2 = ring + nb; /* r + 1's first K/V tile: its K */
+    const int s2 = g2 % kStg;
+    const int qn2 = qn + 1;
+    const int qb2 = qn2 % kQBufs;
+    float sc[G::kSn];
+    bar_wait(&b->q_full[qb2], (qn2 / kQBufs) & 1);
+    q.load(p, sq + qb2 * G::kQBytes, wg);
+    bar_wait(&b->k_full[s2], (g2 / kStg) & 1);
+    bar_wait(&b->v_full[sp], (g / kVStg) & 1);
+    turn_take<kPingPong>(wg);
+    wg_fence();
+    q.qk(sc, sk + s2 * G::kKBytes);
+    wg_commit();
+    pv_gemm<typename Q::PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
+    wg_commit();
+    turn_give<kPingPong>(wg);
+    wg_wait1();
+    release_stage(&b->k_empty[s2]);
+    if (nb2 == 1) {
+        release_stage(&b->q_empty[qb2]);
+    }
+    if (pipe_needs_mask<G::kKeys>(p, sh2, nb2 - 1)) {
+        mask_tile(sc, sh2, p.causal, nb2 - 1, sh2.m0 + rw, lane);
+    }
+    float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.f, 0.f}, corr[2];
+    softmax_stats(sc, m2, l2, corr, q.sl2);
+    wg_wait0();
+    release_stage(&b->v_empty[sp]);
+    epilogue<T>(p, sh, o, m, l, h, sh.m0 + rw, lane, q.ms, q.os);
+#pragma unroll
+    for (int i = 0; i < G::kOn; ++i) {
+        o[i] = 0.f;
+    }
+    m[0] = m2[0];
+    m[1] = m2[1];
+    l[0] = l2[0];
+    l[1] = l2[1];
+    rescale_pack<typename Q::PT>(sc, o, corr, false, pf); /* O is 0: nothing to rescale */
+}
+
+/* The consumer warpgroups over the CTA's work tiles (consumer_loop's kMode 1 / 2 with
+ * AP_HOPPER_QBUF 2): as consume_pipe per tile, except that a tile followed by one with K/V tiles
+ * ends in pipe_boundary, which also starts the next one (`primed`). Both warpgroups take the same
+ * tiles and merge the same boundaries (from the same plan items), so the ping-pong turns stay
+ * matched: a tile of nb K/V tiles takes nb turns, plus one for the last tile's P V. */
+template <typename T, bool kPingPong, bool kPaged, class Q, class G = typename Q::G>
+__device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const uint8_t *sk,
+                                                     const uint8_t *sv, Bars *b, const Params &p) {
+    const int wg = threadIdx.x / 128 - 1;
+    const int lane = threadIdx.x % 32;
+    const int rw = wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4; /* row in the tile */
+    float o[G::kOn], m[2], l[2];
+    uint32_t pf[G::kPk][4];
+    Q q;
+    q.init(p);
+    int ring = 0, qn = 0, item = 0, h = 0;
+    bool primed = false; /* this tile's first S and softmax ran in the previous one's boundary */
+    for (int r = 0; tile_at(p, r, item, h); ++r) {
+        const Shape sh = item_shape<kPaged, G::kKeys>(p, item);
+        const int nb = sh.n_blocks;
+        if (nb < 0) {
+            continue; /* not a tile start: another tile covers these tokens */
+        }
+        if (!primed) {
+            state_init(o, m, l);
+        }
+        if (nb > 0 && !primed) {
+            const int qb = qn % G::kQBufs;
+            bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
+            q.load(p, sq + qb * G::kQBytes, wg);
+            pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, sh.m0 + rw, lane, o, m, l,
+                                         pf);
+        }
+        primed = false;
+        for (int i = 1; i < nb; ++i) {
+            pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg,
+                                        sh.m0 + rw, lane, o, m, l, pf);
+        }
+        int item2 = 0, h2 = 0;
+        Shape sh2 = sh;
+        if (nb > 0 && tile_at(p, r + 1, item2, h2)) {
+            sh2 = item_shape<kPaged, G::kKeys>(p, item2);
+            primed = sh2.n_blocks > 0;
+        }
+        if (primed) {
+            pipe_boundary<T, false, kPingPong>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h, wg, rw,
+                                               lane, o, m, l, pf);
+        } else {
+            if (nb > 0) {
+                pipe_last_pv<typename Q::PT, false, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
+            }
+            epilogue<T>(p, sh, o, m, l, h, sh.m0 + rw, lane, q.ms, q.os);
+        }
+        if (nb > 0) {
+            ring += nb;
+            ++qn;
+        }
+    }
+}
+
+#endif /* AP_COMMON_PREFILL_HOPPER_MERGE_CUH */
