@@ -36,10 +36,13 @@ constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
 constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
-/* AP_HOPPER_QBUF 1: two Q buffers at head dims 128 and 64 (Geo::kQBufs); 2: and the tile
- * boundaries merged (prefill_hopper_merge.cuh). 0, the default: one Q buffer. */
+/* AP_HOPPER_QBUF 2, the default: two Q buffers at head dims 128 and 64 (Geo::kQBufs) and the
+ * work tiles' boundaries merged (prefill_hopper_merge.cuh); 1: the two Q buffers alone; 0: one
+ * Q buffer, each tile's first S and last P V a turn of their own. H100, 2026-11-27, one call,
+ * hopper_prefill_check --time, causal H32/8 B4 S4096 (TFLOP/s): D128 570.1 (0) / 579.8 (1) /
+ * 586.2 (2), D64 381.8 / 387.7 / 397.7; the varlen mix 397-420 / 410.5 / 433.8. */
 #ifndef AP_HOPPER_QBUF
-#define AP_HOPPER_QBUF 0
+#define AP_HOPPER_QBUF 2
 #endif
 #ifndef AP_HOPPER_QBUF_VSTAGES
 #define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */

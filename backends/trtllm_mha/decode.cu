@@ -38,9 +38,9 @@ enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
 // nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
 // every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
 // KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh):
-// kKeysM, or kKeysM2 (its v2, D = 128; option nvfp4_keys_m: v2) or kKeysM2P (v2 whose value
-// copies prefetch 256 bytes into L2, not 128: option v2p). kRowsM: rows on M.
-enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2, kKeysM2P = 3 };
+// kKeysM2 (its v2, D = 128: option nvfp4_keys_m auto) or kKeysM (the first form: D = 64, and
+// option v1). kRowsM: rows on M.
+enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2 };
 template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
@@ -433,8 +433,8 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     for (int s = 0; s < S::stages - 1; s++) {
         if (s < steps) {
             if constexpr (KM >= kKeysM2)
-                tile_issue_km2<S, KM == kKeysM2P>(w, a, from, s, ring + s * S::stage_bytes,
-                                                  stage_pages<S>(w, a, s, lane));
+                tile_issue_km2<S>(w, a, from, s, ring + s * S::stage_bytes,
+                                  stage_pages<S>(w, a, s, lane));
             else
                 tile_issue<S>(w, a, s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
         }
@@ -456,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
         const int next = i + S::stages - 1;
         if (next < steps) {
             if constexpr (KM >= kKeysM2) {
-                tile_issue_km2<S, KM == kKeysM2P>(w, a, from, next, ring + ring_next, pages_next);
+                tile_issue_km2<S>(w, a, from, next, ring + ring_next, pages_next);
             } else {
                 tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
             }
@@ -522,14 +522,12 @@ struct decode_kernel_info {
 };
 
 // km: kRowsM, or (at most 8 rows per (sequence, KV head), nvfp4 with 4 key warps) kKeysM or
-// kKeysM2 / kKeysM2P (D = 128 only; D = 64 takes kKeysM).
+// kKeysM2 (D = 128 only; D = 64 takes kKeysM).
 template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, int km) {
     if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128) {
-        constexpr int v2 = D == 128 ? kKeysM2 : kKeysM, v2p = D == 128 ? kKeysM2P : kKeysM;
+        constexpr int v2 = D == 128 ? kKeysM2 : kKeysM;
         if (kw == 4 && km == kKeysM2 && D == 128)
             return {mha_decode_kernel<D, KV, QT, 4, v2>, decode_shape<D, KV, 4, v2>::smem};
-        if (kw == 4 && km == kKeysM2P && D == 128)
-            return {mha_decode_kernel<D, KV, QT, 4, v2p>, decode_shape<D, KV, 4, v2p>::smem};
         if (kw == 4 && km != kRowsM)
             return {mha_decode_kernel<D, KV, QT, 4, kKeysM>, decode_shape<D, KV, 4, kKeysM>::smem};
     }
@@ -566,16 +564,13 @@ decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int k
 // Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
 // else 1 (mha_decode_key_warps, plan.c). rows: a (sequence, KV head)'s rows at most (group x
 // max_q_len); <= 8 takes the keys-on-M nvfp4 kernel (decode_keys_m.cuh) unless keys_m is
-// MHA_KEYS_M_OFF, its v2 where keys_m is MHA_KEYS_M_V2 (MHA_KEYS_M_V2P: with 256-byte L2
-// prefetches).
+// MHA_KEYS_M_OFF: its v2 (MHA_KEYS_M_AUTO at D = 128) or its first form (D = 64, MHA_KEYS_M_V1).
 decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw,
                                    int32_t rows, int32_t keys_m) {
     if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
     const int km = rows < 1 || rows > 8 || keys_m == MHA_KEYS_M_OFF
                        ? kRowsM
-                       : (keys_m == MHA_KEYS_M_V2    ? kKeysM2
-                          : keys_m == MHA_KEYS_M_V2P ? kKeysM2P
-                                                     : kKeysM);
+                       : (keys_m == MHA_KEYS_M_V1 ? kKeysM : kKeysM2);
     switch (head_dim) {
         case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km);
         case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km);
@@ -586,7 +581,7 @@ decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype 
 
 ap_status decode_setup_all(ap_msgbuf *msg) {
     const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4}, rows[2] = {8, 16};
-    const int32_t keys_m[3] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V2, MHA_KEYS_M_V2P};
+    const int32_t keys_m[3] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V1, MHA_KEYS_M_OFF};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
     for (int d = 0; d < 3; d++)

@@ -182,7 +182,7 @@ tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *s
     }
 }
 
-// ---- v2 (option nvfp4_keys_m: v2; D = 128 only, D = 64 keeps the step above) ----
+// ---- v2 (D = 128, the default there: option nvfp4_keys_m auto; v1 keeps the step above, as D = 64 does) ----
 // The same fragments and the same mma as tile_math_km, with fewer instructions around them
 // (counted in the sm_90a SASS of one 32-key step, .dev-notes/nvfp4c.md):
 // - K's block scales: one prmt takes the lane's four (p = t / 2: blocks p, 2 + p, 4 + p, 6 + p,
@@ -347,17 +347,7 @@ __device__ __forceinline__ km2_sources km2_sources_of(const cta_work &w, const d
     return {reinterpret_cast<const uint8_t *>(k), reinterpret_cast<const uint8_t *>(v)};
 }
 
-// ap_cp_async_16 whose L2 fill is 256 bytes around the source, not 128 (v2p: at H8 a head's
-// 64-byte row is a quarter of such a block, the other three the neighbouring heads' CTAs read).
-__device__ __forceinline__ void cp_async_16_l2_256(uint32_t dst, const void *src, bool valid) {
-    int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(src_bytes)
-                 : "memory");
-}
-
-// PREFETCH256: the value copies by cp_async_16_l2_256 (option v2p).
-template <class S, bool PREFETCH256>
+template <class S>
 __device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_args &a,
                                                const km2_sources &from, int index, uint32_t stage,
                                                int32_t pages) {
@@ -376,13 +366,8 @@ __device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_a
     for (int j = 0; j < 4; j++) {
         const uint32_t at = (dst ^ (16u * j)) + 128u * j;
         const uint64_t src = (uint64_t)(slot + 2 * j) * stride;
-        if constexpr (PREFETCH256) {
-            cp_async_16_l2_256(at, from.k + src, 2 * j < left);
-            cp_async_16_l2_256(at + S::raw_tile, from.v + src, 2 * j < left);
-        } else {
-            ap_cp_async_16(at, from.k + src, 2 * j < left);
-            ap_cp_async_16(at + S::raw_tile, from.v + src, 2 * j < left);
-        }
+        ap_cp_async_16(at, from.k + src, 2 * j < left);
+        ap_cp_async_16(at + S::raw_tile, from.v + src, 2 * j < left);
     }
     const uint64_t scale_src =
         (uint64_t)(slot + 2 * c) * ((uint32_t)a.num_kv_heads * 8u) + (uint32_t)w.kv_head * 8u;

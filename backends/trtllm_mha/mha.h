@@ -14,13 +14,12 @@ extern "C" {
 #define MHA_BLOCK_ROWS 64 /* (token, head) rows of one sequence and KV head per CTA */
 #define MHA_MAX_SPLITS 64 /* KV splits per (sequence, row block) at most */
 #define MHA_HEAD_DIMS_TEXT "64, 128 or 256"
-/* Option nvfp4_keys_m (a measurement knob): off keeps nvfp4's rows-on-M decode kernel, auto
- * takes the keys-on-M one (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head), v2 its v2
- * (D = 128; D = 64 as auto), v2p the v2 with 256-byte L2 prefetches on its value copies. */
+/* Option nvfp4_keys_m (a measurement knob): auto takes the keys-on-M decode kernel
+ * (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head), in its v2 at D = 128 and its first
+ * form at D = 64; v1 the first form at D = 128 too; off nvfp4's rows-on-M kernel. */
 #define MHA_KEYS_M_OFF 0
 #define MHA_KEYS_M_AUTO 1
-#define MHA_KEYS_M_V2 2
-#define MHA_KEYS_M_V2P 3
+#define MHA_KEYS_M_V1 2
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its

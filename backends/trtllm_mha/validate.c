@@ -74,13 +74,12 @@ int mha_option_auto(const ap_options *options, const char *key) {
 int32_t mha_option_keys_m(const ap_options *options) {
     const char *value = ap_kit_option(options, "nvfp4_keys_m");
     if (value != NULL && strcmp(value, "off") == 0) return MHA_KEYS_M_OFF;
-    if (value != NULL && strcmp(value, "v2") == 0) return MHA_KEYS_M_V2;
-    if (value != NULL && strcmp(value, "v2p") == 0) return MHA_KEYS_M_V2P;
+    if (value != NULL && strcmp(value, "v1") == 0) return MHA_KEYS_M_V1;
     return MHA_KEYS_M_AUTO;
 }
 
 /* Backend-specific options, measurement knobs: split_kv (auto | off) and nvfp4_keys_m (the nvfp4
- * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v2 | v2p). Anything else is
+ * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1). Anything else is
  * refused, since a typo must not pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
@@ -97,12 +96,12 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         const int keys_m = strcmp(key, "nvfp4_keys_m") == 0;
         const int known = strcmp(key, "split_kv") == 0 || keys_m;
         if (known && (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0 ||
-                      (keys_m && (strcmp(value, "v2") == 0 || strcmp(value, "v2p") == 0))))
+                      (keys_m && strcmp(value, "v1") == 0)))
             continue;
         *refused = 1;
         if (known)
             ap_msgbuf_add(reasons, MHA_NAME ": option %s is '%s', not auto%s or off", key, value,
-                          keys_m ? ", v2, v2p" : "");
+                          keys_m ? ", v1" : "");
         else
             ap_msgbuf_add(reasons, MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m)",
                           key);

@@ -18,7 +18,7 @@
 #define MH_BACKEND "trtllm_mha"
 #define MH_EXIT_SKIP 77
 
-/* --option KEY=VALUE: trtllm_mha's own options for every case (e.g. nvfp4_keys_m=v2), after the
+/* --option KEY=VALUE: trtllm_mha's own options for every case (e.g. nvfp4_keys_m=v1), after the
  * case's own split_kv=off. */
 #define MH_OPTIONS_MAX 4
 
@@ -43,7 +43,7 @@ typedef struct mh_case {
     const char *seqs_replay; /* NULL: no graph */
     int split_off;
     int quick;
-    const char *keys_m; /* NULL, or the case's nvfp4_keys_m (v2's own cases) */
+    const char *keys_m; /* NULL, or the case's nvfp4_keys_m (MH_CASE_KM) */
 } mh_case;
 
 /* The inputs of one batch on both sides: host (cpu_ref) and device (trtllm_mha). The cache and
@@ -495,11 +495,13 @@ static size_t mh_cases_sweep(mh_case *out, size_t cap) {
         .split_off = split_off_, .quick = quick_ \
     }
 
-#define MH_CASE_V2(name_, q_, page_, hq_, hk_, seqs_, replay_, quick_) \
+/* nvfp4 D128 with <= 8 rows per KV head: keys_m_ NULL takes auto (the keys-on-M v2), "v1" the
+ * first keys-on-M form */
+#define MH_CASE_KM(name_, keys_m_, q_, page_, hq_, hk_, seqs_, replay_, quick_) \
     { \
         .name = name_, .q_dtype = q_, .kv_dtype = AP_DTYPE_NVFP4, .page_size = page_, \
         .head_dim = 128, .num_qo_heads = hq_, .num_kv_heads = hk_, .seqs = seqs_, \
-        .seqs_replay = replay_, .quick = quick_, .keys_m = "v2" \
+        .seqs_replay = replay_, .quick = quick_, .keys_m = keys_m_ \
     }
 
 static const mh_case mh_named[] = {
@@ -541,16 +543,21 @@ static const mh_case mh_named[] = {
             MH_DECODE_SEQS, "1:1,2000:1,31:1,32:1,9000:1", 0, 0),
     MH_CASE("graph_fp8_g32_d64_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 64, 32, 1, "100:1,7000:1",
             "6000:1,5:1", 0, 0),
-    /* nvfp4_keys_m: v2 (D = 128): its copies take 8-row groups of a page per thread, a step's
-     * mask only where the step may need it: lengths around 8-row, page and stage edges, causal
-     * MTP rows, splits (stages from a multiple of 128), a graph replayed on other lengths */
-    MH_CASE_V2("v2_decode_nvfp4_g4_p16", AP_DTYPE_BF16, 16, 32, 8,
+    /* the keys-on-M v2 (auto at D = 128): its copies take 8-row groups of a page per thread, a
+     * step's mask only where the step may need it: lengths around 8-row, page and stage edges,
+     * causal MTP rows, splits (stages from a multiple of 128), a graph replayed on other
+     * lengths; and the first form (option v1) on two of them */
+    MH_CASE_KM("v2_decode_nvfp4_g4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8,
                "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
-    MH_CASE_V2("v2_mtp_nvfp4_g2_p32", AP_DTYPE_F16, 32, 16, 8, "0:1,61:2,61:3,60:4,4995:4,120:3",
-               NULL, 0),
-    MH_CASE_V2("v2_split_b1_l32768_nvfp4_p64", AP_DTYPE_BF16, 64, 8, 1, "32766:1", NULL, 0),
-    MH_CASE_V2("v2_graph_nvfp4_g8_p16", AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
+    MH_CASE_KM("v2_mtp_nvfp4_g2_p32", NULL, AP_DTYPE_F16, 32, 16, 8,
+               "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 0),
+    MH_CASE_KM("v2_split_b1_l32768_nvfp4_p64", NULL, AP_DTYPE_BF16, 64, 8, 1, "32766:1", NULL, 0),
+    MH_CASE_KM("v2_graph_nvfp4_g8_p16", NULL, AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
                "1:1,2000:1,31:1,32:1,9000:1", 0),
+    MH_CASE_KM("v1_decode_nvfp4_g4_p16", "v1", AP_DTYPE_BF16, 16, 32, 8,
+               "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
+    MH_CASE_KM("v1_mtp_nvfp4_g2_p32", "v1", AP_DTYPE_F16, 32, 16, 8,
+               "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 0),
 };
 
 int main(int argc, char **argv) {

@@ -53,19 +53,20 @@ static void test_validate(void) {
     o.extra = &wrong;
     ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
     ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
-    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"}, split_v2 = {"split_kv", "v2"};
-    ap_option_kv keys_m_v2p = {"nvfp4_keys_m", "v2p"};
+    ap_option_kv keys_m_v1 = {"nvfp4_keys_m", "v1"}, split_v1 = {"split_kv", "v1"};
+    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"};
     o.extra = &keys_m_off;
     ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
-    o.extra = &keys_m_v2;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d, NULL);
-    o.extra = &keys_m_v2p;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2p", &m, &o, &d, NULL);
+    o.extra = &keys_m_v1;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v1", &m, &o, &d, NULL);
+    o.extra = &keys_m_v2; /* v2 is auto's kernel at D = 128, not a value of its own */
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d,
+                           "nvfp4_keys_m is 'v2', not auto, v1 or off");
     o.extra = &keys_m_bad;
     ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
-                           "nvfp4_keys_m is 'on', not auto, v2, v2p or off");
-    o.extra = &split_v2; /* v2 is nvfp4_keys_m's value only */
-    ap_test_expect_verdict(vt, "split_kv v2", &m, &o, &d, "split_kv is 'v2', not auto or off");
+                           "nvfp4_keys_m is 'on', not auto, v1 or off");
+    o.extra = &split_v1; /* v1 is nvfp4_keys_m's value only */
+    ap_test_expect_verdict(vt, "split_kv v1", &m, &o, &d, "split_kv is 'v1', not auto or off");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
     ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
     /* every reason, not just the first */
@@ -103,6 +104,14 @@ static void test_plan(void) {
     EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 132, 64) == 3, "B5: 40 CTAs x 3 (120 of 132)");
     EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 264, 64) == 6, "B5: 40 CTAs x 6 (240 of 264)");
     EXPECT(mha_decode_num_splits(2, 1, 32, 1, 128, 132, 64) == 64, "B2 g32: 2 CTAs x 64");
+    /* the CTAs alone fill one wave >= 85%: no split (nvfp4 B64: 512 CTAs in 528 slots) */
+    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64) == 1, "B64: 512 of 528, unsplit");
+    EXPECT(mha_decode_num_splits(14, 8, 4, 1, 128, 132, 64) == 1,
+           "B14: 112 of 132 (85%%), unsplit");
+    EXPECT(mha_decode_num_splits(13, 8, 4, 1, 128, 132, 64) == 1,
+           "B13: 104 of 132 (79%%): below the rule; 2 or 3 splits fill their waves no better, 4 "
+           "pass the "
+           "workspace bound");
     /* else the smallest count whose last wave is >= 85% full */
     EXPECT(mha_decode_num_splits(10, 8, 4, 1, 128, 132, 64) == 3, "B10: 80 CTAs x 3 (1.8 waves)");
     EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64) == 1, "empty batch");

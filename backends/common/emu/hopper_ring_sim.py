@@ -1,6 +1,11 @@
-# Protocol model of the kit Hopper prefill kernel's barriers (producer, 2 consumer warpgroups,
-# ping-pong named barriers) for the merged boundary variant; random interleavings; checks no
-# deadlock and that every read sees the data it expects and no buffer is overwritten while read.
+# hopper_ring_sim.py: a protocol model of the kit Hopper prefill kernel's barriers
+# (prefill_hopper.cuh, prefill_hopper_consume.cuh, prefill_hopper_merge.cuh): the producer, the two
+# consumer warpgroups, their ping-pong named barriers, Q buffers, K and V rings of their own
+# depths and the merged tile boundaries (AP_HOPPER_QBUF 2, the default), with mbarrier phases and
+# TMA completions in random order and delay, over random work-tile lists; checks no deadlock,
+# that every read sees the tile it expects and that no buffer is overwritten while read. Also
+# (3,3,1,off): the one-Q-buffer schedule. Plain Python; meson test kit-hopper-ring-sim.
+# Run: python3 backends/common/emu/hopper_ring_sim.py [seeds]
 import random, sys
 
 class MBar:
