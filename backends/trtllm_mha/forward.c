@@ -97,10 +97,14 @@ ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, 
     p->kv_last_page_len = batch->kv_last_page_len;
     p->seq_lens = batch->seq_lens;
     const int32_t group = b->model.num_qo_heads / b->model.num_kv_heads;
-    p->num_splits =
-        b->split_kv ? mha_decode_num_splits(p->num_seqs, b->model.num_kv_heads, group, p->max_q_len,
-                                            b->model.head_dim_qk, b->wave_slots, MHA_MAX_SPLITS)
-                    : 1;
+    const int32_t heads_per_cta =
+        mha_decode_heads_per_cta(b->model.kv_dtype, b->model.head_dim_qk, group, p->max_q_len,
+                                 b->model.num_kv_heads, b->keys_m);
+    p->num_splits = b->split_kv
+                        ? mha_decode_num_splits(p->num_seqs, b->model.num_kv_heads, group,
+                                                p->max_q_len, b->model.head_dim_qk, b->wave_slots,
+                                                MHA_MAX_SPLITS, heads_per_cta)
+                        : 1;
     ap_status st = ap_kit_set_device(b->device_ordinal, MHA_NAME, msg);
     p->prefill = p->max_q_len > MHA_MAX_Q_LEN;
     if (st == AP_OK && p->prefill) st = mha_plan_prefill(b, batch, stream, msg);

@@ -16,10 +16,12 @@ extern "C" {
 #define MHA_HEAD_DIMS_TEXT "64, 128 or 256"
 /* Option nvfp4_keys_m (a measurement knob): auto takes the keys-on-M decode kernel
  * (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head), in its v2 at D = 128 and its first
- * form at D = 64; v1 the first form at D = 128 too; off nvfp4's rows-on-M kernel. */
+ * form at D = 64; v1 the first form at D = 128 too; off nvfp4's rows-on-M kernel; v2h the v2
+ * kernel over two adjacent KV heads per CTA (D = 128, an even num_kv_heads; else auto's kernel). */
 #define MHA_KEYS_M_OFF 0
 #define MHA_KEYS_M_AUTO 1
 #define MHA_KEYS_M_V1 2
+#define MHA_KEYS_M_V2H 3
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
@@ -63,11 +65,19 @@ int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim)
 /* Row blocks per (sequence, KV head) for this group, query length and key warps. */
 int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps);
 /* Splits per CTA from the batch's shape only (plan.c); `slots` is a wave (CTAs resident per SM
- * times SMs). ctas * splits <= MHA_SPLIT_WAVES * slots when splits > 1. */
+ * times SMs). ctas * splits * heads_per_cta <= MHA_SPLIT_WAVES * slots when splits > 1. */
 #define MHA_SPLIT_WAVES 3
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
                               int32_t max_q_len, int32_t head_dim, int32_t slots,
-                              int32_t max_splits);
+                              int32_t max_splits, int32_t heads_per_cta);
+/* KV heads one decode CTA takes: 2 for option nvfp4_keys_m v2h where its kernel serves the batch
+ * (nvfp4, D = 128, group x max_q_len <= 8, an even num_kv_heads), else 1. The CTAs of a batch
+ * are then num_seqs x num_kv_heads / 2; the partial slots stay one per (sequence, KV head,
+ * split), so splits x CTAs x heads_per_cta <= MHA_SPLIT_WAVES x slots bounds the workspace. */
+int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t group,
+                                 int32_t max_q_len, int32_t num_kv_heads, int32_t keys_m);
+/* keys_m as the kernels take it: v2h where it cannot serve (heads_per_cta 1) is auto. */
+int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta);
 /* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device;
  * rows (a (sequence, KV head)'s rows, group x max_q_len) and keys_m pick the kernel. */
 ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,

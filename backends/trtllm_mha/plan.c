@@ -25,13 +25,15 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warp
  * least one wave with the last wave >= 85% full (B64 L4096 H8: 512 CTAs on 396 slots run 1.3
  * waves; 2 splits make 2.6, 3 make 3.9). The count depends on the batch's shape, never its
  * lengths, so a captured graph stays valid; each CTA finds its tiles on the device.
- * ctas * s <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state workspace. */
+ * ctas * s * heads_per_cta <= MHA_SPLIT_WAVES * slots whenever s > 1 bounds the partial-state
+ * workspace (a partial slot per (sequence, KV head, split); v2h's CTAs take two KV heads). */
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
                               int32_t max_q_len, int32_t head_dim, int32_t slots,
-                              int32_t max_splits) {
+                              int32_t max_splits, int32_t heads_per_cta) {
     const int32_t kw = mha_decode_key_warps(group, max_q_len, head_dim);
+    const int32_t hpc = heads_per_cta == 2 ? 2 : 1; /* partial slots per CTA and split */
     const int64_t ctas =
-        (int64_t)num_seqs * num_kv_heads * mha_decode_row_blocks(group, max_q_len, kw);
+        (int64_t)num_seqs * (num_kv_heads / hpc) * mha_decode_row_blocks(group, max_q_len, kw);
     if (ctas <= 0 || slots <= 0) return 1;
     /* A batch that fills one wave >= 85% already runs unsplit: no second wave, no combine (H100,
      * 2026-11-27: nvfp4 B64 L4096, 512 CTAs in 528 slots, 0.1280 ms unsplit against 0.1358 ms
@@ -39,13 +41,15 @@ int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t gr
     if (ctas < slots && ctas * 100 >= (int64_t)slots * 85) return 1;
     if (ctas < slots) {
         const int64_t one_wave = slots / ctas < max_splits ? slots / ctas : max_splits;
-        if (one_wave > 1 && ctas * one_wave * 100 >= (int64_t)slots * 85) return (int32_t)one_wave;
+        if (one_wave > 1 && ctas * one_wave * 100 >= (int64_t)slots * 85 &&
+            ctas * one_wave * hpc <= (int64_t)MHA_SPLIT_WAVES * slots)
+            return (int32_t)one_wave;
     }
     int32_t best = 1;
     double best_fill = 0.0;
     for (int32_t s = 1; s <= max_splits; s++) {
         const int64_t total = ctas * s;
-        if (s > 1 && total > (int64_t)MHA_SPLIT_WAVES * slots) break;
+        if (s > 1 && total * hpc > (int64_t)MHA_SPLIT_WAVES * slots) break;
         const int64_t waves = (total + slots - 1) / slots;
         const double fill = (double)total / (double)(waves * slots);
         if (total >= slots && fill >= 0.85) return s;
@@ -55,4 +59,19 @@ int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t gr
         }
     }
     return best;
+}
+
+/* v2h: one CTA over KV heads 2j and 2j + 1 (decode.cu, decode_keys_m.cuh), where the keys-on-M
+ * v2 kernel would run (nvfp4, D = 128, <= 8 rows per KV head) and the heads pair up. */
+int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t group,
+                                 int32_t max_q_len, int32_t num_kv_heads, int32_t keys_m) {
+    const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
+    return keys_m == MHA_KEYS_M_V2H && kv_dtype == AP_DTYPE_NVFP4 && head_dim == 128 && rows >= 1 &&
+                   rows <= 8 && num_kv_heads > 0 && num_kv_heads % 2 == 0
+               ? 2
+               : 1;
+}
+
+int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta) {
+    return keys_m == MHA_KEYS_M_V2H && heads_per_cta != 2 ? MHA_KEYS_M_AUTO : keys_m;
 }

@@ -59,8 +59,11 @@ static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     int32_t per_sm = 1;
     const int32_t group = m->num_qo_heads / m->num_kv_heads; /* a decode's rows */
     const int32_t kw = mha_decode_key_warps(group, 1, m->head_dim_qk);
-    ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group,
-                                          b->keys_m, &per_sm, msg);
+    const int32_t keys_m = mha_decode_keys_m_for(
+        b->keys_m, mha_decode_heads_per_cta(m->kv_dtype, m->head_dim_qk, group, 1, m->num_kv_heads,
+                                            b->keys_m));
+    ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group, keys_m,
+                                          &per_sm, msg);
     if (st != AP_OK) return st;
     b->wave_slots = per_sm * b->sm_count;
     const size_t rows = (size_t)MHA_SPLIT_WAVES * (size_t)b->wave_slots * MHA_BLOCK_ROWS;

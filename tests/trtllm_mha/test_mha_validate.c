@@ -54,17 +54,22 @@ static void test_validate(void) {
     ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
     ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
     ap_option_kv keys_m_v1 = {"nvfp4_keys_m", "v1"}, split_v1 = {"split_kv", "v1"};
-    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"};
+    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"}, keys_m_v2h = {"nvfp4_keys_m", "v2h"};
+    ap_option_kv split_v2h = {"split_kv", "v2h"};
     o.extra = &keys_m_off;
     ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
     o.extra = &keys_m_v1;
     ap_test_expect_verdict(vt, "nvfp4_keys_m v1", &m, &o, &d, NULL);
     o.extra = &keys_m_v2; /* v2 is auto's kernel at D = 128, not a value of its own */
     ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d,
-                           "nvfp4_keys_m is 'v2', not auto, v1 or off");
+                           "nvfp4_keys_m is 'v2', not auto, v1, v2h or off");
+    o.extra = &keys_m_v2h;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2h", &m, &o, &d, NULL);
+    o.extra = &split_v2h; /* v2h is nvfp4_keys_m's value only */
+    ap_test_expect_verdict(vt, "split_kv v2h", &m, &o, &d, "split_kv is 'v2h', not auto or off");
     o.extra = &keys_m_bad;
     ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
-                           "nvfp4_keys_m is 'on', not auto, v1 or off");
+                           "nvfp4_keys_m is 'on', not auto, v1, v2h or off");
     o.extra = &split_v1; /* v1 is nvfp4_keys_m's value only */
     ap_test_expect_verdict(vt, "split_kv v1", &m, &o, &d, "split_kv is 'v1', not auto or off");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
@@ -97,29 +102,56 @@ static void test_plan(void) {
                mha_decode_row_blocks(32, 1, 2) == 1,
            "row blocks");
     /* one wave is 132 slots (one CTA per SM) */
-    EXPECT(mha_decode_num_splits(256, 8, 4, 1, 128, 132, 64) == 1, "B256: 15.5 waves");
+    EXPECT(mha_decode_num_splits(256, 8, 4, 1, 128, 132, 64, 1) == 1, "B256: 15.5 waves");
     /* one wave of splits when it is >= 85% full: every CTA fills its ring once */
-    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 132, 64) == 2, "B8: 64 CTAs x 2 (128 of 132)");
-    EXPECT(mha_decode_num_splits(1, 8, 4, 1, 128, 132, 64) == 16, "B1: 8 CTAs x 16 (128 of 132)");
-    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 132, 64) == 3, "B5: 40 CTAs x 3 (120 of 132)");
-    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 264, 64) == 6, "B5: 40 CTAs x 6 (240 of 264)");
-    EXPECT(mha_decode_num_splits(2, 1, 32, 1, 128, 132, 64) == 64, "B2 g32: 2 CTAs x 64");
+    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 132, 64, 1) == 2, "B8: 64 CTAs x 2 (128 of 132)");
+    EXPECT(mha_decode_num_splits(1, 8, 4, 1, 128, 132, 64, 1) == 16,
+           "B1: 8 CTAs x 16 (128 of 132)");
+    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 132, 64, 1) == 3, "B5: 40 CTAs x 3 (120 of 132)");
+    EXPECT(mha_decode_num_splits(5, 8, 4, 1, 128, 264, 64, 1) == 6, "B5: 40 CTAs x 6 (240 of 264)");
+    EXPECT(mha_decode_num_splits(2, 1, 32, 1, 128, 132, 64, 1) == 64, "B2 g32: 2 CTAs x 64");
     /* the CTAs alone fill one wave >= 85%: no split (nvfp4 B64: 512 CTAs in 528 slots) */
-    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64) == 1, "B64: 512 of 528, unsplit");
-    EXPECT(mha_decode_num_splits(14, 8, 4, 1, 128, 132, 64) == 1,
+    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64, 1) == 1, "B64: 512 of 528, unsplit");
+    EXPECT(mha_decode_num_splits(14, 8, 4, 1, 128, 132, 64, 1) == 1,
            "B14: 112 of 132 (85%%), unsplit");
-    EXPECT(mha_decode_num_splits(13, 8, 4, 1, 128, 132, 64) == 1,
+    EXPECT(mha_decode_num_splits(13, 8, 4, 1, 128, 132, 64, 1) == 1,
            "B13: 104 of 132 (79%%): below the rule; 2 or 3 splits fill their waves no better, 4 "
            "pass the "
            "workspace bound");
     /* else the smallest count whose last wave is >= 85% full */
-    EXPECT(mha_decode_num_splits(10, 8, 4, 1, 128, 132, 64) == 3, "B10: 80 CTAs x 3 (1.8 waves)");
-    EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64) == 1, "empty batch");
+    EXPECT(mha_decode_num_splits(10, 8, 4, 1, 128, 132, 64, 1) == 3,
+           "B10: 80 CTAs x 3 (1.8 waves)");
+    EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64, 1) == 1, "empty batch");
+    /* v2h: a CTA per two KV heads where its kernel serves (nvfp4, D = 128, <= 8 rows, even H) */
+    EXPECT(mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_V2H) == 2 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 2, 8, MHA_KEYS_M_V2H) == 2 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 3, 8, MHA_KEYS_M_V2H) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 3, MHA_KEYS_M_V2H) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 64, 4, 1, 8, MHA_KEYS_M_V2H) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_FP8_E4M3, 128, 4, 1, 8, MHA_KEYS_M_V2H) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_AUTO) == 1,
+           "heads per CTA");
+    EXPECT(mha_decode_keys_m_for(MHA_KEYS_M_V2H, 1) == MHA_KEYS_M_AUTO &&
+               mha_decode_keys_m_for(MHA_KEYS_M_V2H, 2) == MHA_KEYS_M_V2H &&
+               mha_decode_keys_m_for(MHA_KEYS_M_V1, 1) == MHA_KEYS_M_V1,
+           "v2h where it cannot serve is auto");
+    /* B64 L4096 H8 on 528 slots: 256 CTAs of two heads fill 48% of a wave: 2 splits (512) */
+    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64, 2) == 2, "v2h B64: 256 CTAs x 2");
+    EXPECT(mha_decode_num_splits(128, 8, 4, 1, 128, 528, 64, 2) == 1, "v2h B128: 512 CTAs");
+    /* the workspace bound: ctas * splits * heads <= MHA_SPLIT_WAVES * slots when splits > 1 */
+    for (int b = 1; b <= 300; b += 7)
+        for (int q = 1; q <= 2; q++) {
+            int s = mha_decode_num_splits(b, 8, 4, q, 128, 132, MHA_MAX_SPLITS, 2);
+            long ctas = (long)b * 4;
+            EXPECT(s >= 1 && s <= MHA_MAX_SPLITS, "v2h b %d q %d: %d splits", b, q, s);
+            EXPECT(s == 1 || ctas * s * 2 <= MHA_SPLIT_WAVES * 132, "v2h b %d q %d: %ld x %d", b, q,
+                   ctas, s);
+        }
     /* the workspace bound: ctas * splits <= MHA_SPLIT_WAVES * slots whenever splits > 1 */
     for (int b = 1; b <= 300; b += 7)
         for (int g = 1; g <= 32; g *= 2)
             for (int q = 1; q <= 8; q++) {
-                int s = mha_decode_num_splits(b, 8, g, q, 128, 132, MHA_MAX_SPLITS);
+                int s = mha_decode_num_splits(b, 8, g, q, 128, 132, MHA_MAX_SPLITS, 1);
                 int kw = mha_decode_key_warps(g, q, 128);
                 long ctas = (long)b * 8 * mha_decode_row_blocks(g, q, kw);
                 EXPECT(s >= 1 && s <= MHA_MAX_SPLITS, "b %d g %d q %d: %d splits", b, g, q, s);
