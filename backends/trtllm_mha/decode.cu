@@ -39,8 +39,9 @@ enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
 // every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
 // KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh):
 // kKeysM2 (its v2, D = 128: option nvfp4_keys_m auto) or kKeysM (the first form: D = 64, and
-// option v1). kRowsM: rows on M.
-enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2 };
+// option v1); kKeysM2H: v2 over two KV heads per CTA (option v2h: a stage of 64 keys of each
+// head, warps 2h, 2h + 1 on head h). kRowsM: rows on M.
+enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2, kKeysM2H = 3 };
 template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;
     static constexpr bool is_fp8 = std::is_same<KV, ap_fp8_e4m3>::value;
@@ -49,9 +50,11 @@ template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr int raw_row = is_nvfp4 ? D / 2 : (is_fp8 ? D : D * 2);
     static constexpr int raw_chunks = raw_row / 16;
     static constexpr int scale_row = is_nvfp4 ? D / 16 : 0; // 4, 8 or 16 bytes
-    static constexpr int keys = KW * kTile;                 // per stage
+    static constexpr int heads = KM == kKeysM2H ? 2 : 1;    // KV heads per CTA
+    static constexpr int rows = KW * kTile;                 // ring rows per stage
+    static constexpr int keys = rows / heads;               // per stage
     static constexpr int block_rows = 16 * kWarps / KW;
-    static constexpr int raw_tile = keys * (raw_row + scale_row);
+    static constexpr int raw_tile = rows * (raw_row + scale_row);
     static constexpr int stage_bytes = 2 * raw_tile; // K then V
     // The page-table entries of a stage are loaded a step ahead (stage_pages) wherever every
     // thread takes the same number of a stage's copies (all but nvfp4 D64 with one key warp).
@@ -73,6 +76,7 @@ template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
     static_assert(!KM || (is_nvfp4 && KW == 4 && D <= 128), "keys on M: nvfp4, one row block");
     static_assert(KM < kKeysM2 || D == 128, "keys on M v2: D = 128");
+    static_assert(heads == 1 || KW == 4, "v2h: two heads of two key warps");
 };
 
 struct decode_args {
@@ -385,10 +389,11 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, i
 
 // The CTA's share: rows [block * block_rows, ..) of (sequence, KV head) and split s of the
 // stages of keys the block's last row can see (causal): keys 0 .. prefix + last token.
+// heads: KV heads per CTA (v2h: 2, the CTA's first head kv_head = 2 blockIdx.y; one row block).
 __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_rows, int stage_keys,
-                                              cta_work &w) {
+                                              cta_work &w, int heads = 1) {
     w.seq = blockIdx.z;
-    w.kv_head = blockIdx.y / a.row_blocks;
+    w.kv_head = heads * (blockIdx.y / a.row_blocks);
     w.block = blockIdx.y % a.row_blocks;
     // The four loads at once (seq < num_seqs): one latency before the page table, not two. The
     // early return tests the last two as well (never true for a valid batch), so that the
@@ -421,18 +426,28 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
     cta_work w;
-    if (!cta_work_find(a, S::block_rows, S::keys, w)) return;
+    if (!cta_work_find(a, S::block_rows, S::keys, w, S::heads)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int kg = warp % KW, local0 = (warp / KW) * 16;
+    // KG key warps per head; v2h: warp w on head kv_head + w / 2, keys 32 (w % 2) of a stage, its
+    // ring sub-tile w (rows 64 h + 32 (w % 2)); else sub-tile kg.
+    constexpr int KG = KW / S::heads;
+    const int kg = warp % KG, local0 = S::heads > 1 ? 0 : (warp / KW) * 16;
+    const int sub = S::heads > 1 ? warp : kg;
     const bool has_rows = w.block * S::block_rows + local0 < w.rows;
     const uint32_t ring = ap_smem_addr(smem);
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
     km2_sources from = {NULL, NULL};
-    if constexpr (KM >= kKeysM2) from = km2_sources_of<S>(w, a);
+    if constexpr (KM == kKeysM2H)
+        from = km2h_sources_of<S>(w, a);
+    else if constexpr (KM >= kKeysM2)
+        from = km2_sources_of<S>(w, a);
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
         if (s < steps) {
-            if constexpr (KM >= kKeysM2)
+            if constexpr (KM == kKeysM2H)
+                tile_issue_km2h<S>(w, a, from, s, ring + s * S::stage_bytes,
+                                   stage_pages<S>(w, a, s, lane));
+            else if constexpr (KM >= kKeysM2)
                 tile_issue_km2<S>(w, a, from, s, ring + s * S::stage_bytes,
                                   stage_pages<S>(w, a, s, lane));
             else
@@ -443,8 +458,10 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     int32_t pages_next = stage_pages<S>(w, a, S::stages - 1, lane);
     static_assert(!KM || S::layout == kLayoutNvfp4, "keys on M: nvfp4's dim order");
     typename std::conditional<KM != kRowsM, km_state<D>, warp_state<D>>::type st;
+    cta_work wh = w; // the warp's head
+    if constexpr (S::heads > 1) wh.kv_head += warp / KG;
     if constexpr (KM != kRowsM)
-        km_begin<D, QT>(st, w, a, w.block * S::block_rows + local0, lane);
+        km_begin<D, QT>(st, wh, a, w.block * S::block_rows + local0, lane);
     else
         state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
     // kKeysM2(P): the ring offsets of steps i and i + stages - 1 kept as running counters, not
@@ -455,7 +472,9 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
         __syncthreads();
         const int next = i + S::stages - 1;
         if (next < steps) {
-            if constexpr (KM >= kKeysM2) {
+            if constexpr (KM == kKeysM2H) {
+                tile_issue_km2h<S>(w, a, from, next, ring + ring_next, pages_next);
+            } else if constexpr (KM >= kKeysM2) {
                 tile_issue_km2<S>(w, a, from, next, ring + ring_next, pages_next);
             } else {
                 tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
@@ -471,11 +490,11 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
                 ring_next + S::stage_bytes == S::ring_bytes ? 0 : ring_next + S::stage_bytes;
         }
         const uint32_t stage = ring + at_i;
-        const uint32_t tile_k = stage + kg * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
+        const uint32_t tile_k = stage + sub * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
         if (has_rows && first_key < w.key_end) {
             if constexpr (S::is_nvfp4) {
                 const uint8_t *scales =
-                    smem + at_i + S::keys * S::raw_row + kg * kTile * S::scale_row;
+                    smem + at_i + S::rows * S::raw_row + sub * kTile * S::scale_row;
                 if constexpr (KM >= kKeysM2) {
                     if (km_step_full(st, first_key, w.key_end))
                         tile_math_km2<false>(st, tile_k, tile_v, scales, scales + S::raw_tile,
@@ -498,18 +517,24 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     }
     ap_cp_async_wait<0>();
     ap_pdl_launch_dependents(); // the combine's CTAs may take their slots; it waits for our writes
-    if constexpr (KW > 1) {
+    if constexpr (KG > 1) {
         __syncthreads(); // the ring is free: its bytes hold the warps' states
         if constexpr (KM != kRowsM)
-            km_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+            km_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KG, lane);
         else
-            state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KW, lane);
+            state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KG, lane);
         if (kg > 0) return;
     }
     if (!has_rows) return;
-    const int64_t partial = ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
+    // The partial slot of (sequence, KV head, row block, split), as the one-head kernel's: v2h
+    // writes each head's state where a CTA of that head alone would have (combine.cu's layout).
+    const int64_t partial =
+        S::heads > 1 ? (((int64_t)w.seq * a.num_kv_heads + wh.kv_head) * a.row_blocks + w.block) *
+                               a.num_splits +
+                           blockIdx.x
+                     : ((int64_t)w.seq * gridDim.y + blockIdx.y) * a.num_splits + blockIdx.x;
     if constexpr (KM != kRowsM)
-        km_finish<D, QT>(st, w, a, partial, local0, S::block_rows, lane);
+        km_finish<D, QT>(st, wh, a, partial, local0, S::block_rows, lane);
     else
         state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
 }
@@ -526,7 +551,11 @@ struct decode_kernel_info {
 template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, int km) {
     if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128) {
         constexpr int v2 = D == 128 ? kKeysM2 : kKeysM;
-        if (kw == 4 && km == kKeysM2 && D == 128)
+        if constexpr (D == 128)
+            if (kw == 4 && km == kKeysM2H)
+                return {mha_decode_kernel<D, KV, QT, 4, kKeysM2H>,
+                        decode_shape<D, KV, 4, kKeysM2H>::smem};
+        if (kw == 4 && km >= kKeysM2 && D == 128)
             return {mha_decode_kernel<D, KV, QT, 4, v2>, decode_shape<D, KV, 4, v2>::smem};
         if (kw == 4 && km != kRowsM)
             return {mha_decode_kernel<D, KV, QT, 4, kKeysM>, decode_shape<D, KV, 4, kKeysM>::smem};
@@ -564,13 +593,16 @@ decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int k
 // Key warps: 4 for D <= 128 and 2 for D = 256 (a stage's size) where one row block fits a warp,
 // else 1 (mha_decode_key_warps, plan.c). rows: a (sequence, KV head)'s rows at most (group x
 // max_q_len); <= 8 takes the keys-on-M nvfp4 kernel (decode_keys_m.cuh) unless keys_m is
-// MHA_KEYS_M_OFF: its v2 (MHA_KEYS_M_AUTO at D = 128) or its first form (D = 64, MHA_KEYS_M_V1).
+// MHA_KEYS_M_OFF: its v2 (MHA_KEYS_M_AUTO at D = 128), its first form (D = 64, MHA_KEYS_M_V1) or
+// v2 over two KV heads per CTA (MHA_KEYS_M_V2H at D = 128; D = 64 takes the first form): the
+// caller passes V2H only where mha_decode_heads_per_cta is 2 (mha_decode_keys_m_for).
 decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw,
                                    int32_t rows, int32_t keys_m) {
     if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
-    const int km = rows < 1 || rows > 8 || keys_m == MHA_KEYS_M_OFF
-                       ? kRowsM
-                       : (keys_m == MHA_KEYS_M_V1 ? kKeysM : kKeysM2);
+    const int km =
+        rows < 1 || rows > 8 || keys_m == MHA_KEYS_M_OFF
+            ? kRowsM
+            : (keys_m == MHA_KEYS_M_V1 ? kKeysM : (keys_m == MHA_KEYS_M_V2H ? kKeysM2H : kKeysM2));
     switch (head_dim) {
         case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km);
         case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km);
@@ -581,14 +613,14 @@ decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype 
 
 ap_status decode_setup_all(ap_msgbuf *msg) {
     const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4}, rows[2] = {8, 16};
-    const int32_t keys_m[3] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V1, MHA_KEYS_M_OFF};
+    const int32_t keys_m[4] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V1, MHA_KEYS_M_OFF, MHA_KEYS_M_V2H};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
     for (int d = 0; d < 3; d++)
         for (int q = 0; q < 2; q++)
             for (int k = 0; k < 4; k++)
                 for (int w = 0; w < 3; w++)
-                    for (int r = 0; r < 6; r++) {
+                    for (int r = 0; r < 8; r++) {
                         decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w],
                                                                rows[r % 2], keys_m[r / 2]);
                         if (v.kernel == NULL) continue;
@@ -649,8 +681,11 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
 extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap_msgbuf *msg) {
     const int group = p->num_kv_heads > 0 ? p->num_qo_heads / p->num_kv_heads : 0;
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
+    const int32_t heads = mha_decode_heads_per_cta(p->kv_dtype, p->head_dim, group, p->max_q_len,
+                                                   p->num_kv_heads, p->keys_m);
     decode_kernel_info v =
-        decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len, p->keys_m);
+        decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len,
+                        mha_decode_keys_m_for(p->keys_m, heads));
     // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
@@ -667,7 +702,8 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     decode_args a;
     decode_args_of(p, row_blocks, &a);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const dim3 grid(p->num_splits, p->num_kv_heads * row_blocks, p->num_seqs);
+    // v2h (heads 2, one row block): a CTA per pair of KV heads
+    const dim3 grid(p->num_splits, p->num_kv_heads / heads * row_blocks, p->num_seqs);
     v.kernel<<<grid, kThreads, v.smem_bytes, s>>>(a);
     ap_status st = ap_cuda_launch_status(MHA_WHO, "mha_decode_kernel", msg);
     if (st != AP_OK || p->num_splits == 1) return st;

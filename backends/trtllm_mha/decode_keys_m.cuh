@@ -371,9 +371,63 @@ __device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_a
     }
     const uint64_t scale_src =
         (uint64_t)(slot + 2 * c) * ((uint32_t)a.num_kv_heads * 8u) + (uint32_t)w.kv_head * 8u;
-    const uint32_t scale_dst = stage + S::keys * S::raw_row + (r0 + 2 * c) * 8;
+    const uint32_t scale_dst = stage + S::rows * S::raw_row + (r0 + 2 * c) * 8;
     cp_async_small<8>(scale_dst, a.k_scales + scale_src, 2 * c < left);
     cp_async_small<8>(scale_dst + S::raw_tile, a.v_scales + scale_src, 2 * c < left);
+}
+
+// v2h: one CTA over KV heads 2p and 2p + 1 of a sequence (option nvfp4_keys_m v2h, D = 128, an
+// even num_kv_heads). A stage holds 64 keys of both heads in the v2 ring layout of 128 rows:
+// row h * 64 + k is key k of head 2p + h (its 64 value bytes swizzled as v2's row of that index,
+// its 8-byte scale row at keys * raw_row + row * 8), so warp w's 32-row sub-tile is head w / 2,
+// keys 32 (w % 2) ..: tile_math_km2 reads it unchanged, and warps (2h, 2h + 1) fold their
+// states as v2's key warps do.
+// In global memory a key's two heads are 128 contiguous value bytes (NHD: [slot][head][64]) and
+// 16 contiguous scale bytes. Thread (w = tid / 32, q = lane / 8, h = lane / 4 % 2, c = lane % 4)
+// copies chunk c of head h of keys k = 16w + q + 4j (j = 0..3): the 8 lanes of a quarter warp
+// read one key's 128 bytes (one request of one 128-byte line, where v2 read two 64-byte halves
+// of two lines), a warp's copy instruction 4 consecutive keys. The thread's four keys lie in the
+// 16-key group 16w.. (a stage starts at a multiple of 64 keys; pages of 16..64): one page-table
+// shuffle, slots slot + 4j. Destination row h * 64 + k: chunk c ^ (k / 2) % 4 = c ^ q / 2 ^ 2 (j
+// % 2), so copy j lands at (dst ^ 32 (j % 2)) + 256 j. Scales: thread tid copies head tid % 2's
+// 8 bytes of key tid / 2 (a warp's 32 copies are 16 keys' 16 contiguous bytes, v2's 32 keys' 8).
+template <class S>
+__device__ __forceinline__ km2_sources km2h_sources_of(const cta_work &w, const decode_args &a) {
+    const int64_t head = (int64_t)w.kv_head * S::raw_row + (threadIdx.x & 7) * 16;
+    uint64_t k, v;
+    asm("mov.b64 %0, %1;" : "=l"(k) : "l"(a.k_pages + head));
+    asm("mov.b64 %0, %1;" : "=l"(v) : "l"(a.v_pages + head));
+    return {reinterpret_cast<const uint8_t *>(k), reinterpret_cast<const uint8_t *>(v)};
+}
+
+template <class S>
+__device__ __forceinline__ void tile_issue_km2h(const cta_work &w, const decode_args &a,
+                                                const km2_sources &from, int index, uint32_t stage,
+                                                int32_t pages) {
+    static_assert(S::heads == 2 && S::keys == 64 && S::rows == kThreads && S::raw_chunks == 4 &&
+                      S::scale_row == 8 && S::pages_ahead && S::stage_bytes % 64 == 0,
+                  "v2h: D = 128, 64 keys of two heads a stage");
+    const int lane = threadIdx.x & 31, wq = threadIdx.x >> 5, shift = a.log2_page_size;
+    const int q = lane >> 3, h = (lane >> 2) & 1, c = lane & 3;
+    const int first = w.key_begin + index * S::keys, group0 = first + 16 * wq;
+    const uint32_t page = __shfl_sync(0xffffffffu, pages, (group0 >> shift) - (first >> shift));
+    const uint32_t slot0 = (page << shift) + (group0 & ((1 << shift) - 1)); // key 16 wq
+    const int left = w.key_end - group0; // key 16 wq + i of the stage is a key when i < left
+    const uint32_t stride = (uint32_t)a.num_kv_heads * S::raw_row;
+    const uint32_t dst = stage + (h * 64 + 16 * wq + q) * S::raw_row + ((c ^ (q >> 1)) * 16);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t at = (dst ^ (32u * (j & 1))) + 256u * j;
+        const uint64_t src = (uint64_t)(slot0 + q + 4 * j) * stride;
+        ap_cp_async_16(at, from.k + src, q + 4 * j < left);
+        ap_cp_async_16(at + S::raw_tile, from.v + src, q + 4 * j < left);
+    }
+    const int ks = lane >> 1, hs = lane & 1; // key 16 wq + ks, head hs
+    const uint64_t scale_src =
+        (uint64_t)(slot0 + ks) * ((uint32_t)a.num_kv_heads * 8u) + (uint32_t)(w.kv_head + hs) * 8u;
+    const uint32_t scale_dst = stage + S::rows * S::raw_row + (hs * 64 + 16 * wq + ks) * 8;
+    cp_async_small<8>(scale_dst, a.k_scales + scale_src, ks < left);
+    cp_async_small<8>(scale_dst + S::raw_tile, a.v_scales + scale_src, ks < left);
 }
 
 // Rows 2t + j, dims 32c + 4g .. 4g + 3 of O (unnormalised) as four floats.

@@ -558,6 +558,29 @@ static const mh_case mh_named[] = {
                "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
     MH_CASE_KM("v1_mtp_nvfp4_g2_p32", "v1", AP_DTYPE_F16, 32, 16, 8,
                "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 0),
+    /* option v2h: one CTA over KV heads 2j, 2j + 1 (stages of 64 keys, a thread's copies in one
+     * 16-key group of a page): lengths around 8-row, 16-key, page, stage and 128-key edges, MTP
+     * at 8 rows, splits (one sequence, and mixed lengths), B64 (2 splits on the H100), a graph
+     * replayed on other lengths; odd num_kv_heads and rows > 8 take the other kernels */
+    MH_CASE_KM("v2h_decode_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+               "0:1,6:1,7:1,8:1,14:1,15:1,16:1,62:1,63:1,64:1,126:1,127:1,128:1,4999:1", NULL, 1),
+    MH_CASE_KM("v2h_decode_nvfp4_g8_p64", "v2h", AP_DTYPE_F16, 64, 16, 2,
+               "0:1,7:1,15:1,16:1,63:1,64:1,65:1,127:1,191:1,4999:1", NULL, 0),
+    MH_CASE_KM("v2h_mtp_nvfp4_g2_p32", "v2h", AP_DTYPE_F16, 32, 16, 8,
+               "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 1),
+    MH_CASE_KM("v2h_mtp_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+               "0:1,61:2,62:2,14:2,4995:2,63:1", NULL, 0),
+    MH_CASE_KM("v2h_split_b1_l32768_nvfp4_p64", "v2h", AP_DTYPE_BF16, 64, 8, 2, "32766:1", NULL, 1),
+    MH_CASE_KM("v2h_split_mixed_b5_nvfp4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+               "0:1,699:1,4096:1,8999:1,12344:1", NULL, 0),
+    MH_CASE_KM("v2h_many_b64_l1031_nvfp4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8, "1030:1x64", NULL,
+               0),
+    MH_CASE_KM("v2h_graph_nvfp4_g8_p16", "v2h", AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
+               "1:1,2000:1,31:1,32:1,9000:1", 0),
+    MH_CASE_KM("v2h_odd_heads_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 12, 3,
+               "0:1,63:1,64:1,4999:1", NULL, 1),
+    MH_CASE_KM("v2h_rows12_mtp_nvfp4_g4_p32", "v2h", AP_DTYPE_F16, 32, 32, 8,
+               "0:1,61:2,61:3,60:3,4995:3", NULL, 0),
 };
 
 int main(int argc, char **argv) {
@@ -607,9 +630,9 @@ int main(int argc, char **argv) {
         ap_registry_destroy(ctx.registry);
         return MH_EXIT_SKIP;
     }
-    mh_case cases[96];
-    size_t n = mh_cases_sweep(cases, 96);
-    for (size_t i = 0; i < sizeof mh_named / sizeof mh_named[0] && n < 96; i++)
+    mh_case cases[112];
+    size_t n = mh_cases_sweep(cases, 112);
+    for (size_t i = 0; i < sizeof mh_named / sizeof mh_named[0] && n < 112; i++)
         cases[n++] = mh_named[i];
     for (size_t i = 0; i < n; i++) {
         if (ctx.filter != NULL && strstr(cases[i].name, ctx.filter) == NULL) continue;

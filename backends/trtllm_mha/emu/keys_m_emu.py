@@ -12,7 +12,10 @@ compiler or the hardware; halves are rounded as the kernel rounds them (P to hal
 exact). With --v2 the step is tile_math_km2's (K's four block scales of a key by one prmt and
 two cvt, each multiply taking its half) and each stage is laid by tile_issue_km2's addresses
 from a paged NHD cache (a shuffled page table, several KV heads), checked byte for byte against
-the layout tile_issue gives. Run: python3 backends/trtllm_mha/emu/keys_m_emu.py [--v2]
+the layout tile_issue gives. With --v2h (option nvfp4_keys_m v2h) the v2 step runs two warps per
+head over 64-key stages merged in pairs, and each stage (two KV heads, rows 64 h + k) is laid by
+tile_issue_km2h's addresses, checked byte for byte against tile_issue's layout of each head.
+Run: python3 backends/trtllm_mha/emu/keys_m_emu.py [--v2 | --v2h]
 """
 import sys
 
@@ -276,7 +279,8 @@ def reduce_l(st, j):
 
 
 def km_merge(warps):
-    """Warp 0's state after km_merge of the four key warps (shared memory as a dict)."""
+    """Warp 0's state after km_merge of the key warps (4; v2h: 2 per head), shared memory as a
+    dict."""
     D = warps[0].D
     scratch = {}
     for k, st in enumerate(warps[1:], 1):
@@ -300,7 +304,7 @@ def km_merge(warps):
             g, t = ln // 4, ln % 4
             row = 2 * t + j
             m = st.m[ln][j]
-            for k in range(1, 4):
+            for k in range(1, len(warps)):
                 m = max(m, scratch[(k, row, D)])
             ref = 0.0 if m == -np.inf else m
             own = np.exp2(st.m[ln][j] - ref)
@@ -309,7 +313,7 @@ def km_merge(warps):
                 for h in range(2):
                     st.acc[ln][c][h][j] *= own
                     st.acc[ln][c][h][2 + j] *= own
-            for k in range(1, 4):
+            for k in range(1, len(warps)):
                 wk = np.exp2(scratch[(k, row, D)] - ref)
                 lj += scratch[(k, row, D + 1)] * wk
                 for c in range(D // 32):
@@ -409,7 +413,72 @@ def check_issue_km2(rng):
     return True
 
 
-def run(D, seq_len, q_len, group, seed, v2=False):
+def issue_km2h(codes, sc, first, key_end, page_size, table, heads, pair):
+    """tile_issue_km2h's copies of one stage (64 keys from `first`, KV heads 2 pair and 2 pair
+    + 1) for one of K / V; codes[h] / sc[h]: head 2 pair + h's nibbles and scale rows by key.
+    Returns the stage's value bytes (128 rows of 64: row 64 h + k is head h's key first + k,
+    swizzled) and scale rows (128 x 8) as the copies leave them (invalid rows zero-filled)."""
+    D, shift = 128, page_size.bit_length() - 1
+    nslots = len(table) * page_size
+    cache = np.zeros((len(table) * page_size * 4, heads, D // 2), dtype=np.uint8)
+    scales = np.zeros((len(table) * page_size * 4, heads, 8), dtype=np.uint8)
+    for h in range(2):
+        for k in range(nslots):
+            slot = table[k >> shift] * page_size + (k & (page_size - 1))
+            cache[slot, 2 * pair + h] = [codes[h][k][2 * i] | codes[h][k][2 * i + 1] << 4
+                                         for i in range(D // 2)]
+            scales[slot, 2 * pair + h] = sc[h][k]
+    flat, sflat = cache.reshape(-1), scales.reshape(-1)
+    stride, sstride = heads * 64, heads * 8
+    pages = [table[(first >> shift) + j] if ((first >> shift) + j) << shift < key_end else 0
+             for j in range(32)]  # stage_pages (64-key stages): lane j's entry
+    vals, srows = np.full(128 * 64, 0xEE, dtype=np.uint8), np.full(128 * 8, 0xEE, dtype=np.uint8)
+    kv_head = 2 * pair
+    for tid in range(128):
+        lane, wq = tid & 31, tid >> 5
+        q, h, c = lane >> 3, (lane >> 2) & 1, lane & 3
+        group0 = first + 16 * wq
+        page = pages[(group0 >> shift) - (first >> shift)]
+        slot0 = (page << shift) + (group0 & ((1 << shift) - 1))
+        left = key_end - group0
+        dst = (h * 64 + 16 * wq + q) * 64 + ((c ^ (q >> 1)) * 16)
+        for j in range(4):
+            at = (dst ^ (32 * (j & 1))) + 256 * j
+            src = (slot0 + q + 4 * j) * stride + kv_head * 64 + (tid & 7) * 16
+            vals[at:at + 16] = flat[src:src + 16] if q + 4 * j < left else 0
+        ks, hs = lane >> 1, lane & 1
+        src = (slot0 + ks) * sstride + (kv_head + hs) * 8
+        at = (hs * 64 + 16 * wq + ks) * 8
+        srows[at:at + 8] = sflat[src:src + 8] if ks < left else 0
+    return vals, srows.reshape(128, 8)
+
+
+def check_issue_km2h(rng):
+    """tile_issue_km2h's stage against tile_issue's layout per head (rows 64 h + k)."""
+    for page_size, seq_len, first, heads, pair in ((16, 300, 128, 4, 1), (32, 250, 192, 8, 3),
+                                                    (64, 131, 64, 2, 0), (16, 7, 0, 4, 0),
+                                                    (64, 200, 128, 6, 2)):
+        npages = (seq_len + page_size - 1) // page_size + 2
+        table = [int(x) for x in rng.permutation(npages * 4)[:npages]]
+        codes = [rng.integers(0, 16, (npages * page_size, 128)) for _ in range(2)]
+        sc = [rng.integers(0, 256, (npages * page_size, 8)) for _ in range(2)]
+        vals, srows = issue_km2h(codes, sc, first, seq_len, page_size, table, heads, pair)
+        for h in range(2):
+            for kg in range(2):
+                keys = range(first + 32 * kg, first + 32 * kg + 32)
+                want = tile_bytes([[int(x) for x in codes[h][k]] if k < seq_len else [0] * 128
+                                   for k in keys], 128)
+                at = (64 * h + 32 * kg) * 64
+                if not np.array_equal(vals[at:at + 32 * 64], want):
+                    return False
+            want_s = np.array([sc[h][k] if k < seq_len else [0] * 8
+                               for k in range(first, first + 64)])
+            if not np.array_equal(srows[64 * h:64 * h + 64], want_s):
+                return False
+    return True
+
+
+def run(D, seq_len, q_len, group, seed, v2=False, key_warps=4):
     rng = np.random.default_rng(seed)
     rows = q_len * group
     prefix = seq_len - q_len
@@ -429,9 +498,10 @@ def run(D, seq_len, q_len, group, seed, v2=False):
         logits = (K[:n] @ q[r]) * sm_scale
         p = np.exp(logits - logits.max())
         want[r] = p @ V[:n] / p.sum()
-    warps = [Warp(D, q, prefix, rows, group) for _ in range(4)]
-    for first in range(0, seq_len, 128):  # stages of 4 x 32 keys, warp kg takes sub-tile kg
-        for kg in range(4):
+    # stages of key_warps x 32 keys, warp kg takes sub-tile kg (v2h: 2 warps per head, 64 keys)
+    warps = [Warp(D, q, prefix, rows, group) for _ in range(key_warps)]
+    for first in range(0, seq_len, 32 * key_warps):
+        for kg in range(key_warps):
             fk = first + 32 * kg
             if fk >= seq_len:
                 continue
@@ -443,21 +513,28 @@ def run(D, seq_len, q_len, group, seed, v2=False):
             tile_math_km(warps[kg], tk, tv, skr, svr, fk, seq_len, scale_log2, v2)
     got = km_finish(km_merge(warps), rows, 16384.0)
     err = np.linalg.norm(got[:rows] - want) / np.linalg.norm(want)
-    print(f"D{D} seq_len {seq_len} q_len {q_len} group {group}{' v2' if v2 else ''}: "
+    print(f"D{D} seq_len {seq_len} q_len {q_len} group {group}{' v2' if v2 else ''}"
+          f"{' key warps %d' % key_warps if key_warps != 4 else ''}: "
           f"rel L2 {err:.2e}")
     return err
 
 
 def main():
-    v2 = "--v2" in sys.argv[1:]
+    v2h = "--v2h" in sys.argv[1:]
+    v2 = v2h or "--v2" in sys.argv[1:]
     cases = [(128, 200, 1, 4), (64, 77, 1, 8), (128, 131, 2, 4), (64, 40, 8, 1), (128, 33, 1, 1)]
     if v2:
         cases = [c for c in cases if c[0] == 128]
-    worst = max(run(*c, seed=i, v2=v2) for i, c in enumerate(cases))
+    kw = 2 if v2h else 4  # v2h: a head's two warps over stages of 64 keys, merged in pairs
+    worst = max(run(*c, seed=i, v2=v2, key_warps=kw) for i, c in enumerate(cases))
     ok = worst < 2e-3  # the kernel's only rounding: P to half
-    if v2:
+    if v2 and not v2h:
         laid = check_issue_km2(np.random.default_rng(7))
         print("tile_issue_km2 stage bytes:", "equal" if laid else "DIFFER")
+        ok = ok and laid
+    if v2h:
+        laid = check_issue_km2h(np.random.default_rng(11))
+        print("tile_issue_km2h stage bytes:", "equal" if laid else "DIFFER")
         ok = ok and laid
     print("keys_m_emu:", "ok" if ok else "MISMATCH")
     return 0 if ok else 1
