@@ -138,7 +138,8 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     static bool attr = false; /* one per instantiation */
     if (!attr) {
         CK(cudaFuncSetAttribute(prefill_hopper_kernel<T, kMode, kD, kPaged>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize, Geo<kD>::kSmem));
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                Geo<kD, kPaged>::kSmem));
         attr = true;
     }
     Params pn = p;
@@ -146,7 +147,8 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     const bool persistent = use_persistent(kD, kPaged, hq / hkv); /* the dispatch's rule */
     pn.persistent = persistent ? 1 : 0;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<launch_grid(num_items, hq, persistent), kThreads, Geo<kD>::kSmem, st>>>(mq, mk, mv, pn);
+        <<<launch_grid(num_items, hq, persistent), kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk,
+                                                                                           mv, pn);
     return 0;
 }
 

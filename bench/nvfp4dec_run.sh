@@ -4,7 +4,7 @@
 # Always: build (the plugin, cpu_ref, the tests and the benchmarks), gpu-mha against cpu_ref and
 # the shared gpu-harness table (--quick), mha-bench's decode cases with the keys-on-M kernel
 # (auto) and its nvfp4 cases without it (nvfp4_keys_m=off) and over two KV heads a CTA
-# (nvfp4_keys_m=v2h) in the same call, attnplug-bench's
+# (nvfp4_keys_m=v2) in the same call, attnplug-bench's
 # decode cases (bf16, fp8, nvfp4), nvfp4-bench on trtllm_mha (append, extend).
 # --sanitize: memcheck and racecheck on gpu-mha's nvfp4 cases. --ncu: one B64 L4096 nvfp4
 # decode launch under ncu (speed of light, warp states, occupancy), auto and off. --no-tests:
@@ -45,8 +45,8 @@ stamp mha-bench
 timeout 60 $B/bench/mha-bench "${P[@]}" --only decode_ 2>&1 | tee "$OUT/mha-bench-auto.log"
 timeout 40 $B/bench/mha-bench "${P[@]}" --only nvfp4 --option nvfp4_keys_m=off 2>&1 |
     tee "$OUT/mha-bench-off.log"
-timeout 40 $B/bench/mha-bench "${P[@]}" --only nvfp4 --option nvfp4_keys_m=v2h 2>&1 |
-    tee "$OUT/mha-bench-v2h.log"
+timeout 40 $B/bench/mha-bench "${P[@]}" --only nvfp4 --option nvfp4_keys_m=v2 2>&1 |
+    tee "$OUT/mha-bench-v2.log"
 stamp attnplug-bench
 timeout 90 $B/bench/attnplug-bench --backend trtllm_mha --case decode_b --runs 50 "${P[@]}" \
     --json "$OUT/attnplug-bench.json" 2>&1 | tee "$OUT/attnplug-bench.log" | tail -n 12

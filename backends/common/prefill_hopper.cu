@@ -166,7 +166,7 @@ template <typename T, int kMode, int kD, bool kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
-    constexpr int kSmem = ap_hopper::Geo<kD>::kSmem;
+    constexpr int kSmem = ap_hopper::Geo<kD, kPaged>::kSmem;
     ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>,
                                            kSmem, ready, who, msg);
     if (st != AP_OK) return st;

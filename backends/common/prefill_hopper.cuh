@@ -55,8 +55,11 @@ constexpr int kMaxStages = kStages > 2 ? kStages : 2;
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
  * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB),
- * 64-key tiles, 2 stages of 64 KB (64 + 2 x 64 KB). */
-template <int kD> struct Geo {
+ * 64-key tiles, 2 stages of 64 KB (64 + 2 x 64 KB). kOneQ: one Q buffer and the K ring's depth
+ * for V whatever AP_HOPPER_QBUF says: the paged source's kernels, whose CTA takes one work tile
+ * (a second Q buffer would only cost a V stage: H100, 2026-11-27, paged16 causal / non-causal
+ * 2.1-2.4% slower with it). */
+template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
     static constexpr int kKeys = kD == 256 ? 64 : 128; /* keys per K/V tile */
     static constexpr int kChunks = kD / 64;
@@ -73,10 +76,11 @@ template <int kD> struct Geo {
      * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
      * 32 + 3 x 64); kD 256 and 192 keep one (their rings have no stage to spare). */
-    static constexpr int kQBufs = AP_HOPPER_QBUF && (kD == 128 || kD == 64) ? 2 : 1;
-    static constexpr int kVStg = AP_HOPPER_QBUF && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
-                                     ? AP_HOPPER_QBUF_VSTAGES
-                                     : kStg;
+    static constexpr int kQBufs = AP_HOPPER_QBUF && !kOneQ && (kD == 128 || kD == 64) ? 2 : 1;
+    static constexpr int kVStg =
+        AP_HOPPER_QBUF && !kOneQ && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
+            ? AP_HOPPER_QBUF_VSTAGES
+            : kStg;
     static constexpr int kSmem = kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
 };
 
@@ -535,7 +539,7 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
  * warpgroup hands the turn to the other, across tiles too, so one's epilogue runs under the
  * other's GEMMs; warpgroup 0's final wait takes warpgroup 1's last hand-over, so every named
  * barrier arrival is matched before the CTA exits. */
-template <typename T, int kMode, int kD, bool kPaged, class Q = QSmem<T, kD>>
+template <typename T, int kMode, int kD, bool kPaged, class Q = QSmem<T, kD, kPaged>>
 __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *sk,
                                               const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
@@ -552,7 +556,7 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
                 continue; /* not a tile start: another tile covers these tokens */
             }
             if constexpr (kMode == 0) {
-                consume<T, false, kD>(p, sh, sq, sk, sv, b, h, ring, qn);
+                consume<T, false, kD, kPaged>(p, sh, sq, sk, sv, b, h, ring, qn);
             } else {
                 consume_pipe<T, false, kMode == 2, Q>(p, sh, sq, sk, sv, b, h, ring, qn);
             }
@@ -610,7 +614,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
-    using G = Geo<kD>;
+    using G = Geo<kD, kPaged>; /* the paged kernels: one Q buffer (Geo) */
     uint8_t *sq = smem_base(smem_raw);
     uint8_t *sk = sq + G::kQBufs * G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;

@@ -45,46 +45,47 @@ __device__ __forceinline__ void state_init(float (&o)[kN], float (&m)[2], float 
     l[0] = l[1] = 0.f;
 }
 
-template <typename T, bool kSplitN, int kD>
+template <typename T, bool kSplitN, int kD, bool kOneQ = false>
 __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
                                         const uint8_t *sk, const uint8_t *sv, Bars *b, int h,
                                         int ring, int qn) {
-    constexpr int kStg = Geo<kD>::kStg, kVStg = Geo<kD>::kVStg, kQBufs = Geo<kD>::kQBufs;
+    constexpr int kStg = Geo<kD, kOneQ>::kStg, kVStg = Geo<kD, kOneQ>::kVStg,
+                  kQBufs = Geo<kD, kOneQ>::kQBufs;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
     const int r0 = sh.m0 + wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4;
     const int qb = qn % kQBufs;
-    float o[Geo<kD>::kOn], m[2], l[2];
+    float o[Geo<kD, kOneQ>::kOn], m[2], l[2];
     state_init(o, m, l);
     if (sh.n_blocks > 0) {
         bar_wait(&b->q_full[qb], (qn / kQBufs) & 1);
     }
-    const uint8_t *q = sq + qb * Geo<kD>::kQBytes + wg * 64 * 128;
+    const uint8_t *q = sq + qb * Geo<kD, kOneQ>::kQBytes + wg * 64 * 128;
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % kStg;
         const uint32_t ph = ((ring + i) / kStg) & 1;
         const int vs = (ring + i) % kVStg;
         const uint32_t vph = ((ring + i) / kVStg) & 1;
         const int n = sh.n_blocks - 1 - i;
-        float sc[Geo<kD>::kSn];
+        float sc[Geo<kD, kOneQ>::kSn];
         bar_wait(&b->k_full[s], ph);
         wg_fence();
-        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD>::kKBytes);
+        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD, kOneQ>::kKBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->k_empty[s]);
         if (i == sh.n_blocks - 1) {
             release_stage(&b->q_empty[qb]);
         }
-        if (pipe_needs_mask<Geo<kD>::kKeys>(p, sh, n)) {
+        if (pipe_needs_mask<Geo<kD, kOneQ>::kKeys>(p, sh, n)) {
             mask_tile(sc, sh, p.causal, n, r0, lane);
         }
-        uint32_t pf[Geo<kD>::kPk][4];
+        uint32_t pf[Geo<kD, kOneQ>::kPk][4];
         const float sl2[2] = {p.scale_log2, p.scale_log2};
         softmax_tile<T>(sc, o, m, l, pf, sl2);
         bar_wait(&b->v_full[vs], vph);
         wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + vs * Geo<kD>::kVBytes);
+        pv_gemm<T, kSplitN>(o, pf, sv + vs * Geo<kD, kOneQ>::kVBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->v_empty[vs]);
@@ -98,8 +99,8 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
  * and the epilogue's scales (sl2 / ms / os: softmax_stats, epilogue); load() runs once per work
  * tile after q_full; qk() issues one S GEMM against a K stage. G: the ring's geometry; PT: the
  * type of P and V in P V. */
-template <typename T, int kD> struct QSmem {
-    using G = Geo<kD>;
+template <typename T, int kD, bool kOneQ = false> struct QSmem {
+    using G = Geo<kD, kOneQ>;
     using PT = T;
     const uint8_t *q;
     float sl2[2], ms[2], os;

@@ -43,7 +43,7 @@ __device__ __forceinline__ void
 produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
                    int s, uint32_t ph, int vs, uint32_t vph, const Params &p, const Shape &sh,
                    int n, int hk, int lane) {
-    using G = Geo<kD>;
+    using G = Geo<kD, true>; /* one Q buffer: a paged CTA takes one work tile */
     const int box = min(G::kKeys, 1 << p.page_shift);
     const int pos = n * G::kKeys + lane * box;
     const int valid = lane * box < G::kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
@@ -101,9 +101,9 @@ __device__ __forceinline__ void produce_paged(const CUtensorMap *tq, const CUten
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p,
                                               const Shape &sh, int h, int hk, int ring, int qn) {
-    using G = Geo<kD>;
+    using G = Geo<kD, true>; /* one Q buffer: a paged CTA takes one work tile */
     const int lane = threadIdx.x % 32;
-    if (lane == 0) produce_q<kD>(tq, sq, b, sh, h, qn);
+    if (lane == 0) produce_q<kD, 1>(tq, sq, b, sh, h, qn);
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % G::kStg;
         const int vs = (ring + i) % G::kVStg; /* s without AP_HOPPER_QBUF */

@@ -15,13 +15,16 @@ extern "C" {
 #define MHA_MAX_SPLITS 64 /* KV splits per (sequence, row block) at most */
 #define MHA_HEAD_DIMS_TEXT "64, 128 or 256"
 /* Option nvfp4_keys_m (a measurement knob): auto takes the keys-on-M decode kernel
- * (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head), in its v2 at D = 128 and its first
- * form at D = 64; v1 the first form at D = 128 too; off nvfp4's rows-on-M kernel; v2h the v2
- * kernel over two adjacent KV heads per CTA (D = 128, an even num_kv_heads; else auto's kernel). */
+ * (decode_keys_m.cuh) for <= 8 rows per (sequence, KV head): at D = 128 its v2 over two adjacent
+ * KV heads per CTA (an even num_kv_heads; else one head per CTA), at D = 64 its first form; v2
+ * the v2 with one KV head per CTA; v1 the first form at D = 128 too; off nvfp4's rows-on-M
+ * kernel. MHA_KEYS_M_V2H is no option value: the kernel choice auto makes where two heads pair
+ * up (mha_decode_keys_m_for). */
 #define MHA_KEYS_M_OFF 0
 #define MHA_KEYS_M_AUTO 1
 #define MHA_KEYS_M_V1 2
-#define MHA_KEYS_M_V2H 3
+#define MHA_KEYS_M_V2 3
+#define MHA_KEYS_M_V2H 4
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
@@ -70,13 +73,14 @@ int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warp
 int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t group,
                               int32_t max_q_len, int32_t head_dim, int32_t slots,
                               int32_t max_splits, int32_t heads_per_cta);
-/* KV heads one decode CTA takes: 2 for option nvfp4_keys_m v2h where its kernel serves the batch
+/* KV heads one decode CTA takes: 2 for option nvfp4_keys_m auto where the two-head kernel serves
  * (nvfp4, D = 128, group x max_q_len <= 8, an even num_kv_heads), else 1. The CTAs of a batch
  * are then num_seqs x num_kv_heads / 2; the partial slots stay one per (sequence, KV head,
  * split), so splits x CTAs x heads_per_cta <= MHA_SPLIT_WAVES x slots bounds the workspace. */
 int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t group,
                                  int32_t max_q_len, int32_t num_kv_heads, int32_t keys_m);
-/* keys_m as the kernels take it: v2h where it cannot serve (heads_per_cta 1) is auto. */
+/* keys_m as the kernels take it: MHA_KEYS_M_V2H where two heads pair up (heads_per_cta 2), the
+ * one-head v2 (option v2) as auto's one-head kernel, else keys_m. */
 int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta);
 /* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device;
  * rows (a (sequence, KV head)'s rows, group x max_q_len) and keys_m pick the kernel. */

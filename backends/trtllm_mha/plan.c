@@ -37,8 +37,9 @@ int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t gr
     if (ctas <= 0 || slots <= 0) return 1;
     /* A batch that fills one wave >= 85% already runs unsplit: no second wave, no combine (H100,
      * 2026-11-27: nvfp4 B64 L4096, 512 CTAs in 528 slots, 0.1280 ms unsplit against 0.1358 ms
-     * in 2 splits, the count chosen before this rule: 2 waves, also >= 85% full). */
-    if (ctas < slots && ctas * 100 >= (int64_t)slots * 85) return 1;
+     * in 2 splits, the count chosen before this rule: 2 waves, also >= 85% full). Two-head CTAs
+     * count twice: 256 of them at B64 ran 0.1204-0.1211 ms unsplit, 0.1293-0.1307 in 2 splits. */
+    if (ctas < slots && ctas * hpc * 100 >= (int64_t)slots * 85) return 1;
     if (ctas < slots) {
         const int64_t one_wave = slots / ctas < max_splits ? slots / ctas : max_splits;
         if (one_wave > 1 && ctas * one_wave * 100 >= (int64_t)slots * 85 &&
@@ -61,17 +62,20 @@ int32_t mha_decode_num_splits(int32_t num_seqs, int32_t num_kv_heads, int32_t gr
     return best;
 }
 
-/* v2h: one CTA over KV heads 2j and 2j + 1 (decode.cu, decode_keys_m.cuh), where the keys-on-M
- * v2 kernel would run (nvfp4, D = 128, <= 8 rows per KV head) and the heads pair up. */
+/* v2h: one CTA over KV heads 2j and 2j + 1 (decode.cu, decode_keys_m.cuh), auto's kernel where
+ * the keys-on-M v2 would run (nvfp4, D = 128, <= 8 rows per KV head) and the heads pair up (H100,
+ * 2026-11-27: B64 L4096 H32/8 0.1204-0.1211 ms unsplit against v2's 0.1290, B8 L32768 0.1312
+ * against 0.1373, B256 L1024 0.1258 against 0.1340). */
 int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t group,
                                  int32_t max_q_len, int32_t num_kv_heads, int32_t keys_m) {
     const int32_t rows = group * (max_q_len > 0 ? max_q_len : 1);
-    return keys_m == MHA_KEYS_M_V2H && kv_dtype == AP_DTYPE_NVFP4 && head_dim == 128 && rows >= 1 &&
-                   rows <= 8 && num_kv_heads > 0 && num_kv_heads % 2 == 0
+    return keys_m == MHA_KEYS_M_AUTO && kv_dtype == AP_DTYPE_NVFP4 && head_dim == 128 &&
+                   rows >= 1 && rows <= 8 && num_kv_heads > 0 && num_kv_heads % 2 == 0
                ? 2
                : 1;
 }
 
 int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta) {
-    return keys_m == MHA_KEYS_M_V2H && heads_per_cta != 2 ? MHA_KEYS_M_AUTO : keys_m;
+    if (heads_per_cta == 2) return MHA_KEYS_M_V2H;
+    return keys_m == MHA_KEYS_M_V2 || keys_m == MHA_KEYS_M_V2H ? MHA_KEYS_M_AUTO : keys_m;
 }

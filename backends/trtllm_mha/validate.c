@@ -75,12 +75,12 @@ int32_t mha_option_keys_m(const ap_options *options) {
     const char *value = ap_kit_option(options, "nvfp4_keys_m");
     if (value != NULL && strcmp(value, "off") == 0) return MHA_KEYS_M_OFF;
     if (value != NULL && strcmp(value, "v1") == 0) return MHA_KEYS_M_V1;
-    if (value != NULL && strcmp(value, "v2h") == 0) return MHA_KEYS_M_V2H;
+    if (value != NULL && strcmp(value, "v2") == 0) return MHA_KEYS_M_V2;
     return MHA_KEYS_M_AUTO;
 }
 
 /* Backend-specific options, measurement knobs: split_kv (auto | off) and nvfp4_keys_m (the nvfp4
- * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2h). Anything else is
+ * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2). Anything else is
  * refused, since a typo must not pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
@@ -97,12 +97,12 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         const int keys_m = strcmp(key, "nvfp4_keys_m") == 0;
         const int known = strcmp(key, "split_kv") == 0 || keys_m;
         if (known && (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0 ||
-                      (keys_m && (strcmp(value, "v1") == 0 || strcmp(value, "v2h") == 0))))
+                      (keys_m && (strcmp(value, "v1") == 0 || strcmp(value, "v2") == 0))))
             continue;
         *refused = 1;
         if (known)
             ap_msgbuf_add(reasons, MHA_NAME ": option %s is '%s', not auto%s or off", key, value,
-                          keys_m ? ", v1, v2h" : "");
+                          keys_m ? ", v1, v2" : "");
         else
             ap_msgbuf_add(reasons, MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m)",
                           key);

@@ -543,43 +543,44 @@ static const mh_case mh_named[] = {
             MH_DECODE_SEQS, "1:1,2000:1,31:1,32:1,9000:1", 0, 0),
     MH_CASE("graph_fp8_g32_d64_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 64, 32, 1, "100:1,7000:1",
             "6000:1,5:1", 0, 0),
-    /* the keys-on-M v2 (auto at D = 128): its copies take 8-row groups of a page per thread, a
-     * step's mask only where the step may need it: lengths around 8-row, page and stage edges,
-     * causal MTP rows, splits (stages from a multiple of 128), a graph replayed on other
-     * lengths; and the first form (option v1) on two of them */
-    MH_CASE_KM("v2_decode_nvfp4_g4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8,
+    /* the keys-on-M v2 with one KV head per CTA (option v2; auto's kernel where the heads do not
+     * pair up): its copies take 8-row groups of a page per thread, a step's mask only where the
+     * step may need it: lengths around 8-row, page and stage edges, causal MTP rows, splits
+     * (stages from a multiple of 128), a graph replayed on other lengths; and the first form
+     * (option v1) on two of them */
+    MH_CASE_KM("v2_decode_nvfp4_g4_p16", "v2", AP_DTYPE_BF16, 16, 32, 8,
                "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
-    MH_CASE_KM("v2_mtp_nvfp4_g2_p32", NULL, AP_DTYPE_F16, 32, 16, 8,
+    MH_CASE_KM("v2_mtp_nvfp4_g2_p32", "v2", AP_DTYPE_F16, 32, 16, 8,
                "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 0),
-    MH_CASE_KM("v2_split_b1_l32768_nvfp4_p64", NULL, AP_DTYPE_BF16, 64, 8, 1, "32766:1", NULL, 0),
-    MH_CASE_KM("v2_graph_nvfp4_g8_p16", NULL, AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
+    MH_CASE_KM("v2_split_b1_l32768_nvfp4_p64", "v2", AP_DTYPE_BF16, 64, 8, 1, "32766:1", NULL, 0),
+    MH_CASE_KM("v2_graph_nvfp4_g8_p16", "v2", AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
                "1:1,2000:1,31:1,32:1,9000:1", 0),
     MH_CASE_KM("v1_decode_nvfp4_g4_p16", "v1", AP_DTYPE_BF16, 16, 32, 8,
                "0:1,6:1,7:1,8:1,126:1,127:1,128:1,4999:1", NULL, 1),
     MH_CASE_KM("v1_mtp_nvfp4_g2_p32", "v1", AP_DTYPE_F16, 32, 16, 8,
                "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 0),
-    /* option v2h: one CTA over KV heads 2j, 2j + 1 (stages of 64 keys, a thread's copies in one
+    /* auto at D = 128 (v2h): one CTA over KV heads 2j, 2j + 1 (stages of 64 keys, a thread's copies in one
      * 16-key group of a page): lengths around 8-row, 16-key, page, stage and 128-key edges, MTP
      * at 8 rows, splits (one sequence, and mixed lengths), B64 (2 splits on the H100), a graph
      * replayed on other lengths; odd num_kv_heads and rows > 8 take the other kernels */
-    MH_CASE_KM("v2h_decode_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+    MH_CASE_KM("v2h_decode_nvfp4_g4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8,
                "0:1,6:1,7:1,8:1,14:1,15:1,16:1,62:1,63:1,64:1,126:1,127:1,128:1,4999:1", NULL, 1),
-    MH_CASE_KM("v2h_decode_nvfp4_g8_p64", "v2h", AP_DTYPE_F16, 64, 16, 2,
+    MH_CASE_KM("v2h_decode_nvfp4_g8_p64", NULL, AP_DTYPE_F16, 64, 16, 2,
                "0:1,7:1,15:1,16:1,63:1,64:1,65:1,127:1,191:1,4999:1", NULL, 0),
-    MH_CASE_KM("v2h_mtp_nvfp4_g2_p32", "v2h", AP_DTYPE_F16, 32, 16, 8,
+    MH_CASE_KM("v2h_mtp_nvfp4_g2_p32", NULL, AP_DTYPE_F16, 32, 16, 8,
                "0:1,61:2,61:3,60:4,4995:4,120:3", NULL, 1),
-    MH_CASE_KM("v2h_mtp_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+    MH_CASE_KM("v2h_mtp_nvfp4_g4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8,
                "0:1,61:2,62:2,14:2,4995:2,63:1", NULL, 0),
-    MH_CASE_KM("v2h_split_b1_l32768_nvfp4_p64", "v2h", AP_DTYPE_BF16, 64, 8, 2, "32766:1", NULL, 1),
-    MH_CASE_KM("v2h_split_mixed_b5_nvfp4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8,
+    MH_CASE_KM("v2h_split_b1_l32768_nvfp4_p64", NULL, AP_DTYPE_BF16, 64, 8, 2, "32766:1", NULL, 1),
+    MH_CASE_KM("v2h_split_mixed_b5_nvfp4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8,
                "0:1,699:1,4096:1,8999:1,12344:1", NULL, 0),
-    MH_CASE_KM("v2h_many_b64_l1031_nvfp4_p16", "v2h", AP_DTYPE_BF16, 16, 32, 8, "1030:1x64", NULL,
+    MH_CASE_KM("v2h_many_b64_l1031_nvfp4_p16", NULL, AP_DTYPE_BF16, 16, 32, 8, "1030:1x64", NULL,
                0),
-    MH_CASE_KM("v2h_graph_nvfp4_g8_p16", "v2h", AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
+    MH_CASE_KM("v2h_graph_nvfp4_g8_p16", NULL, AP_DTYPE_BF16, 16, 64, 8, MH_DECODE_SEQS,
                "1:1,2000:1,31:1,32:1,9000:1", 0),
-    MH_CASE_KM("v2h_odd_heads_nvfp4_g4_p16", "v2h", AP_DTYPE_BF16, 16, 12, 3,
-               "0:1,63:1,64:1,4999:1", NULL, 1),
-    MH_CASE_KM("v2h_rows12_mtp_nvfp4_g4_p32", "v2h", AP_DTYPE_F16, 32, 32, 8,
+    MH_CASE_KM("v2h_odd_heads_nvfp4_g4_p16", NULL, AP_DTYPE_BF16, 16, 12, 3, "0:1,63:1,64:1,4999:1",
+               NULL, 1),
+    MH_CASE_KM("v2h_rows12_mtp_nvfp4_g4_p32", NULL, AP_DTYPE_F16, 32, 32, 8,
                "0:1,61:2,61:3,60:3,4995:3", NULL, 0),
 };
 

@@ -54,22 +54,22 @@ static void test_validate(void) {
     ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
     ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
     ap_option_kv keys_m_v1 = {"nvfp4_keys_m", "v1"}, split_v1 = {"split_kv", "v1"};
-    ap_option_kv keys_m_v2 = {"nvfp4_keys_m", "v2"}, keys_m_v2h = {"nvfp4_keys_m", "v2h"};
-    ap_option_kv split_v2h = {"split_kv", "v2h"};
+    ap_option_kv keys_m_v2h = {"nvfp4_keys_m", "v2h"}, keys_m_v2 = {"nvfp4_keys_m", "v2"};
+    ap_option_kv split_v2 = {"split_kv", "v2"};
     o.extra = &keys_m_off;
     ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
     o.extra = &keys_m_v1;
     ap_test_expect_verdict(vt, "nvfp4_keys_m v1", &m, &o, &d, NULL);
-    o.extra = &keys_m_v2; /* v2 is auto's kernel at D = 128, not a value of its own */
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d,
-                           "nvfp4_keys_m is 'v2', not auto, v1, v2h or off");
-    o.extra = &keys_m_v2h;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2h", &m, &o, &d, NULL);
-    o.extra = &split_v2h; /* v2h is nvfp4_keys_m's value only */
-    ap_test_expect_verdict(vt, "split_kv v2h", &m, &o, &d, "split_kv is 'v2h', not auto or off");
+    o.extra = &keys_m_v2;
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d, NULL);
+    o.extra = &keys_m_v2h; /* two heads per CTA is auto's kernel, not a value of its own */
+    ap_test_expect_verdict(vt, "nvfp4_keys_m v2h", &m, &o, &d,
+                           "nvfp4_keys_m is 'v2h', not auto, v1, v2 or off");
+    o.extra = &split_v2; /* v2 is nvfp4_keys_m's value only */
+    ap_test_expect_verdict(vt, "split_kv v2", &m, &o, &d, "split_kv is 'v2', not auto or off");
     o.extra = &keys_m_bad;
     ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
-                           "nvfp4_keys_m is 'on', not auto, v1, v2h or off");
+                           "nvfp4_keys_m is 'on', not auto, v1, v2 or off");
     o.extra = &split_v1; /* v1 is nvfp4_keys_m's value only */
     ap_test_expect_verdict(vt, "split_kv v1", &m, &o, &d, "split_kv is 'v1', not auto or off");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
@@ -122,22 +122,25 @@ static void test_plan(void) {
     EXPECT(mha_decode_num_splits(10, 8, 4, 1, 128, 132, 64, 1) == 3,
            "B10: 80 CTAs x 3 (1.8 waves)");
     EXPECT(mha_decode_num_splits(0, 8, 4, 1, 128, 132, 64, 1) == 1, "empty batch");
-    /* v2h: a CTA per two KV heads where its kernel serves (nvfp4, D = 128, <= 8 rows, even H) */
-    EXPECT(mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_V2H) == 2 &&
-               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 2, 8, MHA_KEYS_M_V2H) == 2 &&
-               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 3, 8, MHA_KEYS_M_V2H) == 1 &&
-               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 3, MHA_KEYS_M_V2H) == 1 &&
-               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 64, 4, 1, 8, MHA_KEYS_M_V2H) == 1 &&
-               mha_decode_heads_per_cta(AP_DTYPE_FP8_E4M3, 128, 4, 1, 8, MHA_KEYS_M_V2H) == 1 &&
-               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_AUTO) == 1,
+    /* v2h: auto's CTA per two KV heads where its kernel serves (nvfp4, D = 128, <= 8 rows, even H) */
+    EXPECT(mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_AUTO) == 2 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 2, 8, MHA_KEYS_M_AUTO) == 2 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 3, 8, MHA_KEYS_M_AUTO) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 3, MHA_KEYS_M_AUTO) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 64, 4, 1, 8, MHA_KEYS_M_AUTO) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_FP8_E4M3, 128, 4, 1, 8, MHA_KEYS_M_AUTO) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_V2) == 1 &&
+               mha_decode_heads_per_cta(AP_DTYPE_NVFP4, 128, 4, 1, 8, MHA_KEYS_M_V1) == 1,
            "heads per CTA");
-    EXPECT(mha_decode_keys_m_for(MHA_KEYS_M_V2H, 1) == MHA_KEYS_M_AUTO &&
-               mha_decode_keys_m_for(MHA_KEYS_M_V2H, 2) == MHA_KEYS_M_V2H &&
+    EXPECT(mha_decode_keys_m_for(MHA_KEYS_M_AUTO, 2) == MHA_KEYS_M_V2H &&
+               mha_decode_keys_m_for(MHA_KEYS_M_AUTO, 1) == MHA_KEYS_M_AUTO &&
+               mha_decode_keys_m_for(MHA_KEYS_M_V2, 1) == MHA_KEYS_M_AUTO &&
                mha_decode_keys_m_for(MHA_KEYS_M_V1, 1) == MHA_KEYS_M_V1,
-           "v2h where it cannot serve is auto");
-    /* B64 L4096 H8 on 528 slots: 256 CTAs of two heads fill 48% of a wave: 2 splits (512) */
-    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64, 2) == 2, "v2h B64: 256 CTAs x 2");
+           "the kernel's keys_m");
+    /* B64 L4096 H8 on 528 slots: 256 CTAs of two heads count as 512: one wave, unsplit */
+    EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64, 2) == 1, "v2h B64: 256 CTAs");
     EXPECT(mha_decode_num_splits(128, 8, 4, 1, 128, 528, 64, 2) == 1, "v2h B128: 512 CTAs");
+    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 528, 64, 2) == 16, "v2h B8: 32 CTAs x 16");
     /* the workspace bound: ctas * splits * heads <= MHA_SPLIT_WAVES * slots when splits > 1 */
     for (int b = 1; b <= 300; b += 7)
         for (int q = 1; q <= 2; q++) {
