@@ -140,7 +140,7 @@ static void test_plan(void) {
     /* B64 L4096 H8 on 528 slots: 256 CTAs of two heads count as 512: one wave, unsplit */
     EXPECT(mha_decode_num_splits(64, 8, 4, 1, 128, 528, 64, 2) == 1, "v2h B64: 256 CTAs");
     EXPECT(mha_decode_num_splits(128, 8, 4, 1, 128, 528, 64, 2) == 1, "v2h B128: 512 CTAs");
-    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 528, 64, 2) == 16, "v2h B8: 32 CTAs x 16");
+    EXPECT(mha_decode_num_splits(8, 8, 4, 1, 128, 528, 64, 2) == 8, "v2h B8: 32 CTAs x 8");
     /* the workspace bound: ctas * splits * heads <= MHA_SPLIT_WAVES * slots when splits > 1 */
     for (int b = 1; b <= 300; b += 7)
         for (int q = 1; q <= 2; q++) {
