@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     const int steps = (w.key_end - w.key_begin + S::keys - 1) / S::keys;
     km2_sources from = {NULL, NULL};
     if constexpr (KM == kKeysM2H)
-        from = km2h_sources_of<S>(w, a);
+        from = km2_sources_of<S, 8>(w, a);
     else if constexpr (KM >= kKeysM2)
         from = km2_sources_of<S>(w, a);
 #pragma unroll

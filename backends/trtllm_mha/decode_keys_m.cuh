@@ -336,11 +336,13 @@ struct km2_sources {
     const uint8_t *k, *v;
 };
 
+// The copy sources' bases: the CTA's (first) KV head, chunk (lane % CHUNKS) of a row, CHUNKS 4
+// (v2: a quarter warp's lanes over one head's 64 bytes) or 8 (v2h: over two heads' 128).
 // (The moves hide the sum from the compiler, which would otherwise keep only the offset and add
 // each base again per copy: two more instructions for each of the stage's 8 copies.)
-template <class S>
+template <class S, int CHUNKS = 4>
 __device__ __forceinline__ km2_sources km2_sources_of(const cta_work &w, const decode_args &a) {
-    const int64_t head = (int64_t)w.kv_head * S::raw_row + (threadIdx.x & 3) * 16;
+    const int64_t head = (int64_t)w.kv_head * S::raw_row + (threadIdx.x & (CHUNKS - 1)) * 16;
     uint64_t k, v;
     asm("mov.b64 %0, %1;" : "=l"(k) : "l"(a.k_pages + head));
     asm("mov.b64 %0, %1;" : "=l"(v) : "l"(a.v_pages + head));
@@ -391,15 +393,6 @@ __device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_a
 // shuffle, slots slot + 4j. Destination row h * 64 + k: chunk c ^ (k / 2) % 4 = c ^ q / 2 ^ 2 (j
 // % 2), so copy j lands at (dst ^ 32 (j % 2)) + 256 j. Scales: thread tid copies head tid % 2's
 // 8 bytes of key tid / 2 (a warp's 32 copies are 16 keys' 16 contiguous bytes, v2's 32 keys' 8).
-template <class S>
-__device__ __forceinline__ km2_sources km2h_sources_of(const cta_work &w, const decode_args &a) {
-    const int64_t head = (int64_t)w.kv_head * S::raw_row + (threadIdx.x & 7) * 16;
-    uint64_t k, v;
-    asm("mov.b64 %0, %1;" : "=l"(k) : "l"(a.k_pages + head));
-    asm("mov.b64 %0, %1;" : "=l"(v) : "l"(a.v_pages + head));
-    return {reinterpret_cast<const uint8_t *>(k), reinterpret_cast<const uint8_t *>(v)};
-}
-
 template <class S>
 __device__ __forceinline__ void tile_issue_km2h(const cta_work &w, const decode_args &a,
                                                 const km2_sources &from, int index, uint32_t stage,

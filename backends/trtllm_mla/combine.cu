@@ -162,6 +162,17 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
     combine_groups(p, part, part_mw, lane, q_begin, gr, d, chunk == 0);
 }
 
+// Item `item` of a cut sequence: its row gr and 64-dim chunk, the lane's dims d .. d + 3, and
+// where slot 0's state of that row and dims lies (slot k's: lse[k * M], src[k * M * 512]).
+struct FlatItem {
+    int gr, chunk, d;
+    const float *lse, *src;
+    __device__ __forceinline__ FlatItem(const mla_decode_params &p, int item, int lane)
+        : gr(item / kCombineChunks), chunk(item % kCombineChunks),
+          d(chunk * (MLA_LATENT / kCombineChunks) + 4 * lane), lse(p.partial_lse + gr),
+          src(p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d) {}
+};
+
 // The flat schedule's combine (decode_flat.cuh), one CTA per decode CTA. CTA b serves the
 // sequence that decode CTA b's share starts inside of, if it does (a cut at b; none when the
 // decode ran whole sequences): the sequence's n pieces lie in decode CTAs c0 .. c1 (b among
@@ -192,32 +203,25 @@ __global__ void __launch_bounds__(kCombineThreads, 1)
     ap_pdl_wait();           // the partial states are the decode grid's
     if (n > kCombineSlots) { // many pieces: all 16 slot groups on each item's pieces
         for (int j = 0; j < mine; j++) {
-            const int item = k + j * helpers;
-            const int gr = item / kCombineChunks, chunk = item % kCombineChunks;
-            const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
-            const float *lse = p.partial_lse + gr;
-            const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
+            const FlatItem it(p, k + j * helpers, lane);
             MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
             for (int s0 = group; s0 < n; s0 += kCombineSlots * kCombinePer)
-                merge_splits<M, kCombineSlots>(lse, src, s0, n, slot_of, ms);
+                merge_splits<M, kCombineSlots>(it.lse, it.src, s0, n, slot_of, ms);
             part[group][lane] = ms.acc;
             if (lane == 0) part_mw[group] = make_float2(ms.m, ms.w);
             __syncthreads();
-            if (group == 0) combine_groups(p, part, part_mw, lane, sq.q_begin, gr, d, chunk == 0);
+            if (group == 0)
+                combine_groups(p, part, part_mw, lane, sq.q_begin, it.gr, it.d, it.chunk == 0);
             __syncthreads(); // part is free for the next item
         }
         return;
     }
     for (int j = group; j < mine; j += kCombineSlots) {
-        const int item = k + j * helpers;
-        const int gr = item / kCombineChunks, chunk = item % kCombineChunks;
-        const int d = chunk * (MLA_LATENT / kCombineChunks) + 4 * lane;
-        const float *lse = p.partial_lse + gr;
-        const float *src = p.partial_out + static_cast<int64_t>(gr) * MLA_LATENT + d;
+        const FlatItem it(p, k + j * helpers, lane);
         MergeState ms = {make_float4(0.f, 0.f, 0.f, 0.f), -INFINITY, 0.f};
         for (int s0 = 0; s0 < n; s0 += kCombinePer)
-            merge_splits<M, 1>(lse, src, s0, n, slot_of, ms);
-        combine_store(p, sq.q_begin, gr, d, ms.acc, ms.m, ms.w, chunk == 0 && lane == 0);
+            merge_splits<M, 1>(it.lse, it.src, s0, n, slot_of, ms);
+        combine_store(p, sq.q_begin, it.gr, it.d, ms.acc, ms.m, ms.w, it.chunk == 0 && lane == 0);
     }
 }
 

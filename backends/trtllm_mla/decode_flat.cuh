@@ -61,14 +61,27 @@ struct FlatShare {
     int begin, end, seq, seq_start, per, whole;
 };
 
+// The lane's tiles of the pass over sequences base..: the first 256 kept from the first load.
+__device__ __forceinline__ void flat_chunk_tiles(const mla_decode_params &p, int base, int lane,
+                                                 const int (&first)[kFlatPerLane],
+                                                 int (&t)[kFlatPerLane]) {
+    if (base == 0) {
+#pragma unroll
+        for (int i = 0; i < kFlatPerLane; i++) t[i] = first[i];
+    } else {
+        flat_lane_tiles(p, base, lane, t);
+    }
+}
+
 // CTA `cta` of `ctas`: one warp's work (every lane returns the same share). The total and the
 // longest sequence's tiles first, then (cut) the sequence holding tile `begin`: one pass over the
 // lengths up to 256 sequences, two past that (the second one's loads hit L1).
 // Whole sequences per CTA when cutting would not pay: when the longest sequence times the waves
 // of whole sequences (ceil(num_seqs / ctas)) is within W + W / 8 + 4 tiles. A cut costs each CTA
 // a second pipeline fill and the batch a combine; a batch of equal lengths (B128 L4096 H16 on 132
-// SMs: 64 tiles against W = 63) runs faster whole (H100, 2026-11-27: 0.2174 ms whole against
-// 0.2375 cut), a skewed one (one 32768 among 63 of 1024) cut (0.0684 against 0.5840).
+// SMs: 64 tiles against W = 63) runs faster whole (H100, 2026-11-27, call 14: 0.2196 ms whole
+// against 0.2414 cut), a skewed one (one 32768 among 63 of 1024) cut (0.0720 against the split
+// grid's 0.5846, call 15).
 __device__ __forceinline__ FlatShare flat_share(const mla_decode_params &p, int cta, int ctas,
                                                 int lane) {
     int first[kFlatPerLane]; // the first 256 sequences' tiles, kept for the search
@@ -76,12 +89,7 @@ __device__ __forceinline__ FlatShare flat_share(const mla_decode_params &p, int 
     int total = 0, longest = 0;
     for (int base = 0; base < p.num_seqs; base += 32 * kFlatPerLane) {
         int t[kFlatPerLane];
-        if (base == 0) {
-#pragma unroll
-            for (int i = 0; i < kFlatPerLane; i++) t[i] = first[i];
-        } else {
-            flat_lane_tiles(p, base, lane, t);
-        }
+        flat_chunk_tiles(p, base, lane, first, t);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < kFlatPerLane; i++) {
@@ -105,12 +113,7 @@ __device__ __forceinline__ FlatShare flat_share(const mla_decode_params &p, int 
     int carry = 0;
     for (int base = 0; base < p.num_seqs; base += 32 * kFlatPerLane) {
         int t[kFlatPerLane];
-        if (base == 0) {
-#pragma unroll
-            for (int i = 0; i < kFlatPerLane; i++) t[i] = first[i];
-        } else {
-            flat_lane_tiles(p, base, lane, t);
-        }
+        flat_chunk_tiles(p, base, lane, first, t);
         int s = 0;
 #pragma unroll
         for (int i = 0; i < kFlatPerLane; i++) s += t[i];
