@@ -38,9 +38,9 @@ enum { kLayout16 = 0, kLayoutFp8 = 1, kLayoutNvfp4 = 2 };
 // nvfp4 converted to half in registers (tile_math_fp8, tile_math_nvfp4; every e4m3 value and
 // every e2m1 x e4m3 product is exact in half). No 16-bit copy of a tile is ever stored.
 // KM: nvfp4 with at most 8 rows per warp, keys on the M side of the mma (decode_keys_m.cuh):
-// kKeysM2 (its v2, D = 128: option nvfp4_keys_m auto) or kKeysM (the first form: D = 64, and
-// option v1); kKeysM2H: v2 over two KV heads per CTA (option v2h: a stage of 64 keys of each
-// head, warps 2h, 2h + 1 on head h). kRowsM: rows on M.
+// kKeysM2H (v2 over two KV heads per CTA, option nvfp4_keys_m auto where the heads pair up: a
+// stage of 64 keys of each head, warps 2h, 2h + 1 on head h), kKeysM2 (v2 with one head: auto
+// otherwise, option v2) or kKeysM (the first form: D = 64, option v1). kRowsM: rows on M.
 enum { kRowsM = 0, kKeysM = 1, kKeysM2 = 2, kKeysM2H = 3 };
 template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr bool is_nvfp4 = std::is_same<KV, mha_nvfp4>::value;

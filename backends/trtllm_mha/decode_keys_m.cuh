@@ -378,7 +378,7 @@ __device__ __forceinline__ void tile_issue_km2(const cta_work &w, const decode_a
     cp_async_small<8>(scale_dst + S::raw_tile, a.v_scales + scale_src, 2 * c < left);
 }
 
-// v2h: one CTA over KV heads 2p and 2p + 1 of a sequence (option nvfp4_keys_m v2h, D = 128, an
+// v2h: one CTA over KV heads 2p and 2p + 1 of a sequence (auto's kernel at D = 128 with an
 // even num_kv_heads). A stage holds 64 keys of both heads in the v2 ring layout of 128 rows:
 // row h * 64 + k is key k of head 2p + h (its 64 value bytes swizzled as v2's row of that index,
 // its 8-byte scale row at keys * raw_row + row * 8), so warp w's 32-row sub-tile is head w / 2,

@@ -12,7 +12,7 @@ compiler or the hardware; halves are rounded as the kernel rounds them (P to hal
 exact). With --v2 the step is tile_math_km2's (K's four block scales of a key by one prmt and
 two cvt, each multiply taking its half) and each stage is laid by tile_issue_km2's addresses
 from a paged NHD cache (a shuffled page table, several KV heads), checked byte for byte against
-the layout tile_issue gives. With --v2h (option nvfp4_keys_m v2h) the v2 step runs two warps per
+the layout tile_issue gives. With --v2h (auto's two-head kernel at D128) the v2 step runs two warps per
 head over 64-key stages merged in pairs, and each stage (two KV heads, rows 64 h + k) is laid by
 tile_issue_km2h's addresses, checked byte for byte against tile_issue's layout of each head.
 Run: python3 backends/trtllm_mha/emu/keys_m_emu.py [--v2 | --v2h]
