@@ -104,15 +104,13 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
     }
     const void *k = paged ? p->k_pages : p->k;
     const void *v = paged ? p->v_pages : p->v;
-    /* AP_HOPPER_EPI16's epilogue stores 16 bytes at a time: out aligned as q */
-    const uintptr_t out16 = AP_HOPPER_EPI16 ? (uintptr_t)p->out : 0;
-    const uintptr_t any = (uintptr_t)p->q | (uintptr_t)k | (uintptr_t)v | out16;
+    const uintptr_t any = (uintptr_t)p->q | (uintptr_t)k | (uintptr_t)v;
     if (p->q == NULL || k == NULL || v == NULL || p->out == NULL || p->qo_indptr == NULL ||
         (any & 15) != 0) {
         ap_msgbuf_add(msg,
-                      "%s: q, out, qo_indptr and the K/V source must be set, q/k/v%s 16-byte "
+                      "%s: q, out, qo_indptr and the K/V source must be set, q/k/v 16-byte "
                       "aligned",
-                      who, AP_HOPPER_EPI16 ? "/out" : "");
+                      who);
         return AP_ERR_INVALID_ARGUMENT;
     }
     if (paged && (ap_hopper_page_shift(p->page_size) < 0 || p->kv_page_indptr == NULL ||

@@ -382,79 +382,12 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], fl
     rescale_pack<T>(s, o, corr, move, p);
 }
 
-#ifndef AP_HOPPER_EPI16
-#define AP_HOPPER_EPI16 0 /* 1: the epilogue stores 16 bytes per lane (epilogue_v16) */
-#endif
-
-/* The 4 x 4 words a quad holds (lane q: w[c], c = 0..3) transposed: lane q gets word q of each
- * lane, in lane order (out[s] = lane s's w[q]). Three xor exchanges, the indices by select (a
- * register array indexed by a lane-dependent value would go to local memory). */
-__device__ __forceinline__ void quad_transpose(const uint32_t (&w)[4], uint32_t (&out)[4], int q) {
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        out[c] = c == q ? w[c] : 0u;
-    }
-#pragma unroll
-    for (int d = 1; d < 4; ++d) {
-        const int want = q ^ d; /* the partner wants my word `want`; I get its word q */
-        const uint32_t send = want == 0 ? w[0] : want == 1 ? w[1] : want == 2 ? w[2] : w[3];
-        const uint32_t got = __shfl_xor_sync(0xffffffffu, send, d);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            out[c] = c == want ? got : out[c];
-        }
-    }
-}
-
-/* epilogue with 16-byte stores: a thread holds, per row, words (bf16 / fp16 pairs) at columns
- * 8 j + 2 (lane % 4) for j < kN / 4, so each 8-column chunk j is spread over a quad; a quad
- * transpose gives lane q chunks j = 4 k + q whole. Per warp store instruction 8 rows x 64 B
- * instead of 8 rows x 16 B: a quarter of the LSU wavefronts (kN / 16 STG.128 per row against
- * kN / 4 STG.32), for 3 shuffles per 4 chunks. out must be 16-byte aligned (rows of 2 kN
- * elements are). */
-template <typename T, int kN>
-__device__ __forceinline__ void epilogue_v16(const Params &p, const Shape &sh, const float (&o)[kN],
-                                             const float (&m)[2], float (&l)[2], int h, int r0,
-                                             int lane, const float (&ms)[2], float os) {
-    const int q = lane % 4;
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-        float sum = l[hr];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int r = r0 + 8 * hr;
-        const float inv = sum > 0.f ? os / sum : 0.f;
-        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
-        T *out = static_cast<T *>(p.out) + row * (2 * kN);
-#pragma unroll
-        for (int k = 0; k < kN / 16; ++k) {
-            uint32_t w[4], t[4];
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const int j = 4 * k + c;
-                w[c] = pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
-            }
-            quad_transpose(w, t, q); /* every lane: the shuffles want the whole warp */
-            if (r < sh.q_len) {
-                *reinterpret_cast<uint4 *>(out + 8 * (4 * k + q)) =
-                    make_uint4(t[0], t[1], t[2], t[3]);
-            }
-        }
-        if (r < sh.q_len && p.lse != nullptr && q == 0) {
-            p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
-        }
-    }
-}
-
 /* O / l into out and the LSE: ms, per row, the factor from S (m) to natural-log units
  * (sm_scale, times the Q and K scales of fp8 S); os multiplies O (1, or the V scale). */
 template <typename T, int kN>
 __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int r0,
                                          int lane, const float (&ms)[2], float os) {
-#if AP_HOPPER_EPI16
-    epilogue_v16<T>(p, sh, o, m, l, h, r0, lane, ms, os);
-#else
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float sum = l[hr];
@@ -476,7 +409,6 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
             p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
         }
     }
-#endif
 }
 
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */

@@ -124,6 +124,66 @@ __device__ __forceinline__ void km_softmax(km_state<D> &st, float (&s)[2][4], in
                 for (int e = 0; e < 4; e++) st.acc[c][h][e] *= alpha[e & 1];
 }
 
+// S^T += K Q^T for dims 32c.. of a 32-key step (both forms of the step): kf holds the four
+// 8-key groups' decoded K fragments (key 8n + g: dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}).
+template <int D>
+__device__ __forceinline__ void km_qk(const km_state<D> &st, const uint32_t (&kf)[4][4], int c,
+                                      float (&s)[2][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
+                                  kf[2 * mt + 1][1]};
+        const uint32_t odd[4] = {kf[2 * mt][2], kf[2 * mt + 1][2], kf[2 * mt][3],
+                                 kf[2 * mt + 1][3]};
+        ap_mma_16816<__half>(s[mt], even, st.q[2 * c][0], st.q[2 * c][1]);
+        ap_mma_16816<__half>(s[mt], odd, st.q[2 * c + 1][0], st.q[2 * c + 1][1]);
+    }
+}
+
+__device__ __forceinline__ void nvfp4_v_scales2(const uint8_t *scale_v, int c, int g, int t,
+                                                uint32_t (&vs)[2][2][2]); // the v2 section's
+
+// O^T += V^T P^T of a 32-key step (both forms): P (s, after km_softmax) packed to P^T by
+// movmatrix, V's fragments decoded per 32 dims with their block scales (V2: nvfp4_v_scales2,
+// the v2 step's; else nvfp4_v_scales).
+template <int D, bool V2>
+__device__ __forceinline__ void km_pv(km_state<D> &st, const float (&s)[2][4], uint32_t tile_v,
+                                      const uint8_t *scale_v, int lane) {
+    constexpr int C = D / 32, SR = D / 16;
+    const int g = lane >> 2, t = lane & 3;
+    const uint32_t lane_row = lane * (D / 2);
+    uint32_t pb[2][2]; // P^T as B: keys 16kk + 2t.. (b0), + 8 (b1), row g
+#pragma unroll
+    for (int kk = 0; kk < 2; kk++) {
+        pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
+        pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
+    }
+    uint32_t vs[2][2][2];
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (c % 2 == 0) {
+            if constexpr (V2)
+                nvfp4_v_scales2(scale_v, c, g, t, vs);
+            else
+                nvfp4_v_scales<SR>(scale_v, c, g, t, vs);
+        }
+        uint32_t r[4];
+        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
+#pragma unroll
+        for (int kk = 0; kk < 2; kk++) {
+            uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
+#pragma unroll
+            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], vf[m]);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
+                                        vf[1][2 * h + 1]};
+                ap_mma_16816<__half>(st.acc[c][h], va, pb[kk][0], pb[kk][1]);
+            }
+        }
+    }
+}
+
 // One 32-key step over an nvfp4 sub-tile (tile_math_nvfp4's arguments), keys on M.
 template <int D>
 __device__ __forceinline__ void
@@ -144,42 +204,10 @@ tile_math_km(km_state<D> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t *s
         uint32_t kf[4][4]; // key 8n + g: dims 8t + {0, 2}, + {4, 6}, + {1, 3}, + {5, 7}
 #pragma unroll
         for (int n = 0; n < 4; n++) nvfp4_k_pairs(r[n], ks[c % 2][n], kf[n]);
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
-                                      kf[2 * mt + 1][1]};
-            const uint32_t odd[4] = {kf[2 * mt][2], kf[2 * mt + 1][2], kf[2 * mt][3],
-                                     kf[2 * mt + 1][3]};
-            ap_mma_16816<__half>(s[mt], even, st.q[2 * c][0], st.q[2 * c][1]);
-            ap_mma_16816<__half>(s[mt], odd, st.q[2 * c + 1][0], st.q[2 * c + 1][1]);
-        }
+        km_qk<D>(st, kf, c, s);
     }
     km_softmax<D>(st, s, first_key, key_end, scale_log2, g);
-    uint32_t pb[2][2]; // P^T as B: keys 16kk + 2t.. (b0), + 8 (b1), row g
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
-        pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
-    }
-    uint32_t vs[2][2][2];
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-        if (c % 2 == 0) nvfp4_v_scales<SR>(scale_v, c, g, t, vs);
-        uint32_t r[4];
-        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
-#pragma unroll
-            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], vf[m]);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
-                                        vf[1][2 * h + 1]};
-                ap_mma_16816<__half>(st.acc[c][h], va, pb[kk][0], pb[kk][1]);
-            }
-        }
-    }
+    km_pv<D, false>(st, s, tile_v, scale_v, lane);
 }
 
 // ---- v2 (D = 128, the default there: option nvfp4_keys_m auto; v1 keeps the step above, as D = 64 does) ----
@@ -277,42 +305,10 @@ tile_math_km2(km_state<128> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t
             else
                 nvfp4_k_pairs2<1>(r[n], ks[n][c / 2], kf[n]);
         }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const uint32_t even[4] = {kf[2 * mt][0], kf[2 * mt + 1][0], kf[2 * mt][1],
-                                      kf[2 * mt + 1][1]};
-            const uint32_t odd[4] = {kf[2 * mt][2], kf[2 * mt + 1][2], kf[2 * mt][3],
-                                     kf[2 * mt + 1][3]};
-            ap_mma_16816<__half>(s[mt], even, st.q[2 * c][0], st.q[2 * c][1]);
-            ap_mma_16816<__half>(s[mt], odd, st.q[2 * c + 1][0], st.q[2 * c + 1][1]);
-        }
+        km_qk<D>(st, kf, c, s);
     }
     km_softmax<D, MASKED ? 1 : 0>(st, s, first_key, key_end, scale_log2, g);
-    uint32_t pb[2][2]; // P^T as B: keys 16kk + 2t.. (b0), + 8 (b1), row g
-#pragma unroll
-    for (int kk = 0; kk < 2; kk++) {
-        pb[kk][0] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][0], s[kk][1]));
-        pb[kk][1] = ap_movmatrix_trans(ap_pack2<__half>(s[kk][2], s[kk][3]));
-    }
-    uint32_t vs[2][2][2];
-#pragma unroll
-    for (int c = 0; c < C; c++) {
-        if (c % 2 == 0) nvfp4_v_scales2(scale_v, c, g, t, vs);
-        uint32_t r[4];
-        ap_ldmatrix_x4_trans(r, tile_v + lane_row + ap_swizzle<C>(lane, c) * 16);
-#pragma unroll
-        for (int kk = 0; kk < 2; kk++) {
-            uint32_t vf[2][4]; // keys 16kk + 8m + 2t, + 1 of dim 32c + 4g + e
-#pragma unroll
-            for (int m = 0; m < 2; m++) nvfp4_v_pairs(r[2 * kk + m], vs[c % 2][kk][m], vf[m]);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t va[4] = {vf[0][2 * h], vf[0][2 * h + 1], vf[1][2 * h],
-                                        vf[1][2 * h + 1]};
-                ap_mma_16816<__half>(st.acc[c][h], va, pb[kk][0], pb[kk][1]);
-            }
-        }
-    }
+    km_pv<D, true>(st, s, tile_v, scale_v, lane);
 }
 
 // A step every row of the warp sees whole: its keys end before key_end and at or before the
