@@ -7,6 +7,7 @@
 #include "../common/paged_kv.cuh"
 #include "../common/pdl.cuh"
 #include "../common/softmax_state.cuh"
+#include "decode_flat.cuh"
 #include "mha.h"
 
 namespace {
@@ -79,6 +80,74 @@ __global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine
     }
 }
 
+// The flat schedule's combine (decode_flat.cuh): CTA b - 1 serves the boundary b (1..G - 1)
+// between decode CTAs b - 1 and b. Warp 0 finds the unit holding stage b W as the decode's CTAs
+// found their shares; the CTA merges it when it is cut there and starts in CTA b - 1's share (the
+// unit's first cut: every cut unit is merged once). Its pieces: CTA c0 = b - 1 in slot 2 c0 (the
+// unit is c0's first piece) or 2 c0 + 1 (its last), CTAs b .. c1 in slot 2 c (each one's first
+// piece). Per (row, dim) thread: M = max lse2, o = sum_s 2^(lse2_s - M) o_s / sum_s 2^(lse2_s - M)
+// (softmax_state.cuh), lse = ln2 (M + log2 sum). The piece holding key 0 sees every row, so M is
+// finite; a piece past a row's causal limit has lse2 = -inf: weight 0.
+template <typename QT>
+__global__ void __launch_bounds__(kThreads) mha_flat_combine_kernel(const mha_combine_params p) {
+    __shared__ int at[6];
+    const int b = (int)blockIdx.x + 1, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0) {
+        const mha_flat_tiles tiles = {p.qo_indptr, p.seq_lens,   p.num_kv_heads,
+                                      p.group,     p.block_rows, p.stage_keys};
+        const ApFlatScan<mha_flat_tiles> scan(tiles, p.num_seqs, lane);
+        const int per = (scan.total + p.flat_ctas - 1) / p.flat_ctas;
+        const int pos = b * per;
+        int seq = -1, seq_start = 0, unit_start = 0, stages = 0, unit = 0;
+        if (pos < scan.total && scan.find(pos, seq, seq_start)) {
+            stages = mha_flat_stages(__ldg(p.seq_lens + seq), p.stage_keys);
+            unit = (pos - seq_start) / stages;
+            unit_start = seq_start + unit * stages;
+        }
+        if (lane == 0) {
+            // merged here: cut at pos, first cut at b
+            const bool mine = seq >= 0 && unit_start < pos && unit_start >= pos - per;
+            at[0] = mine ? seq : -1;
+            at[1] = unit;
+            at[2] = unit_start / per;                  // c0
+            at[3] = (unit_start + stages - 1) / per;   // c1
+            at[4] = unit_start == at[2] * per ? 0 : 1; // c0's slot: 2 c0 + at[4]
+        }
+    }
+    __syncthreads();
+    const int seq = at[0];
+    if (seq < 0) return; // uniform over the CTA
+    const int q_start = __ldg(p.qo_indptr + seq);
+    const int q_len = __ldg(p.qo_indptr + seq + 1) - q_start;
+    const int blocks = mha_flat_blocks(q_len, p.group, p.block_rows);
+    const int kv_head = at[1] / blocks, block = at[1] - kv_head * blocks;
+    const int c0 = at[2], pieces = at[3] - at[2] + 1;
+    const int64_t slot0 = 2 * (int64_t)c0 + at[4];
+    const int rows = min(p.block_rows, q_len * p.group - block * p.block_rows);
+    ap_pdl_wait(); // the partial states are the decode grid's
+    for (int i = threadIdx.x; i < rows * p.head_dim; i += kThreads) {
+        const int local = i / p.head_dim, d = i - local * p.head_dim;
+        float m = -INFINITY;
+        for (int k = 0; k < pieces; k++) {
+            const int64_t slot = k == 0 ? slot0 : 2 * (int64_t)(c0 + k);
+            m = fmaxf(m, p.partial_lse[slot * MHA_BLOCK_ROWS + local]);
+        }
+        float sum = 0.f, acc = 0.f;
+        for (int k = 0; k < pieces; k++) {
+            const int64_t slot = k == 0 ? slot0 : 2 * (int64_t)(c0 + k);
+            const float wk =
+                ap_softmax_merge_weight(p.partial_lse[slot * MHA_BLOCK_ROWS + local], m);
+            sum += wk;
+            acc += wk * p.partial_out[(slot * MHA_BLOCK_ROWS + local) * p.head_dim + d];
+        }
+        const int r = block * p.block_rows + local;
+        const int64_t row =
+            (int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group + r % p.group;
+        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc / sum);
+        if (d == 0 && p.lse != NULL) p.lse[row] = ap_lse2_to_ln(m + log2f(sum));
+    }
+}
+
 // The slots of a batch's new tokens, one thread per token: sequence by a binary search of
 // qo_indptr, position seq_len - q_len + i, slot through the page table.
 __global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size) {
@@ -101,8 +170,20 @@ __global__ void mha_slots_kernel(const mha_slots_params p, int log2_page_size) {
 } // namespace
 
 extern "C" ap_status mha_combine_run(const mha_combine_params *p, void *stream, ap_msgbuf *msg) {
-    const dim3 grid(p->head_dim / kDims, p->num_kv_heads * p->row_blocks, p->num_seqs);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (p->flat_ctas > 0) {
+        if (p->flat_ctas == 1) return AP_OK; // one CTA cuts nothing
+        const dim3 fgrid(p->flat_ctas - 1);
+        const cudaError_t err =
+            p->q_dtype == AP_DTYPE_BF16
+                ? ap_launch(mha_flat_combine_kernel<__nv_bfloat16>, fgrid, dim3(kThreads), 0, s,
+                            true, *p)
+                : ap_launch(mha_flat_combine_kernel<__half>, fgrid, dim3(kThreads), 0, s, true, *p);
+        ap_status st = ap_cuda_status(err, MHA_NAME ": decode", "mha_flat_combine_kernel", msg);
+        if (st != AP_OK) return st;
+        return ap_cuda_launch_status(MHA_NAME ": decode", "mha_flat_combine_kernel", msg);
+    }
+    const dim3 grid(p->head_dim / kDims, p->num_kv_heads * p->row_blocks, p->num_seqs);
     // programmatic dependent launch: the combine's launch overlaps the decode grid's tail
     const cudaError_t err =
         p->q_dtype == AP_DTYPE_BF16

@@ -14,6 +14,7 @@
 #include "../common/pdl.cuh"
 #include "../common/softmax_state.cuh"
 #include "../common/swizzle.cuh"
+#include "decode_flat.cuh"
 #include "decode_math.cuh"
 #include "mha.h"
 
@@ -70,8 +71,24 @@ template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr int ring_budget = (KM ? 56 : (half_math ? 100 : 200)) * 1024;
     static constexpr int stages_fit = ring_budget / stage_bytes;
     static constexpr int stages = stages_fit > 4 ? 4 : (stages_fit < 2 ? 2 : stages_fit);
-    static constexpr int merge_bytes = KW > 1 ? kWarps * 16 * (D + 2) * 4 : 0;
+    // KW > 1: the key warps' states merged through shared memory at the end of a CTA's range
+    // (state_merge's regions; keys on M: km_merge's padded rows), the ring's bytes by then.
+    static constexpr int merge_scratch_bytes = (kWarps / KW) * (KW - 1) * 16 * D * 4;
+    static constexpr int merge_bytes = KW > 1
+                                           ? (KM ? kWarps * 16 * (D + 2) * 4 : merge_scratch_bytes)
+                                           : 0;
     static constexpr int ring_bytes = stages * stage_bytes;
+    // The flat schedule (decode_flat.cuh) merges at every unit's end while the next unit's
+    // stages are in flight: in the stage just computed, so its regions must fit one stage
+    // (every 16-bit and fp8 set; nvfp4's rows-on-M stages are smaller: the split grid serves it).
+    // D = 256 stays there too: its registers are full (the flat walk's state spilled 300-600
+    // bytes against the split grid's 16-92).
+    static constexpr bool flat = !KM && D <= 128 && merge_bytes <= stage_bytes;
+    // The flat kernel's CTAs per SM: fp8 D128 KW = 2's cap of 168 registers spilled 460 bytes
+    // with the walk's state; 2 CTAs of <= 255 registers instead (its 64 KB rings fit 3).
+    static constexpr int flat_min_ctas = min_ctas == 3 ? 2 : min_ctas;
+    static_assert(!(KM && flat) && flat_min_ctas >= 0, "keys on M: the split grid");
+
     static constexpr int smem = ring_bytes > merge_bytes ? ring_bytes : merge_bytes;
     static_assert(raw_chunks >= 2, "rows of at least 32 bytes");
     static_assert(!KM || (is_nvfp4 && KW == 4 && D <= 128), "keys on M: nvfp4, one row block");
@@ -86,7 +103,7 @@ struct decode_args {
     const uint8_t *k_pages, *v_pages, *k_scales, *v_scales;
     const int32_t *qo_indptr, *kv_page_indptr, *kv_page_indices, *seq_lens;
     float *partial_out, *partial_lse;
-    int32_t num_qo_heads, num_kv_heads, group, log2_page_size, num_splits, row_blocks;
+    int32_t num_qo_heads, num_kv_heads, group, log2_page_size, num_splits, row_blocks, num_seqs;
     float scale_log2; // sm_scale * log2(e) * k_scale
     float v_scale;
 };
@@ -250,7 +267,7 @@ __device__ __forceinline__ void state_begin(warp_state<D> &st, const cta_work &w
 }
 
 // End of the CTA's range: o = O / l * v_scale, lse2 = m + log2(l) (a row without keys: o = 0,
-// lse2 = -inf), to the output rows or to the CTA's partial slot. local0: the warp's first row in
+// lse2 = -inf), to the output rows (partial < 0) or to partial slot `partial`. local0: the warp's first row in
 // the CTA's block of block_rows. Lane t holds dims 8j + 2t, + 1 (16-bit), 16c + 4t .. 4t + 3
 // (fp8, tile_math_fp8) or 32c + 8t .. 8t + 7 (nvfp4, tile_math_nvfp4).
 template <int D, typename QT, int LAYOUT>
@@ -267,7 +284,7 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
         const int local = local0 + g + 8 * half;
         const int r = w.block * block_rows + local;
         if (r >= w.rows) continue;
-        if (a.num_splits == 1) {
+        if (partial < 0) {
             const int64_t row = (int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
                                 w.kv_head * a.group + r % a.group;
             QT *out = static_cast<QT *>(a.out) + row * D;
@@ -329,15 +346,25 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
 }
 
 // KW > 1: the warps of one row block hold states over different keys; warps 1..KW-1 leave theirs
-// in shared memory (m and the full l per row, O unnormalised) and warp 0 folds them in:
+// in shared memory (O unnormalised in `scratch`, m and the full l per row in `ml`) and warp 0
+// folds them in:
 //   M = max_k m_k, O = sum_k O_k 2^(m_k - M), l = sum_k l_k 2^(m_k - M).
 // (A row whose keys all lie past its causal limit in one warp has m_k = -inf: weight 0.)
+// Key warp k >= 1 of row block b has region b (KW - 1) + k - 1: 16 rows of D floats, each row's
+// 8-float groups XORed with its row (conflict-free float2 stores and loads), so the regions take
+// merge_scratch_bytes: they fit one ring stage wherever the flat schedule runs (decode_shape).
+// The caller's barrier comes first (the scratch is free); one barrier inside.
+template <int D> __device__ __forceinline__ int merge_col(int row, int col) {
+    return col ^ ((row & 7) * 8);
+}
+
 template <int D>
-__device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, int base, int kg,
-                                            int kw, int lane) {
+__device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, float2 *ml,
+                                            int block, int kg, int kw, int lane) {
     const int g = lane >> 2, t = lane & 3;
-    float *mine = scratch + (base + kg) * 16 * (D + 2);
+    const int region0 = block * (kw - 1) - 1; // key warp k's region: region0 + k
     if (kg > 0) {
+        float *mine = scratch + (region0 + kg) * 16 * D;
 #pragma unroll
         for (int half = 0; half < 2; half++) {
             const int row = g + 8 * half;
@@ -345,12 +372,9 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, i
             l += __shfl_xor_sync(0xffffffffu, l, 2);
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<float2 *>(mine + row * (D + 2) + 8 * j + 2 * t) =
+                *reinterpret_cast<float2 *>(mine + row * D + merge_col<D>(row, 8 * j + 2 * t)) =
                     make_float2(st.acc[j][2 * half], st.acc[j][2 * half + 1]);
-            if (t == 0) {
-                mine[row * (D + 2) + D] = st.m[half];
-                mine[row * (D + 2) + D + 1] = l;
-            }
+            if (t == 0) ml[(region0 + kg) * 16 + row] = make_float2(st.m[half], l);
         }
     }
     __syncthreads();
@@ -361,8 +385,7 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, i
         float l = st.l[half] + __shfl_xor_sync(0xffffffffu, st.l[half], 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         float m = st.m[half];
-        for (int k = 1; k < kw; k++)
-            m = fmaxf(m, scratch[(base + k) * 16 * (D + 2) + row * (D + 2) + D]);
+        for (int k = 1; k < kw; k++) m = fmaxf(m, ml[(region0 + k) * 16 + row].x);
         const float ref = m == -INFINITY ? 0.f : m;
         const float own = ap_exp2_approx(st.m[half] - ref);
         l *= own;
@@ -372,12 +395,14 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, i
             st.acc[j][2 * half + 1] *= own;
         }
         for (int k = 1; k < kw; k++) {
-            const float *other = scratch + (base + k) * 16 * (D + 2) + row * (D + 2);
-            const float wk = ap_exp2_approx(other[D] - ref);
-            l += other[D + 1] * wk;
+            const float *other = scratch + (region0 + k) * 16 * D + row * D;
+            const float2 their = ml[(region0 + k) * 16 + row];
+            const float wk = ap_exp2_approx(their.x - ref);
+            l += their.y * wk;
 #pragma unroll
             for (int j = 0; j < D / 8; j++) {
-                const float2 o = *reinterpret_cast<const float2 *>(other + 8 * j + 2 * t);
+                const float2 o =
+                    *reinterpret_cast<const float2 *>(other + merge_col<D>(row, 8 * j + 2 * t));
                 st.acc[j][2 * half] += o.x * wk;
                 st.acc[j][2 * half + 1] += o.y * wk;
             }
@@ -415,6 +440,35 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     return true;
 }
 
+// One warp's math on its sub-tile `sub` of the stage at ring offset at_i: keys first_key .. (<
+// key_end), the cache type's fragments (and nvfp4's scale rows after the value rows).
+template <class S, int D, int KM, typename MT, class ST>
+__device__ __forceinline__ void tile_step(ST &st, const uint8_t *smem, int at_i, int sub,
+                                          int first_key, int key_end, float scale_log2, int lane) {
+    const uint32_t tile_k = ap_smem_addr(smem) + at_i + sub * kTile * S::raw_row;
+    const uint32_t tile_v = tile_k + S::raw_tile;
+    if constexpr (S::is_nvfp4) {
+        const uint8_t *scales = smem + at_i + S::rows * S::raw_row + sub * kTile * S::scale_row;
+        if constexpr (KM >= kKeysM2) {
+            if (km_step_full(st, first_key, key_end))
+                tile_math_km2<false>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                     key_end, scale_log2, lane);
+            else
+                tile_math_km2<true>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
+                                    key_end, scale_log2, lane);
+        } else if constexpr (KM != kRowsM)
+            tile_math_km<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key, key_end,
+                            scale_log2, lane);
+        else
+            tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key, key_end,
+                               scale_log2, lane);
+    } else if constexpr (S::is_fp8) {
+        tile_math_fp8<D>(st, tile_k, tile_v, first_key, key_end, scale_log2, lane);
+    } else {
+        tile_math<D, MT>(st, tile_k, tile_v, first_key, key_end, scale_log2, lane);
+    }
+}
+
 // The ring: stages i + 1 .. i + stages - 1 are in flight while stage i is computed. One barrier
 // per step frees the oldest stage (every warp has finished the previous step) before it is
 // refilled. Warp w takes rows
@@ -425,6 +479,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     using S = decode_shape<D, KV, KW, KM>;
     using MT = typename std::conditional<S::half_math, __half, QT>::type;
     extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ float2 merge_ml[KW > 1 && !KM ? kWarps * 16 : 1]; // state_merge's m and l
     cta_work w;
     if (!cta_work_find(a, S::block_rows, S::keys, w, S::heads)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -489,31 +544,8 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
             ring_next =
                 ring_next + S::stage_bytes == S::ring_bytes ? 0 : ring_next + S::stage_bytes;
         }
-        const uint32_t stage = ring + at_i;
-        const uint32_t tile_k = stage + sub * kTile * S::raw_row, tile_v = tile_k + S::raw_tile;
-        if (has_rows && first_key < w.key_end) {
-            if constexpr (S::is_nvfp4) {
-                const uint8_t *scales =
-                    smem + at_i + S::rows * S::raw_row + sub * kTile * S::scale_row;
-                if constexpr (KM >= kKeysM2) {
-                    if (km_step_full(st, first_key, w.key_end))
-                        tile_math_km2<false>(st, tile_k, tile_v, scales, scales + S::raw_tile,
-                                             first_key, w.key_end, a.scale_log2, lane);
-                    else
-                        tile_math_km2<true>(st, tile_k, tile_v, scales, scales + S::raw_tile,
-                                            first_key, w.key_end, a.scale_log2, lane);
-                } else if constexpr (KM != kRowsM)
-                    tile_math_km<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
-                                    w.key_end, a.scale_log2, lane);
-                else
-                    tile_math_nvfp4<D>(st, tile_k, tile_v, scales, scales + S::raw_tile, first_key,
-                                       w.key_end, a.scale_log2, lane);
-            } else if constexpr (S::is_fp8) {
-                tile_math_fp8<D>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
-            } else {
-                tile_math<D, MT>(st, tile_k, tile_v, first_key, w.key_end, a.scale_log2, lane);
-            }
-        }
+        if (has_rows && first_key < w.key_end)
+            tile_step<S, D, KM, MT>(st, smem, at_i, sub, first_key, w.key_end, a.scale_log2, lane);
     }
     ap_cp_async_wait<0>();
     ap_pdl_launch_dependents(); // the combine's CTAs may take their slots; it waits for our writes
@@ -522,7 +554,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
         if constexpr (KM != kRowsM)
             km_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KG, lane);
         else
-            state_merge<D>(st, reinterpret_cast<float *>(smem), warp - kg, kg, KG, lane);
+            state_merge<D>(st, reinterpret_cast<float *>(smem), merge_ml, warp / KW, kg, KG, lane);
         if (kg > 0) return;
     }
     if (!has_rows) return;
@@ -536,7 +568,217 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
     if constexpr (KM != kRowsM)
         km_finish<D, QT>(st, wh, a, partial, local0, S::block_rows, lane);
     else
-        state_finish<D, QT, S::layout>(st, w, a, partial, local0, S::block_rows, lane);
+        state_finish<D, QT, S::layout>(st, w, a, a.num_splits == 1 ? -1 : partial, local0,
+                                       S::block_rows, lane);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The flat schedule (decode_flat.cuh): persistent CTAs, each streaming its share of the batch's
+// stages through one ring, unit after unit.
+
+// Sequence `seq`'s four values (its query range, length and first page), loaded together.
+struct flat_raw {
+    int q0, q1, len, page;
+};
+
+__device__ __forceinline__ flat_raw flat_raw_load(const decode_args &a, int seq) {
+    if (seq >= a.num_seqs) return flat_raw{0, 0, 0, 0};
+    return flat_raw{__ldg(a.qo_indptr + seq), __ldg(a.qo_indptr + seq + 1), __ldg(a.seq_lens + seq),
+                    __ldg(a.kv_page_indptr + seq)};
+}
+
+// One sequence as the walk sees it: blocks = row blocks (0 without query rows or keys), stages
+// of each of its num_kv_heads x blocks units.
+struct flat_seq {
+    int seq, q_start, q_len, seq_len, page_start, blocks, stages;
+};
+
+template <class S>
+__device__ __forceinline__ flat_seq flat_seq_of(const decode_args &a, int seq, const flat_raw &r) {
+    const int q_len = r.q1 - r.q0;
+    const bool live = q_len > 0 && r.len > 0;
+    return flat_seq{seq,
+                    r.q0,
+                    q_len,
+                    r.len,
+                    r.page,
+                    live ? mha_flat_blocks(q_len, a.group, S::block_rows) : 0,
+                    live ? mha_flat_stages(r.len, S::keys) : 0};
+}
+
+// A walk over the CTA's share, one piece (the part of a unit in the share) at a time: unit
+// kv_head x blocks + block of sq, its stages [k, k + steps); `left` stages of the share after
+// it. The next sequence's values are loaded when a sequence is entered, so that stepping into it
+// waits for nothing.
+struct flat_cursor {
+    flat_seq sq;
+    flat_raw next;
+    int unit, k, steps, left;
+};
+
+template <class S>
+__device__ __forceinline__ void flat_begin(flat_cursor &c, const decode_args &a, int seq,
+                                           int seq_start, int begin, int total) {
+    c.sq = flat_seq_of<S>(a, seq, flat_raw_load(a, seq));
+    c.next = flat_raw_load(a, seq + 1);
+    const int within = begin - seq_start;
+    c.unit = within / c.sq.stages;
+    c.k = within - c.unit * c.sq.stages;
+    c.steps = min(c.sq.stages - c.k, total);
+    c.left = total - c.steps;
+}
+
+// The next piece (the caller checks left > 0): the next unit, or the next sequence with any.
+template <class S>
+__device__ __forceinline__ void flat_advance(flat_cursor &c, const decode_args &a) {
+    if (++c.unit == a.num_kv_heads * c.sq.blocks) {
+        c.unit = 0;
+        int seq = c.sq.seq + 1;
+        c.sq = flat_seq_of<S>(a, seq, c.next);
+        while (c.sq.stages == 0 && seq + 1 < a.num_seqs) { // sequences without work: rare
+            seq++;
+            c.sq = flat_seq_of<S>(a, seq, flat_raw_load(a, seq));
+        }
+        c.next = flat_raw_load(a, seq + 1);
+    }
+    c.k = 0;
+    c.steps = min(c.sq.stages, c.left);
+    c.left -= c.steps;
+}
+
+// The piece's cta_work: its rows and the keys [key_begin, key_end) of its stages that the block's
+// last row sees (causal), as cta_work_find's.
+template <class S>
+__device__ __forceinline__ cta_work flat_work(const flat_cursor &c, const decode_args &a) {
+    cta_work w;
+    w.seq = c.sq.seq;
+    w.kv_head = c.sq.blocks == 1 ? c.unit : c.unit / c.sq.blocks;
+    w.block = c.unit - w.kv_head * c.sq.blocks;
+    w.q_start = c.sq.q_start;
+    w.q_len = c.sq.q_len;
+    w.rows = w.q_len * a.group;
+    w.prefix = c.sq.seq_len - w.q_len;
+    w.pages = a.kv_page_indices + c.sq.page_start;
+    const int last_row = min(w.rows, (w.block + 1) * S::block_rows) - 1;
+    const int keys = min(c.sq.seq_len, w.prefix + last_row / a.group + 1);
+    w.key_begin = min(keys, c.k * S::keys);
+    w.key_end = min(keys, (c.k + c.steps) * S::keys);
+    return w;
+}
+
+// The piece's query rows into L2 (its ring stages are being issued; its Q is read a step or more
+// later by state_begin).
+template <class S, int D, typename QT>
+__device__ __forceinline__ void flat_q_prefetch(const cta_work &w, const decode_args &a) {
+    constexpr int lines = D * (int)sizeof(QT) / 128; // 128-byte lines of a row
+    const int r0 = w.block * S::block_rows, n = min(S::block_rows, w.rows - r0);
+    for (int i = threadIdx.x; i < n * lines; i += kThreads) {
+        const int r = r0 + i / lines;
+        const QT *row =
+            static_cast<const QT *>(a.q) + ((int64_t)(w.q_start + r / a.group) * a.num_qo_heads +
+                                            w.kv_head * a.group + r % a.group) *
+                                               D;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + (i % lines) * (128 / sizeof(QT))));
+    }
+}
+
+// The flat decode: CTA blockIdx.x of gridDim.x (one wave) takes its share of the batch's stages
+// (warp 0 finds it) and streams it through the ring as the split grid's CTA streams its range;
+// the issue side walks the pieces stages - 1 steps ahead of the compute side. At a piece's last
+// stage its state is merged (key warps, in the stage just computed) and written: to the output
+// when the piece is its unit whole, else to partial slot 2 c (the CTA's first piece) or 2 c + 1
+// (its last), for mha_flat_combine_kernel. Rows-on-M kernels whose merge fits a stage (S::flat).
+template <int D, typename KV, typename QT, int KW>
+__global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, kRowsM>::flat_min_ctas))
+    mha_decode_flat_kernel(const decode_args a) {
+    using S = decode_shape<D, KV, KW, kRowsM>;
+    static_assert(S::flat, "the flat schedule merges in one ring stage");
+    using MT = typename std::conditional<S::half_math, __half, QT>::type;
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ float2 merge_ml[KW > 1 ? kWarps * 16 : 1];
+    __shared__ int share[4];
+    ap_pdl_launch_dependents(); // the combine's wait holds until this grid is done
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp == 0) {
+        const mha_flat_tiles tiles = {a.qo_indptr, a.seq_lens,    a.num_kv_heads,
+                                      a.group,     S::block_rows, S::keys};
+        const ApFlatScan<mha_flat_tiles> scan(tiles, a.num_seqs, lane);
+        const int per = (scan.total + (int)gridDim.x - 1) / (int)gridDim.x;
+        const int begin = min((int)blockIdx.x * per, scan.total);
+        const int end = min(begin + per, scan.total);
+        int seq = -1, seq_start = 0;
+        if (begin < end) scan.find(begin, seq, seq_start);
+        if (lane == 0) {
+            share[0] = begin;
+            share[1] = seq < 0 ? 0 : end - begin;
+            share[2] = seq;
+            share[3] = seq_start;
+        }
+    }
+    __syncthreads();
+    const int total = share[1];
+    if (total <= 0) return;
+    const int kg = warp % KW, local0 = (warp / KW) * 16;
+    const uint32_t ring = ap_smem_addr(smem);
+    flat_cursor ic; // the issue side
+    flat_begin<S>(ic, a, share[2], share[3], share[0], total);
+    flat_cursor cc = ic; // the compute side
+    cta_work iw = flat_work<S>(ic, a), cw = iw;
+    int ii = 0; // the next stage to issue, within ic's piece
+    // One stage issued; the walk moves on to the next piece after the piece's last stage.
+    auto issue = [&](uint32_t stage, int32_t pages) {
+        tile_issue<S>(iw, a, ii, stage, pages);
+        if (++ii == ic.steps && ic.left > 0) {
+            flat_advance<S>(ic, a);
+            iw = flat_work<S>(ic, a);
+            ii = 0;
+            flat_q_prefetch<S, D, QT>(iw, a);
+        }
+    };
+#pragma unroll
+    for (int s = 0; s < S::stages - 1; s++) {
+        if (s < total) issue(ring + s * S::stage_bytes, stage_pages<S>(iw, a, ii, lane));
+        ap_cp_async_commit();
+    }
+    int32_t pages_next = stage_pages<S>(iw, a, ii, lane);
+    warp_state<D> st;
+    bool first_piece = true, has_rows = cw.block * S::block_rows + local0 < cw.rows;
+    state_begin<D, MT, QT, S::layout>(st, cw, a, cw.block * S::block_rows + local0, lane);
+    int ci = 0; // the stage computed, within cc's piece
+    for (int i = 0; i < total; i++) {
+        ap_cp_async_wait<S::stages - 2>();
+        __syncthreads();
+        const int next = i + S::stages - 1;
+        if (next < total) {
+            issue(ring + (next % S::stages) * S::stage_bytes, pages_next);
+            if (next + 1 < total) pages_next = stage_pages<S>(iw, a, ii, lane);
+        }
+        ap_cp_async_commit();
+        const int at_i = (i % S::stages) * S::stage_bytes;
+        const int first_key = cw.key_begin + ci * S::keys + kg * kTile;
+        if (has_rows && first_key < cw.key_end)
+            tile_step<S, D, kRowsM, MT>(st, smem, at_i, kg, first_key, cw.key_end, a.scale_log2,
+                                        lane);
+        if (++ci < cc.steps) continue;
+        // the piece's last stage: its state out, the next piece's state in
+        const bool whole = cc.k == 0 && cc.steps == cc.sq.stages;
+        const int64_t partial = whole ? -1 : 2 * (int64_t)blockIdx.x + (first_piece ? 0 : 1);
+        if constexpr (KW > 1) {
+            __syncthreads(); // every warp is done with stage i: its bytes take the merge
+            state_merge<D>(st, reinterpret_cast<float *>(smem + at_i), merge_ml, warp / KW, kg, KW,
+                           lane);
+        }
+        if ((KW == 1 || kg == 0) && has_rows)
+            state_finish<D, QT, S::layout>(st, cw, a, partial, local0, S::block_rows, lane);
+        if (cc.left == 0) break;
+        flat_advance<S>(cc, a);
+        cw = flat_work<S>(cc, a);
+        ci = 0;
+        first_piece = false;
+        has_rows = cw.block * S::block_rows + local0 < cw.rows;
+        state_begin<D, MT, QT, S::layout>(st, cw, a, cw.block * S::block_rows + local0, lane);
+    }
+    ap_cp_async_wait<0>();
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
@@ -544,49 +786,67 @@ typedef void (*decode_kernel_fn)(const decode_args);
 struct decode_kernel_info {
     decode_kernel_fn kernel;
     int smem_bytes;
+    int stage_keys, block_rows; // the flat combine's schedule needs them
 };
 
+// A rows-on-M set: its split-grid kernel, or (flat) its flat kernel where S::flat, else none.
+template <int D, typename KV, typename QT, int KW> decode_kernel_info rows_m_variant(bool flat) {
+    using S = decode_shape<D, KV, KW, kRowsM>;
+    if constexpr (S::flat) {
+        if (flat) return {mha_decode_flat_kernel<D, KV, QT, KW>, S::smem, S::keys, S::block_rows};
+    }
+    if (flat) return {NULL, 0, 0, 0};
+    return {mha_decode_kernel<D, KV, QT, KW, kRowsM>, S::smem, S::keys, S::block_rows};
+}
+
 // km: kRowsM, or (at most 8 rows per (sequence, KV head), nvfp4 with 4 key warps) kKeysM or
-// kKeysM2 (D = 128 only; D = 64 takes kKeysM).
-template <int D, typename KV, typename QT> decode_kernel_info decode_variant(int kw, int km) {
+// kKeysM2 (D = 128 only; D = 64 takes kKeysM). flat: the flat kernel (rows on M), or none.
+template <int D, typename KV, typename QT>
+decode_kernel_info decode_variant(int kw, int km, bool flat) {
     if constexpr (std::is_same<KV, mha_nvfp4>::value && D <= 128) {
         constexpr int v2 = D == 128 ? kKeysM2 : kKeysM;
+        using S2H = decode_shape<D, KV, 4, kKeysM2H>;
+        using S2 = decode_shape<D, KV, 4, v2>;
+        using S1 = decode_shape<D, KV, 4, kKeysM>;
+        if (kw == 4 && km != kRowsM && flat) return {NULL, 0, 0, 0};
         if constexpr (D == 128)
             if (kw == 4 && km == kKeysM2H)
-                return {mha_decode_kernel<D, KV, QT, 4, kKeysM2H>,
-                        decode_shape<D, KV, 4, kKeysM2H>::smem};
+                return {mha_decode_kernel<D, KV, QT, 4, kKeysM2H>, S2H::smem, S2H::keys,
+                        S2H::block_rows};
         if (kw == 4 && km >= kKeysM2 && D == 128)
-            return {mha_decode_kernel<D, KV, QT, 4, v2>, decode_shape<D, KV, 4, v2>::smem};
+            return {mha_decode_kernel<D, KV, QT, 4, v2>, S2::smem, S2::keys, S2::block_rows};
         if (kw == 4 && km != kRowsM)
-            return {mha_decode_kernel<D, KV, QT, 4, kKeysM>, decode_shape<D, KV, 4, kKeysM>::smem};
+            return {mha_decode_kernel<D, KV, QT, 4, kKeysM>, S1::smem, S1::keys, S1::block_rows};
     }
-    if (kw == 4) return {mha_decode_kernel<D, KV, QT, 4, kRowsM>, decode_shape<D, KV, 4>::smem};
-    if (kw == 2) return {mha_decode_kernel<D, KV, QT, 2, kRowsM>, decode_shape<D, KV, 2>::smem};
-    return {mha_decode_kernel<D, KV, QT, 1, kRowsM>, decode_shape<D, KV, 1>::smem};
+    if (kw == 4) return rows_m_variant<D, KV, QT, 4>(flat);
+    if (kw == 2) return rows_m_variant<D, KV, QT, 2>(flat);
+    return rows_m_variant<D, KV, QT, 1>(flat);
 }
 
 template <int D, typename QT>
-decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, int km) {
+decode_kernel_info decode_variant_kv(ap_dtype kv_dtype, int kw, int km, bool flat) {
     switch (kv_dtype) {
-        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw, kRowsM);
-        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw, km);
+        case AP_DTYPE_FP8_E4M3: return decode_variant<D, ap_fp8_e4m3, QT>(kw, kRowsM, flat);
+        case AP_DTYPE_NVFP4: return decode_variant<D, mha_nvfp4, QT>(kw, km, flat);
         case AP_DTYPE_BF16:
             if (std::is_same<QT, __nv_bfloat16>::value)
-                return decode_variant<D, QT, QT>(kw, kRowsM);
+                return decode_variant<D, QT, QT>(kw, kRowsM, flat);
             break;
         case AP_DTYPE_F16:
-            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw, kRowsM);
+            if (std::is_same<QT, __half>::value) return decode_variant<D, QT, QT>(kw, kRowsM, flat);
             break;
         default: break;
     }
-    return {NULL, 0};
+    return {NULL, 0, 0, 0};
 }
 
 template <int D>
-decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw, int km) {
-    if (q_dtype == AP_DTYPE_BF16) return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw, km);
-    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw, km);
-    return {NULL, 0};
+decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int kw, int km,
+                                      bool flat) {
+    if (q_dtype == AP_DTYPE_BF16)
+        return decode_variant_kv<D, __nv_bfloat16>(kv_dtype, kw, km, flat);
+    if (q_dtype == AP_DTYPE_F16) return decode_variant_kv<D, __half>(kv_dtype, kw, km, flat);
+    return {NULL, 0, 0, 0};
 }
 
 // The small dispatch: the only place that instantiates kernels.
@@ -596,18 +856,19 @@ decode_kernel_info decode_variant_for(ap_dtype q_dtype, ap_dtype kv_dtype, int k
 // MHA_KEYS_M_OFF: its v2 (MHA_KEYS_M_AUTO at D = 128), its first form (D = 64, MHA_KEYS_M_V1) or
 // v2 over two KV heads per CTA (MHA_KEYS_M_V2H at D = 128; D = 64 takes the first form): the
 // caller passes V2H only where mha_decode_heads_per_cta is 2 (mha_decode_keys_m_for).
+// flat: the set's flat-schedule kernel (rows on M, the merge within a stage), else none.
 decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype, int kw,
-                                   int32_t rows, int32_t keys_m) {
-    if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0};
+                                   int32_t rows, int32_t keys_m, bool flat = false) {
+    if (kw != 1 && kw != 2 && kw != 4) return {NULL, 0, 0, 0};
     const int km =
         rows < 1 || rows > 8 || keys_m == MHA_KEYS_M_OFF
             ? kRowsM
             : (keys_m == MHA_KEYS_M_V1 ? kKeysM : (keys_m == MHA_KEYS_M_V2H ? kKeysM2H : kKeysM2));
     switch (head_dim) {
-        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km);
-        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km);
-        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw, kRowsM);
-        default: return {NULL, 0};
+        case 64: return decode_variant_for<64>(q_dtype, kv_dtype, kw, km, flat);
+        case 128: return decode_variant_for<128>(q_dtype, kv_dtype, kw, km, flat);
+        case 256: return decode_variant_for<256>(q_dtype, kv_dtype, kw == 4 ? 2 : kw, kRowsM, flat);
+        default: return {NULL, 0, 0, 0};
     }
 }
 
@@ -620,9 +881,9 @@ ap_status decode_setup_all(ap_msgbuf *msg) {
         for (int q = 0; q < 2; q++)
             for (int k = 0; k < 4; k++)
                 for (int w = 0; w < 3; w++)
-                    for (int r = 0; r < 8; r++) {
-                        decode_kernel_info v = decode_dispatch(dims[d], qs[q], kvs[k], kws[w],
-                                                               rows[r % 2], keys_m[r / 2]);
+                    for (int r = 0; r < 16; r++) { // r >= 8: the flat kernels
+                        decode_kernel_info v = decode_dispatch(
+                            dims[d], qs[q], kvs[k], kws[w], rows[r % 2], keys_m[r / 2 % 4], r >= 8);
                         if (v.kernel == NULL) continue;
                         ap_status st =
                             ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
@@ -639,10 +900,11 @@ extern "C" ap_status mha_decode_setup(ap_msgbuf *msg) {
 
 extern "C" ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
                                             int32_t key_warps, int32_t rows, int32_t keys_m,
-                                            int32_t *out, ap_msgbuf *msg) {
-    *out = 1;
-    decode_kernel_info v = decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, rows, keys_m);
-    if (v.kernel == NULL) return AP_OK; /* validate() refused it already */
+                                            int32_t flat, int32_t *out, ap_msgbuf *msg) {
+    *out = flat ? 0 : 1;
+    decode_kernel_info v =
+        decode_dispatch(head_dim, q_dtype, kv_dtype, key_warps, rows, keys_m, flat != 0);
+    if (v.kernel == NULL) return AP_OK; /* no flat kernel, or validate() refused it already */
     int blocks = 0;
     ap_status st = ap_cuda_status(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, v.kernel, kThreads, v.smem_bytes),
@@ -672,6 +934,7 @@ static void decode_args_of(const mha_decode_params *p, int32_t row_blocks, decod
     a->log2_page_size = ap_page_shift(p->page_size);
     a->num_splits = p->num_splits;
     a->row_blocks = row_blocks;
+    a->num_seqs = p->num_seqs;
     // nvfp4's fragments hold value * 2^-14 (ap_nvfp4_pair14): 2^14 joins the global scales
     const float unbias = p->kv_dtype == AP_DTYPE_NVFP4 ? AP_NVFP4_UNBIAS14 : 1.f;
     a->scale_log2 = p->sm_scale * ap_log2e * (scaled ? p->k_scale * unbias : 1.f);
@@ -683,9 +946,14 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     const int32_t kw = mha_decode_key_warps(group, p->max_q_len, p->head_dim);
     const int32_t heads = mha_decode_heads_per_cta(p->kv_dtype, p->head_dim, group, p->max_q_len,
                                                    p->num_kv_heads, p->keys_m);
-    decode_kernel_info v =
-        decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len,
-                        mha_decode_keys_m_for(p->keys_m, heads));
+    const int32_t keys_m = mha_decode_keys_m_for(p->keys_m, heads);
+    decode_kernel_info v = {NULL, 0, 0, 0};
+    if (p->flat_ctas > 0) // the flat schedule where this kernel set has it
+        v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len, keys_m,
+                            true);
+    const bool flat = v.kernel != NULL;
+    if (!flat)
+        v = decode_dispatch(p->head_dim, p->q_dtype, p->kv_dtype, kw, group * p->max_q_len, keys_m);
     // pages of >= 16 tokens (validate's 16/32/64): stage_pages' 32 lanes cover a stage's pages
     if (v.kernel == NULL || ap_page_shift(p->page_size) < 4 || group < 1 || group > MHA_MAX_GROUP ||
         group * p->num_kv_heads != p->num_qo_heads || p->num_splits < 1 ||
@@ -703,10 +971,11 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
     decode_args_of(p, row_blocks, &a);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // v2h (heads 2, one row block): a CTA per pair of KV heads
-    const dim3 grid(p->num_splits, p->num_kv_heads / heads * row_blocks, p->num_seqs);
+    const dim3 grid = flat ? dim3(p->flat_ctas)
+                           : dim3(p->num_splits, p->num_kv_heads / heads * row_blocks, p->num_seqs);
     v.kernel<<<grid, kThreads, v.smem_bytes, s>>>(a);
     ap_status st = ap_cuda_launch_status(MHA_WHO, "mha_decode_kernel", msg);
-    if (st != AP_OK || p->num_splits == 1) return st;
+    if (st != AP_OK || (p->num_splits == 1 && !flat)) return st;
     const mha_combine_params c = {
         .out = p->out,
         .lse = p->lse,
@@ -721,7 +990,10 @@ extern "C" ap_status mha_decode_run(const mha_decode_params *p, void *stream, ap
         .num_seqs = p->num_seqs,
         .num_splits = p->num_splits,
         .row_blocks = row_blocks,
-        .block_rows = MHA_BLOCK_ROWS / kw,
+        .block_rows = v.block_rows,
+        .seq_lens = p->seq_lens,
+        .flat_ctas = flat ? p->flat_ctas : 0,
+        .stage_keys = v.stage_keys,
     };
     return mha_combine_run(&c, stream, msg);
 }

@@ -105,6 +105,9 @@ ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, 
                                                 p->max_q_len, b->model.head_dim_qk, b->wave_slots,
                                                 MHA_MAX_SPLITS, heads_per_cta)
                         : 1;
+    /* the flat schedule (one wave of its kernel: 2 partial slots per CTA in the workspace) cuts
+     * units between CTAs: with split-KV on only */
+    p->flat_ctas = b->split_kv && b->schedule == MHA_SCHEDULE_FLAT ? b->flat_slots : 0;
     ap_status st = ap_kit_set_device(b->device_ordinal, MHA_NAME, msg);
     p->prefill = p->max_q_len > MHA_MAX_Q_LEN;
     if (st == AP_OK && p->prefill) st = mha_plan_prefill(b, batch, stream, msg);
@@ -235,6 +238,7 @@ static ap_status mha_forward(ap_backend *b, const ap_layer *layer, const ap_forw
         .kv_page_indices = p->kv_page_indices,
         .seq_lens = p->seq_lens,
         .num_splits = p->num_splits,
+        .flat_ctas = p->flat_ctas,
         .keys_m = b->keys_m,
         .partial_out = b->partial_out,
         .partial_lse = b->partial_lse,

@@ -18,6 +18,7 @@ typedef struct mha_plan {
     int32_t num_tokens;
     int32_t max_q_len;
     int32_t num_splits;
+    int32_t flat_ctas; /* the flat schedule's grid (one wave), or 0: the split grid */
     const int32_t *qo_indptr;
     const int32_t *kv_page_indptr;
     const int32_t *kv_page_indices;
@@ -32,8 +33,11 @@ struct ap_backend {
     int32_t sm_count;
     int32_t split_kv;   /* 0: option split_kv off */
     int32_t keys_m;     /* MHA_KEYS_M_*: option nvfp4_keys_m */
+    int32_t schedule;   /* MHA_SCHEDULE_*: option decode_schedule */
     int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
-    float *partial_out; /* [MHA_SPLIT_WAVES * wave_slots][MHA_BLOCK_ROWS][head_dim] */
+    int32_t flat_slots; /* the same for the flat kernel (q_len 1), 0 where there is none */
+    float *partial_out; /* [max(MHA_SPLIT_WAVES * wave_slots, 2 * flat_slots)][MHA_BLOCK_ROWS]
+                           [head_dim] */
     float *partial_lse;
     int32_t *slots;                    /* [max_tokens]: the new tokens' cache slots */
     ap_kit_plan_buffer prefill_buffer; /* the kit prefill's work list, bytes 0 when not served */
@@ -48,6 +52,8 @@ ap_status mha_validate(const ap_model *model, const ap_options *options, const a
 int mha_option_auto(const ap_options *options, const char *key);
 /* Option nvfp4_keys_m as MHA_KEYS_M_OFF / AUTO / V1 / V2 (validated: anything else refused). */
 int32_t mha_option_keys_m(const ap_options *options);
+/* Option decode_schedule as MHA_SCHEDULE_FLAT (auto, flat) or MHA_SCHEDULE_SPLIT. */
+int32_t mha_option_schedule(const ap_options *options);
 /* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
 int mha_prefill_served(const ap_model *model);
 

@@ -25,6 +25,11 @@ extern "C" {
 #define MHA_KEYS_M_V1 2
 #define MHA_KEYS_M_V2 3
 #define MHA_KEYS_M_V2H 4
+/* Option decode_schedule: auto and flat take the flat schedule (decode_flat.cuh) wherever the
+ * decode kernel has it (rows on M: 16-bit and fp8 caches, nvfp4 with more than 8 rows per KV
+ * head stays on the split grid), split the split grid everywhere. */
+#define MHA_SCHEDULE_FLAT 0
+#define MHA_SCHEDULE_SPLIT 1
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
@@ -56,8 +61,11 @@ typedef struct mha_decode_params {
     const int32_t *kv_page_indices;
     const int32_t *seq_lens; /* device [num_seqs] */
     int32_t num_splits;      /* CTAs per (sequence, KV head, row block); 1 writes out directly */
+    int32_t flat_ctas;       /* > 0: the flat schedule on this many CTAs (decode_flat.cuh) where
+                                the kernel set has it (rows on M), else the split grid */
     int32_t keys_m;          /* MHA_KEYS_M_*: <= 8 rows per KV head, nvfp4's decode_keys_m.cuh */
-    float *partial_out;      /* [ctas][MHA_BLOCK_ROWS][D] when num_splits > 1 */
+    float *partial_out;      /* [ctas][MHA_BLOCK_ROWS][D] when num_splits > 1; flat: [2 x
+                                flat_ctas][MHA_BLOCK_ROWS][D] */
     float *partial_lse;      /* [ctas][MHA_BLOCK_ROWS] base 2 */
 } mha_decode_params;
 
@@ -83,10 +91,11 @@ int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t gr
  * one-head v2 (option v2) as auto's one-head kernel, else keys_m. */
 int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta);
 /* CTAs of the model's decode kernel resident on one SM (occupancy), on the current device;
- * rows (a (sequence, KV head)'s rows, group x max_q_len) and keys_m pick the kernel. */
+ * rows (a (sequence, KV head)'s rows, group x max_q_len) and keys_m pick the kernel; flat: its
+ * flat-schedule kernel (0 when the set has none). */
 ap_status mha_decode_ctas_per_sm(int32_t head_dim, ap_dtype q_dtype, ap_dtype kv_dtype,
-                                 int32_t key_warps, int32_t rows, int32_t keys_m, int32_t *out,
-                                 ap_msgbuf *msg);
+                                 int32_t key_warps, int32_t rows, int32_t keys_m, int32_t flat,
+                                 int32_t *out, ap_msgbuf *msg);
 /* Raise the kernels' shared-memory limits on the current device (once per instance). */
 ap_status mha_decode_setup(ap_msgbuf *msg);
 ap_status mha_decode_run(const mha_decode_params *params, void *stream, ap_msgbuf *msg);
@@ -102,6 +111,9 @@ typedef struct mha_combine_params {
     const float *partial_lse;
     int32_t head_dim, group, num_qo_heads, num_kv_heads, num_seqs, num_splits;
     int32_t row_blocks, block_rows;
+    /* the flat schedule's combine (flat_ctas > 0): its decode grid and stage size */
+    const int32_t *seq_lens;
+    int32_t flat_ctas, stage_keys;
 } mha_combine_params;
 
 ap_status mha_combine_run(const mha_combine_params *params, void *stream, ap_msgbuf *msg);

@@ -62,11 +62,19 @@ static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     const int32_t keys_m = mha_decode_keys_m_for(
         b->keys_m, mha_decode_heads_per_cta(m->kv_dtype, m->head_dim_qk, group, 1, m->num_kv_heads,
                                             b->keys_m));
+    int32_t per_sm_flat = 0;
     ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group, keys_m,
-                                          &per_sm, msg);
+                                          0, &per_sm, msg);
+    if (st == AP_OK)
+        st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group, keys_m, 1,
+                                    &per_sm_flat, msg);
     if (st != AP_OK) return st;
     b->wave_slots = per_sm * b->sm_count;
-    const size_t rows = (size_t)MHA_SPLIT_WAVES * (size_t)b->wave_slots * MHA_BLOCK_ROWS;
+    b->flat_slots = per_sm_flat * b->sm_count;
+    /* partial slots: the split grid's MHA_SPLIT_WAVES waves, the flat schedule's 2 per CTA */
+    size_t slots = (size_t)MHA_SPLIT_WAVES * (size_t)b->wave_slots;
+    if ((size_t)2 * (size_t)b->flat_slots > slots) slots = (size_t)2 * (size_t)b->flat_slots;
+    const size_t rows = slots * MHA_BLOCK_ROWS;
     st = ap_kit_device_alloc(rows * (size_t)m->head_dim_qk * sizeof(float),
                              (void **)&b->partial_out, MHA_NAME, msg);
     if (st == AP_OK)
@@ -92,6 +100,7 @@ static ap_status mha_create(const ap_model *model, const ap_options *options,
     b->sm_count = device->sm_count;
     b->split_kv = mha_option_auto(options, "split_kv");
     b->keys_m = mha_option_keys_m(options);
+    b->schedule = mha_option_schedule(options);
     st = ap_kit_set_device(device->ordinal, MHA_NAME, msg);
     if (st == AP_OK) st = mha_decode_setup(msg);
     if (st == AP_OK) st = mha_alloc_workspace(b, msg);

@@ -79,9 +79,15 @@ int32_t mha_option_keys_m(const ap_options *options) {
     return MHA_KEYS_M_AUTO;
 }
 
-/* Backend-specific options, measurement knobs: split_kv (auto | off) and nvfp4_keys_m (the nvfp4
- * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2). Anything else is
- * refused, since a typo must not pass silently. */
+int32_t mha_option_schedule(const ap_options *options) {
+    const char *value = ap_kit_option(options, "decode_schedule");
+    return value != NULL && strcmp(value, "split") == 0 ? MHA_SCHEDULE_SPLIT : MHA_SCHEDULE_FLAT;
+}
+
+/* Backend-specific options, measurement knobs: split_kv (auto | off), nvfp4_keys_m (the nvfp4
+ * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2) and decode_schedule
+ * (auto | flat | split: the flat schedule where the kernel has it, or the split grid). Anything
+ * else is refused, since a typo must not pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {
@@ -95,6 +101,16 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         const char *key = kv->key != NULL ? kv->key : "(null)";
         const char *value = kv->value != NULL ? kv->value : "(null)";
         const int keys_m = strcmp(key, "nvfp4_keys_m") == 0;
+        if (strcmp(key, "decode_schedule") == 0) {
+            if (strcmp(value, "auto") == 0 || strcmp(value, "flat") == 0 ||
+                strcmp(value, "split") == 0)
+                continue;
+            *refused = 1;
+            ap_msgbuf_add(reasons,
+                          MHA_NAME ": option decode_schedule is '%s', not auto, flat or split",
+                          value);
+            continue;
+        }
         const int known = strcmp(key, "split_kv") == 0 || keys_m;
         if (known && (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0 ||
                       (keys_m && (strcmp(value, "v1") == 0 || strcmp(value, "v2") == 0))))
@@ -104,7 +120,9 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
             ap_msgbuf_add(reasons, MHA_NAME ": option %s is '%s', not auto%s or off", key, value,
                           keys_m ? ", v1, v2" : "");
         else
-            ap_msgbuf_add(reasons, MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m)",
+            ap_msgbuf_add(reasons,
+                          MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m, "
+                                   "decode_schedule)",
                           key);
     }
 }

@@ -537,6 +537,20 @@ static const mh_case mh_named[] = {
             "12344:1,0:1,4096:1,699:1,8999:1", NULL, 0, 0),
     MH_CASE("many_b64_l1031_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "1030:1x64", NULL,
             0, 0),
+    /* the flat schedule (the default for 16-bit and fp8 caches; decode_flat.cuh): one long
+     * sequence among short ones (its units cut over many CTAs), 300 sequences (two passes of the
+     * search), lengths 1..9000 with MTP rows in several row blocks (group 32 x 8 tokens), a graph
+     * replayed on a skewed batch */
+    MH_CASE("flat_skew_b64_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "32767:1,1023:1x63",
+            NULL, 0, 1),
+    MH_CASE("flat_skew_b33_fp8_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 128, 32, 8,
+            "17:1x16,20000:1,130:1x16", NULL, 0, 0),
+    MH_CASE("flat_many_b300_f16_d64", AP_DTYPE_F16, AP_DTYPE_F16, 32, 64, 16, 4,
+            "0:1x40,63:1x60,200:1x100,1500:1x100", NULL, 0, 0),
+    MH_CASE("flat_mtp_g32_blocks_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 64, 2,
+            "0:8,9000:8,127:5,64:3,3000:8", NULL, 0, 1),
+    MH_CASE("flat_graph_skew_fp8_d256", AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, 16, 256, 16, 4,
+            "100:1,5000:1,7:1,300:1", "9000:1,1:1,2:1,3:1", 0, 0),
     MH_CASE("graph_bf16_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_DECODE_SEQS,
             "3000:1,10:1,700:1,0:1,127:1", 0, 1),
     MH_CASE("graph_nvfp4_g8_d128_p32", AP_DTYPE_BF16, AP_DTYPE_NVFP4, 32, 128, 64, 8,

@@ -72,6 +72,18 @@ static void test_validate(void) {
                            "nvfp4_keys_m is 'on', not auto, v1, v2 or off");
     o.extra = &split_v1; /* v1 is nvfp4_keys_m's value only */
     ap_test_expect_verdict(vt, "split_kv v1", &m, &o, &d, "split_kv is 'v1', not auto or off");
+    ap_option_kv sched_flat = {"decode_schedule", "flat"},
+                 sched_split = {"decode_schedule", "split"};
+    ap_option_kv sched_auto = {"decode_schedule", "auto"}, sched_bad = {"decode_schedule", "off"};
+    o.extra = &sched_flat;
+    ap_test_expect_verdict(vt, "decode_schedule flat", &m, &o, &d, NULL);
+    o.extra = &sched_split;
+    ap_test_expect_verdict(vt, "decode_schedule split", &m, &o, &d, NULL);
+    o.extra = &sched_auto;
+    ap_test_expect_verdict(vt, "decode_schedule auto", &m, &o, &d, NULL);
+    o.extra = &sched_bad;
+    ap_test_expect_verdict(vt, "decode_schedule off", &m, &o, &d,
+                           "decode_schedule is 'off', not auto, flat or split");
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
     ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
     /* every reason, not just the first */
