@@ -248,7 +248,8 @@ __device__ __forceinline__ void rope_part(const mla_append_params &p, const appe
 
 // Copy and rope CTAs interleaved evenly over the grid (CTA b copies when floor(b * copy_ctas /
 // ctas) steps at b), so both kinds share the SMs from the first wave to the last. IDX is
-// uint32_t when every index fits, so no 64-bit division.
+// uint32_t when every index fits, so no 64-bit division. The bound holds interleaved to 48
+// registers (10 CTAs per SM) without spills; 11 or 12 CTAs spill. Neox keeps its 64 (8 CTAs).
 template <typename IDX, bool NEOX>
 __global__ void __launch_bounds__(kThreads, NEOX ? 8 : 10)
     mla_append_kernel(const mla_append_params p, const append_grid g) {
