@@ -1,52 +1,41 @@
 // append.cu: MLA's append_kv/1: RoPE on the new k_pe (the last 64 values of each latent row) and
 // on q's rope part, quantize, and write the latent rows [c | k_pe] into their cache slots, in one
-// kernel. A unit is 8 values (one 16-byte load); a thread takes four units and loads them all
-// before it writes any; under neox the unit in the first half of a rope part also loads its
-// partner unit and writes both. Rotation in float32 with each product and sum
-// rounded on its own (__fmul_rn / __fadd_rn are never contracted into an FMA):
+// kernel. Rotation in float32 with each product and sum rounded on its own (rope.cuh):
 //   x_a' = x_a * cos - x_b * sin,   x_b' = x_b * cos + x_a * sin
 // pairs (i, i + 32) for neox, (2i, 2i + 1) otherwise; cos/sin of pair i at position p are
 // cos_sin[p][i] and cos_sin[p][32 + i]. The cache value is the rotated float rounded once: to
 // bf16 (RNE) or to sat_e4m3(x / k_scale) with a float32 division.
+//
+// Two kinds of CTA, interleaved in one grid, and no thread does both kinds of work:
+//  - copy CTAs: a warp takes kCopyRowsPerWarp rows of 64 units (a unit is 8 values, one 16-byte
+//    load): the c part (512 values) of latent rows, quantized into their cache slots, and, when q
+//    is latent-width and not rotated in place, q's first 512 values into q_out. A lane takes units
+//    lane and lane + 32 of each row (a warp's load covers 512 contiguous bytes).
+//  - rope CTAs: 8 lanes (one per unit of the 64 rotated values) take a group of at most kRopeRows
+//    rope rows of one token: its k_pe (rope row 0) and its q heads' rope parts (rows 1 .. H). The
+//    group's cos/sin are loaded once for all its rows; under neox a lane gets its partner unit
+//    (4 units away) from lane ^ 4 by shuffle, so every lane loads and writes only its own unit.
+// Every thread issues all its 16-byte loads (and its positions and slots) before any math.
 #include <cuda_runtime.h>
 
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/mma.cuh"
 #include "../common/pdl.cuh"
+#include "../common/rope.cuh"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla append_kv"
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kLatentUnits = MLA_ROW / 8; // 72 units of 8 values per latent row
-
-// Neox: rotate pairs (r0 + i, r0 + 32 + i) for the 8 values x (first half) and y (second half),
-// with c[i], s[i] the cos and sin of pair r0 + i.
-__device__ __forceinline__ void rotate_neox(float x[8], float y[8], const float c[8],
-                                            const float s[8]) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float a = __fsub_rn(__fmul_rn(x[i], c[i]), __fmul_rn(y[i], s[i]));
-        const float b = __fadd_rn(__fmul_rn(y[i], c[i]), __fmul_rn(x[i], s[i]));
-        x[i] = a;
-        y[i] = b;
-    }
-}
-
-// Interleaved: rotate pairs (2i, 2i + 1) of the 8 values, with c[i], s[i] the cos and sin of
-// pair r0 / 2 + i.
-__device__ __forceinline__ void rotate_interleaved(float x[8], const float c[4], const float s[4]) {
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float a = __fsub_rn(__fmul_rn(x[2 * i], c[i]), __fmul_rn(x[2 * i + 1], s[i]));
-        const float b = __fadd_rn(__fmul_rn(x[2 * i + 1], c[i]), __fmul_rn(x[2 * i], s[i]));
-        x[2 * i] = a;
-        x[2 * i + 1] = b;
-    }
-}
+constexpr int kThreads = 128;
+constexpr int kCopyRowsPerWarp = 2;              // 4 units of 16 bytes in flight per lane
+constexpr int kCopyUnits = 2 * kCopyRowsPerWarp; // units per lane
+constexpr int kCopyRowsPerCta = kThreads / 32 * kCopyRowsPerWarp;
+constexpr int kRopeRows = 4;                    // rope rows per thread, at most
+constexpr int kRopeGroupsPerCta = kThreads / 8; // 8 lanes per group of rope rows
+constexpr int kRope0 = MLA_ROW - MLA_ROPE;      // 512: where k_pe starts in a latent row
 
 // N (4 or 8) consecutive floats from p (N / 4 float4 loads when vec: p 16-byte aligned).
 template <int N> __device__ __forceinline__ void load_f(const float *p, bool vec, float out[N]) {
@@ -87,134 +76,229 @@ __device__ __forceinline__ void store_latent(const mla_append_params &p, int64_t
         store8_bf16(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2, x);
 }
 
-// A unit's inputs, loaded before any unit of the thread is converted: its 8 values (x), under
-// neox in the first half of a rope part its partner unit 32 values further (y), the token's
-// position and (latent units) slot, and what to do: kind 0 nothing (out of the grid; under neox a
-// second-half rope unit, which its partner's thread writes; an unrotated q unit in place), 1
-// copy, 2 rotate interleaved, 3 rotate neox (the pair x, y).
-struct unit_in {
-    uint4 x, y;
-    int32_t pos, slot;
-    int kind, d, r0;
-    uint8_t *dst; // the cache row (latent) or q_out's row (q) at value 0
+// The grid's shape, from the host: which CTAs copy and which rotate, and how rope rows group.
+struct append_grid {
+    uint64_t copy_rows;        // T latent rows, then T * H q rows (latent-width q out of place)
+    uint64_t rope_groups;      // T * groups_per_token
+    uint32_t rope_rows;        // per token: k_pe, then one row per q head when q is given
+    uint32_t groups_per_token; // ceil(rope_rows / kRopeRows); group i takes rows
+                               // [i * rope_rows / groups, (i + 1) * rope_rows / groups)
+    uint32_t copy_ctas, ctas;
 };
 
-// Unit u (8 values) of token t: a latent unit (u < 72) or a q unit. Issues its loads.
-__device__ __forceinline__ unit_in load_unit(const mla_append_params &p, int64_t t, int u) {
-    unit_in in;
-    in.kind = 0;
-    in.pos = __ldg(p.positions + t * p.positions_stride);
-    const __nv_bfloat16 *row;
-    int rope0;
-    if (u < kLatentUnits) {
-        in.slot = __ldg(p.out_loc + t * p.out_loc_stride);
-        row = static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t;
-        rope0 = MLA_ROW - p.rotary_dim;
-        in.d = u * 8;
-        in.dst = nullptr; // from the slot, once it is checked
-    } else {
-        in.slot = 0;
-        const int qu = u - kLatentUnits;
-        const int per_head = p.q_dim >> 3;
-        const int h = qu / per_head;
-        in.d = (qu - h * per_head) * 8;
-        row = static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
-              static_cast<int64_t>(h) * p.q_stride_h;
-        in.dst =
-            reinterpret_cast<uint8_t *>(static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
-                                        static_cast<int64_t>(h) * p.qo_stride_h);
-        rope0 = p.q_dim - p.rotary_dim;
-        if (in.d < rope0 && p.q_out == p.q) return in; // in place and not rotated: nothing
-    }
-    in.r0 = in.d - rope0;
-    if (in.d < rope0)
-        in.kind = 1;
-    else if (!p.is_neox)
-        in.kind = 2;
-    else if (in.r0 < 32)
-        in.kind = 3;
-    else
-        return in;
-    in.x = __ldcs(reinterpret_cast<const uint4 *>(row + in.d));
-    if (in.kind == 3) in.y = __ldcs(reinterpret_cast<const uint4 *>(row + in.d + 32));
-    return in;
+__device__ __forceinline__ bool position_ok(const mla_append_params &p, int32_t pos) {
+    return pos >= 0 && pos < p.max_position;
 }
 
-// Rotates (kind 2, 3) and stores a loaded unit: latent units into their cache slot, q units
-// into q_out (bf16).
-__device__ __forceinline__ void store_unit(const mla_append_params &p, const unit_in &in,
-                                           bool cs_vec) {
-    if (in.kind == 0 || in.pos < 0 || in.pos >= p.max_position) return;
-    const bool latent = in.dst == nullptr;
-    if (latent && (in.slot < 0 || in.slot >= p.num_slots)) return;
-    float x[8], y[8];
-    ap_unpack8<__nv_bfloat16>(in.x, x);
-    if (in.kind >= 2) {
-        const float *cs = p.cos_sin + static_cast<int64_t>(in.pos) * p.rotary_dim;
-        float c[8], s[8];
-        if (in.kind == 2) { // pairs r0 / 2 .. + 3; r0 is a multiple of 8
-            load_f<4>(cs + (in.r0 >> 1), cs_vec, c);
-            load_f<4>(cs + 32 + (in.r0 >> 1), cs_vec, s);
-            rotate_interleaved(x, c, s);
-        } else {
-            load_f<8>(cs + in.r0, cs_vec, c);
-            load_f<8>(cs + 32 + in.r0, cs_vec, s);
-            ap_unpack8<__nv_bfloat16>(in.y, y);
-            rotate_neox(x, y, c, s);
-        }
-    }
-    if (latent) {
-        store_latent(p, in.slot, in.d, x);
-        if (in.kind == 3) store_latent(p, in.slot, in.d + 32, y);
+__device__ __forceinline__ bool slot_ok(const mla_append_params &p, int32_t slot) {
+    return slot >= 0 && slot < p.num_slots;
+}
+
+// Copy row `row` (< copy_rows): its token, and for a q row its head (-1 for a latent row).
+template <typename IDX>
+__device__ __forceinline__ void copy_row_token(const mla_append_params &p, IDX row, int64_t &t,
+                                               int &h) {
+    const IDX T = static_cast<IDX>(p.num_tokens);
+    if (row < T) {
+        t = static_cast<int64_t>(row);
+        h = -1;
         return;
     }
-    store8_bf16(in.dst + in.d * 2, x);
-    if (in.kind == 3) store8_bf16(in.dst + (in.d + 32) * 2, y);
+    const IDX qr = row - T, H = static_cast<IDX>(p.num_heads);
+    const IDX tq = qr / H;
+    t = static_cast<int64_t>(tq);
+    h = static_cast<int>(qr - tq * H);
 }
 
-// Flat 1-D grid over tokens x units (72 latent units, then heads * q units): on the H100 a 2-D
-// (units x tokens) grid ran 1.3-1.6x slower (short blocks, 28% occupancy). Each thread takes
-// kUnitsPerThread units kThreads apart and issues all their loads (values, positions, slots)
-// before it rotates or stores any. IDX is uint32_t when the count fits, so no 64-bit division.
-constexpr int kUnitsPerThread = 4;
-
+// A copy CTA: kCopyRowsPerCta rows of 64 units, kCopyRowsPerWarp to a warp.
 template <typename IDX>
-__global__ void __launch_bounds__(kThreads) mla_append_kernel(const mla_append_params p) {
-    ap_pdl_wait();
-    ap_pdl_launch_dependents();
-    const IDX q_units = p.q != NULL ? static_cast<IDX>(p.num_heads * (p.q_dim >> 3)) : 0;
-    const IDX units = kLatentUnits + q_units;
-    const IDX total = units * static_cast<IDX>(p.num_tokens);
-    const IDX first = static_cast<IDX>(blockIdx.x) * (kThreads * kUnitsPerThread) + threadIdx.x;
-    const bool cs_vec = (reinterpret_cast<uintptr_t>(p.cos_sin) & 15) == 0;
-    unit_in in[kUnitsPerThread];
+__device__ __forceinline__ void copy_part(const mla_append_params &p, const append_grid &g,
+                                          IDX cta) {
+    const int lane = threadIdx.x & 31;
+    const IDX row0 = (cta * (kThreads / 32) + (threadIdx.x >> 5)) * kCopyRowsPerWarp;
+    uint4 x[kCopyUnits];
+    int32_t pos[kCopyRowsPerWarp], slot[kCopyRowsPerWarp];
 #pragma unroll
-    for (int j = 0; j < kUnitsPerThread; j++) {
-        const IDX i = first + static_cast<IDX>(j) * kThreads;
-        if (i < total) {
-            const IDX t = i / units;
-            in[j] = load_unit(p, static_cast<int64_t>(t), static_cast<int>(i - t * units));
+    for (int r = 0; r < kCopyRowsPerWarp; r++) {
+        pos[r] = -1;
+        slot[r] = -1;
+        const IDX row = row0 + r;
+        if (row >= static_cast<IDX>(g.copy_rows)) continue;
+        int64_t t;
+        int h;
+        copy_row_token(p, row, t, h);
+        pos[r] = __ldg(p.positions + t * p.positions_stride);
+        const __nv_bfloat16 *src;
+        if (h < 0) {
+            slot[r] = __ldg(p.out_loc + t * p.out_loc_stride);
+            src = static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t;
         } else {
-            in[j].kind = 0;
+            src = static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
+                  static_cast<int64_t>(h) * p.q_stride_h;
         }
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            x[2 * r + j] = __ldcs(reinterpret_cast<const uint4 *>(src + (lane + 32 * j) * 8));
     }
 #pragma unroll
-    for (int j = 0; j < kUnitsPerThread; j++) store_unit(p, in[j], cs_vec);
+    for (int r = 0; r < kCopyRowsPerWarp; r++) {
+        const IDX row = row0 + r;
+        if (row >= static_cast<IDX>(g.copy_rows) || !position_ok(p, pos[r])) continue;
+        int64_t t;
+        int h;
+        copy_row_token(p, row, t, h);
+        if (h < 0 && !slot_ok(p, slot[r])) continue;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int d = (lane + 32 * j) * 8;
+            float v[8];
+            ap_unpack8<__nv_bfloat16>(x[2 * r + j], v);
+            if (h < 0) {
+                store_latent(p, slot[r], d, v);
+            } else {
+                __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
+                                     static_cast<int64_t>(h) * p.qo_stride_h + d;
+                store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
+            }
+        }
+    }
+}
+
+// Rope row r of token t at the lane's unit (values 8c .. 8c + 7 of the rotated part): r 0 is
+// k_pe, r >= 1 q head r - 1.
+__device__ __forceinline__ const __nv_bfloat16 *rope_src(const mla_append_params &p, int64_t t,
+                                                         int r, int c) {
+    if (r == 0) return static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t + kRope0 + 8 * c;
+    return static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
+           static_cast<int64_t>(r - 1) * p.q_stride_h + (p.q_dim - MLA_ROPE) + 8 * c;
+}
+
+// A rope CTA: kRopeGroupsPerCta groups of rope rows. Every lane of the warp reaches the neox
+// shuffles (lanes out of the grid carry zeros and store nothing).
+template <typename IDX, bool NEOX>
+__device__ __forceinline__ void rope_part(const mla_append_params &p, const append_grid &g,
+                                          IDX cta) {
+    const int c = threadIdx.x & 7;
+    const IDX group = cta * kRopeGroupsPerCta + (threadIdx.x >> 3);
+    int64_t t = 0;
+    int r_lo = 0, r_hi = 0;
+    int32_t pos = -1, slot = -1;
+    if (group < static_cast<IDX>(g.rope_groups)) {
+        const IDX per = static_cast<IDX>(g.groups_per_token);
+        const IDX tt = group / per;
+        const int gi = static_cast<int>(group - tt * per);
+        t = static_cast<int64_t>(tt);
+        r_lo = static_cast<int>(static_cast<uint32_t>(gi) * g.rope_rows / g.groups_per_token);
+        r_hi = static_cast<int>(static_cast<uint32_t>(gi + 1) * g.rope_rows / g.groups_per_token);
+        pos = __ldg(p.positions + t * p.positions_stride);
+        if (r_lo == 0) slot = __ldg(p.out_loc + t * p.out_loc_stride);
+    }
+    uint4 x[kRopeRows];
+#pragma unroll
+    for (int k = 0; k < kRopeRows; k++) {
+        x[k] = make_uint4(0u, 0u, 0u, 0u);
+        if (r_lo + k < r_hi)
+            x[k] = __ldcs(reinterpret_cast<const uint4 *>(rope_src(p, t, r_lo + k, c)));
+    }
+    // cos / sin of the lane's pairs: neox 8 pairs 8 (c & 3) .. + 7; interleaved 4 pairs 4c .. + 3
+    constexpr int kPairs = NEOX ? 8 : 4;
+    float cs_c[kPairs], cs_s[kPairs];
+    const bool ok = position_ok(p, pos);
+    if (ok) {
+        const bool vec = (reinterpret_cast<uintptr_t>(p.cos_sin) & 15) == 0;
+        const float *cs =
+            p.cos_sin + static_cast<int64_t>(pos) * p.rotary_dim + (NEOX ? 8 * (c & 3) : 4 * c);
+        load_f<kPairs>(cs, vec, cs_c);
+        load_f<kPairs>(cs + 32, vec, cs_s);
+    } else {
+#pragma unroll
+        for (int i = 0; i < kPairs; i++) cs_c[i] = cs_s[i] = 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kRopeRows; k++) {
+        float v[8], w[8];
+        ap_unpack8<__nv_bfloat16>(x[k], v);
+        if (NEOX) {
+            uint4 y;
+            y.x = __shfl_xor_sync(0xffffffffu, x[k].x, 4);
+            y.y = __shfl_xor_sync(0xffffffffu, x[k].y, 4);
+            y.z = __shfl_xor_sync(0xffffffffu, x[k].z, 4);
+            y.w = __shfl_xor_sync(0xffffffffu, x[k].w, 4);
+            ap_unpack8<__nv_bfloat16>(y, w);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = v[i ^ 1];
+        }
+        const int r = r_lo + k;
+        if (!ok || r >= r_hi) continue;
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            v[i] = NEOX ? ap_rope_rotated(v[i], w[i], cs_c[i], cs_s[i], c < 4)
+                        : ap_rope_rotated(v[i], w[i], cs_c[i >> 1], cs_s[i >> 1], (i & 1) == 0);
+        if (r == 0) {
+            if (slot_ok(p, slot)) store_latent(p, slot, kRope0 + 8 * c, v);
+        } else {
+            __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
+                                 static_cast<int64_t>(r - 1) * p.qo_stride_h +
+                                 (p.q_dim - MLA_ROPE) + 8 * c;
+            store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
+        }
+    }
+}
+
+// Copy and rope CTAs interleaved evenly over the grid (CTA b copies when floor(b * copy_ctas /
+// ctas) steps at b), so both kinds share the SMs from the first wave to the last. IDX is
+// uint32_t when every index fits, so no 64-bit division. The bound holds interleaved to 48
+// registers (10 CTAs per SM) without spills; 11 or 12 CTAs spill. Neox keeps its 64 (8 CTAs).
+template <typename IDX, bool NEOX>
+__global__ void __launch_bounds__(kThreads, NEOX ? 8 : 10)
+    mla_append_kernel(const mla_append_params p, const append_grid g) {
+    ap_pdl_wait();
+    ap_pdl_launch_dependents();
+    const IDX b = blockIdx.x;
+    const IDX copies_before = b * g.copy_ctas / g.ctas;
+    if ((b + 1) * g.copy_ctas / g.ctas > copies_before)
+        copy_part<IDX>(p, g, copies_before);
+    else
+        rope_part<IDX, NEOX>(p, g, b - copies_before);
+}
+
+template <typename IDX>
+cudaError_t append_launch(const mla_append_params &p, const append_grid &g, cudaStream_t stream) {
+    return p.is_neox ? ap_launch(mla_append_kernel<IDX, true>, dim3(g.ctas), dim3(kThreads), 0,
+                                 stream, true, p, g)
+                     : ap_launch(mla_append_kernel<IDX, false>, dim3(g.ctas), dim3(kThreads), 0,
+                                 stream, true, p, g);
 }
 
 } // namespace
 
 extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr, ap_msgbuf *msg) {
     if (p->num_tokens == 0) return AP_OK;
-    const int q_units = p->q != NULL ? p->num_heads * (p->q_dim >> 3) : 0;
-    const int64_t n = p->num_tokens * (kLatentUnits + q_units);
-    constexpr int64_t per_cta = int64_t{kThreads} * kUnitsPerThread;
-    const dim3 grid(static_cast<unsigned>((n + per_cta - 1) / per_cta));
+    const uint64_t T = static_cast<uint64_t>(p->num_tokens);
+    const bool q_copy = p->q != NULL && p->q_dim > MLA_ROPE && p->q_out != p->q;
+    append_grid g;
+    g.copy_rows = T + (q_copy ? T * static_cast<uint64_t>(p->num_heads) : 0);
+    g.rope_rows = 1 + (p->q != NULL ? static_cast<uint32_t>(p->num_heads) : 0);
+    g.groups_per_token = (g.rope_rows + kRopeRows - 1) / kRopeRows;
+    g.rope_groups = T * g.groups_per_token;
+    const uint64_t copy_ctas = (g.copy_rows + kCopyRowsPerCta - 1) / kCopyRowsPerCta;
+    const uint64_t ctas = copy_ctas + (g.rope_groups + kRopeGroupsPerCta - 1) / kRopeGroupsPerCta;
+    if (ctas > static_cast<uint64_t>(INT32_MAX)) {
+        ap_msgbuf_add(msg, "%s: %lld tokens need %llu CTAs (at most %d)", MLA_WHO,
+                      static_cast<long long>(p->num_tokens), static_cast<unsigned long long>(ctas),
+                      INT32_MAX);
+        return AP_ERR_UNSUPPORTED;
+    }
+    g.copy_ctas = static_cast<uint32_t>(copy_ctas);
+    g.ctas = static_cast<uint32_t>(ctas);
+    // 32-bit indices when b * copy_ctas, the copy rows and the rope groups all fit
+    const uint64_t lim = uint64_t{1} << 32;
+    const bool narrow = ctas * (copy_ctas + 1) < lim && copy_ctas * kCopyRowsPerCta < lim &&
+                        ctas * kRopeGroupsPerCta < lim && g.copy_rows < lim;
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
     cudaError_t err =
-        n + per_cta < (int64_t{1} << 32)
-            ? ap_launch(mla_append_kernel<uint32_t>, grid, dim3(kThreads), 0, stream, true, *p)
-            : ap_launch(mla_append_kernel<uint64_t>, grid, dim3(kThreads), 0, stream, true, *p);
+        narrow ? append_launch<uint32_t>(*p, g, stream) : append_launch<uint64_t>(*p, g, stream);
     ap_status st = ap_cuda_status(err, MLA_WHO, "cudaLaunchKernelEx", msg);
     return st != AP_OK ? st : ap_cuda_launch_status(MLA_WHO, "mla_append_kernel", msg);
 }
