@@ -80,18 +80,20 @@ __global__ void __launch_bounds__(kThreads) mha_combine_kernel(const mha_combine
     }
 }
 
-// The flat schedule's combine (decode_flat.cuh): CTA b - 1 serves the boundary b (1..G - 1)
-// between decode CTAs b - 1 and b. Warp 0 finds the unit holding stage b W as the decode's CTAs
-// found their shares; the CTA merges it when it is cut there and starts in CTA b - 1's share (the
-// unit's first cut: every cut unit is merged once). Its pieces: CTA c0 = b - 1 in slot 2 c0 (the
-// unit is c0's first piece) or 2 c0 + 1 (its last), CTAs b .. c1 in slot 2 c (each one's first
-// piece). Per (row, dim) thread: M = max lse2, o = sum_s 2^(lse2_s - M) o_s / sum_s 2^(lse2_s - M)
-// (softmax_state.cuh), lse = ln2 (M + log2 sum). The piece holding key 0 sees every row, so M is
+// The flat schedule's combine (decode_flat.cuh): CTA (x, b - 1) serves head dims 32 x .. of the
+// boundary b (1..G - 1) between decode CTAs b - 1 and b. Warp 0 finds the unit holding stage b W
+// as the decode's CTAs found their shares; the CTA merges it when it is cut there and starts in
+// CTA b - 1's share (the unit's first cut: every cut unit is merged once). Its pieces: CTA
+// c0 = b - 1 in slot 2 c0 (the unit is c0's first piece) or 2 c0 + 1 (its last), CTAs b .. c1 in
+// slot 2 c (each one's first piece). Per row, one warp reads the pieces' LSEs (lanes over pieces):
+// M = max lse2, W = sum_s 2^(lse2_s - M); then per (row, dim) o = sum_s 2^(lse2_s - M) o_s / W
+// (softmax_state.cuh), lse = ln2 (M + log2 W). The piece holding key 0 sees every row, so M is
 // finite; a piece past a row's causal limit has lse2 = -inf: weight 0.
 template <typename QT>
 __global__ void __launch_bounds__(kThreads) mha_flat_combine_kernel(const mha_combine_params p) {
-    __shared__ int at[6];
-    const int b = (int)blockIdx.x + 1, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __shared__ int at[5];
+    __shared__ float2 mw[MHA_BLOCK_ROWS]; // per row: M and 1 / W
+    const int b = (int)blockIdx.y + 1, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp == 0) {
         const mha_flat_tiles tiles = {p.qo_indptr, p.seq_lens,   p.num_kv_heads,
                                       p.group,     p.block_rows, p.stage_keys};
@@ -125,26 +127,44 @@ __global__ void __launch_bounds__(kThreads) mha_flat_combine_kernel(const mha_co
     const int64_t slot0 = 2 * (int64_t)c0 + at[4];
     const int rows = min(p.block_rows, q_len * p.group - block * p.block_rows);
     ap_pdl_wait(); // the partial states are the decode grid's
-    for (int i = threadIdx.x; i < rows * p.head_dim; i += kThreads) {
-        const int local = i / p.head_dim, d = i - local * p.head_dim;
+    for (int local = warp; local < rows; local += kThreads / 32) {
         float m = -INFINITY;
-        for (int k = 0; k < pieces; k++) {
+        for (int k = lane; k < pieces; k += 32) {
             const int64_t slot = k == 0 ? slot0 : 2 * (int64_t)(c0 + k);
             m = fmaxf(m, p.partial_lse[slot * MHA_BLOCK_ROWS + local]);
         }
-        float sum = 0.f, acc = 0.f;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        float sum = 0.f;
+        for (int k = lane; k < pieces; k += 32) {
+            const int64_t slot = k == 0 ? slot0 : 2 * (int64_t)(c0 + k);
+            sum += ap_softmax_merge_weight(p.partial_lse[slot * MHA_BLOCK_ROWS + local], m);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) mw[local] = make_float2(m, 1.f / sum);
+        if (lane == 0 && blockIdx.x == 0 && p.lse != NULL) {
+            const int r = block * p.block_rows + local;
+            p.lse[(int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group +
+                  r % p.group] = ap_lse2_to_ln(m + log2f(sum));
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows * kDims; i += kThreads) {
+        const int local = i / kDims, d = blockIdx.x * kDims + i % kDims;
+        const float2 row_mw = mw[local];
+        float acc = 0.f;
+#pragma unroll 4
         for (int k = 0; k < pieces; k++) {
             const int64_t slot = k == 0 ? slot0 : 2 * (int64_t)(c0 + k);
             const float wk =
-                ap_softmax_merge_weight(p.partial_lse[slot * MHA_BLOCK_ROWS + local], m);
-            sum += wk;
+                ap_softmax_merge_weight(p.partial_lse[slot * MHA_BLOCK_ROWS + local], row_mw.x);
             acc += wk * p.partial_out[(slot * MHA_BLOCK_ROWS + local) * p.head_dim + d];
         }
         const int r = block * p.block_rows + local;
         const int64_t row =
             (int64_t)(q_start + r / p.group) * p.num_qo_heads + kv_head * p.group + r % p.group;
-        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc / sum);
-        if (d == 0 && p.lse != NULL) p.lse[row] = ap_lse2_to_ln(m + log2f(sum));
+        static_cast<QT *>(p.out)[row * p.head_dim + d] = ap_from_float<QT>(acc * row_mw.y);
     }
 }
 
@@ -173,7 +193,7 @@ extern "C" ap_status mha_combine_run(const mha_combine_params *p, void *stream, 
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (p->flat_ctas > 0) {
         if (p->flat_ctas == 1) return AP_OK; // one CTA cuts nothing
-        const dim3 fgrid(p->flat_ctas - 1);
+        const dim3 fgrid(p->head_dim / kDims, p->flat_ctas - 1);
         const cudaError_t err =
             p->q_dtype == AP_DTYPE_BF16
                 ? ap_launch(mha_flat_combine_kernel<__nv_bfloat16>, fgrid, dim3(kThreads), 0, s,

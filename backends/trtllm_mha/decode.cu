@@ -697,7 +697,6 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, kRowsM>::fl
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ float2 merge_ml[KW > 1 ? kWarps * 16 : 1];
     __shared__ int share[4];
-    ap_pdl_launch_dependents(); // the combine's wait holds until this grid is done
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp == 0) {
         const mha_flat_tiles tiles = {a.qo_indptr, a.seq_lens,    a.num_kv_heads,
@@ -779,6 +778,7 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, kRowsM>::fl
         state_begin<D, MT, QT, S::layout>(st, cw, a, cw.block * S::block_rows + local0, lane);
     }
     ap_cp_async_wait<0>();
+    ap_pdl_launch_dependents(); // the combine's CTAs may take our slots; it waits for our writes
 }
 
 typedef void (*decode_kernel_fn)(const decode_args);
