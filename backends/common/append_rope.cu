@@ -320,6 +320,10 @@ struct split_geometry {
     split_role role[2]; // q, K/V
 };
 
+// AP_APPEND_NVFP4_SPLIT 0 (a build flag, for timing side by side): nvfp4 keeps the rows kernel.
+#ifndef AP_APPEND_NVFP4_SPLIT
+#define AP_APPEND_NVFP4_SPLIT 1
+#endif
 constexpr int kSplitMinBlocks = 4;   // CTAs per SM: at most 64 registers
 constexpr int kSplitMaxRotary = 256; // head_dim <= 32 lanes x 8
 
@@ -399,7 +403,7 @@ __global__ void __launch_bounds__(kThreads, kSplitMinBlocks)
     ap_append_rope_split_kernel(const rope_args a, const split_geometry g) {
     const int64_t group_first = (int64_t)blockIdx.y * kRowsPerThread;
     const bool q = (int)blockIdx.x < g.role[0].ctas;
-    const split_role &role = g.role[q ? 0 : 1];
+    const split_role role = q ? g.role[0] : g.role[1];
     const int k = q ? (int)blockIdx.x : (int)blockIdx.x - g.role[0].ctas;
     const int cta_token = role.chunks == 1 ? k : k / role.chunks;
     const int chunk = k - cta_token * role.chunks;
@@ -551,7 +555,7 @@ append_rope_geometry append_rope_geometry_of(const rope_args &a, const ap_kit_ap
                       p->num_tokens <= 0x7fffffff;
     append_rope_geometry g = {AP_APPEND_ROWS, dim3(0u, 1u), 0, {}};
     const int64_t groups = (p->num_tokens + kRowsPerThread - 1) / kRowsPerThread;
-    if (rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
+    if (AP_APPEND_NVFP4_SPLIT && rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
         g.form = AP_APPEND_SPLIT;
         g.split.role[0] = split_role_of(0, a.num_qo_heads, rows_per_pass);
         g.split.role[1] = split_role_of(a.num_qo_heads, 2 * a.num_kv_heads, rows_per_pass);
