@@ -38,6 +38,7 @@ struct rope_args {
     int32_t lanes_per_row; // head_dim / kVec, a divisor of 32
     int32_t lanes_shift;   // log2(lanes_per_row)
     int64_t num_rows;      // num_tokens * (num_qo_heads + 2 * num_kv_heads)
+    int64_t num_tokens;
 };
 
 // A token's rows are its q heads, then its k heads, then its v heads.
@@ -75,6 +76,12 @@ template <typename KV> struct kv_write8 {
                                                const float (&x)[kVec], float scale, bool write) {
         if (write) ap_store8<KV>::run(pages + elem * ap_elem_bytes<KV>::value, x, scale);
     }
+};
+
+// No cache (the split kernel's q CTAs): nothing to write.
+template <> struct kv_write8<void> {
+    __device__ __forceinline__ static void run(uint8_t *, uint8_t *, int64_t, const float (&)[kVec],
+                                               float, bool) {}
 };
 
 // nvfp4: a block of 16 values lies in two neighbouring lanes (head_dim / 8 lanes per row, an even
@@ -174,37 +181,44 @@ constexpr int kRowsPerThread = 4;
 
 // The cos and sin of this lane's 8 dims at `pos` (neox: dims d and d + half share a frequency;
 // interleaved: each pair 2i, 2i+1 shares one), in 16-byte loads.
-template <bool kNeox>
-__device__ __forceinline__ void rope_cos_sin(const rope_args &a, int32_t pos, int d0, bool first,
-                                             float (&c)[kVec], float (&s)[kVec]) {
-    const int half = a.rotary_dim / 2;
-    const float *cs = a.cos_sin + (int64_t)pos * a.rotary_dim;
+// `load` reads a float4 at a float pointer (global or shared memory).
+template <bool kNeox, typename LOAD>
+__device__ __forceinline__ void rope_cos_sin_row(const float *cs, int half, int d0, bool first,
+                                                 float (&c)[kVec], float (&s)[kVec], LOAD load) {
     if (kNeox) {
         const int ci = first ? d0 : d0 - half;
-        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + ci));
-        const float4 c1 = __ldg(reinterpret_cast<const float4 *>(cs + ci + 4));
-        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci));
-        const float4 s1 = __ldg(reinterpret_cast<const float4 *>(cs + half + ci + 4));
+        const float4 c0 = load(cs + ci);
+        const float4 c1 = load(cs + ci + 4);
+        const float4 s0 = load(cs + half + ci);
+        const float4 s1 = load(cs + half + ci + 4);
         c[0] = c0.x, c[1] = c0.y, c[2] = c0.z, c[3] = c0.w;
         c[4] = c1.x, c[5] = c1.y, c[6] = c1.z, c[7] = c1.w;
         s[0] = s0.x, s[1] = s0.y, s[2] = s0.z, s[3] = s0.w;
         s[4] = s1.x, s[5] = s1.y, s[6] = s1.z, s[7] = s1.w;
     } else {
-        const float4 c0 = __ldg(reinterpret_cast<const float4 *>(cs + d0 / 2));
-        const float4 s0 = __ldg(reinterpret_cast<const float4 *>(cs + half + d0 / 2));
+        const float4 c0 = load(cs + d0 / 2);
+        const float4 s0 = load(cs + half + d0 / 2);
         c[0] = c[1] = c0.x, c[2] = c[3] = c0.y, c[4] = c[5] = c0.z, c[6] = c[7] = c0.w;
         s[0] = s[1] = s0.x, s[2] = s[3] = s0.y, s[4] = s[5] = s0.z, s[6] = s[7] = s0.w;
     }
 }
 
+template <bool kNeox>
+__device__ __forceinline__ void rope_cos_sin(const rope_args &a, int32_t pos, int d0, bool first,
+                                             float (&c)[kVec], float (&s)[kVec]) {
+    rope_cos_sin_row<kNeox>(
+        a.cos_sin + (int64_t)pos * a.rotary_dim, a.rotary_dim / 2, d0, first, c, s,
+        [](const float *p) { return __ldg(reinterpret_cast<const float4 *>(p)); });
+}
+
 // One row piece of the rows kernel after its load: rotate (q, k), then write q_out or the cache.
 // Every lane of the warp calls it, whatever its row (shuffles inside).
+// Rows r >= row_end (the token's row count, or its q heads in a split q CTA) write nothing.
 template <typename IN, typename KV, bool kNeox>
 __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, int32_t slot, int r,
-                                           int d0, const uint4 &raw, int partner_lane, bool rotates,
-                                           bool first, const float (&c)[kVec],
+                                           int row_end, int d0, const uint4 &raw, int partner_lane,
+                                           bool rotates, bool first, const float (&c)[kVec],
                                            const float (&s)[kVec]) {
-    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
     uint4 other = raw;
     if (kNeox && a.rotary_dim > 0) { // every lane of the warp takes part, whatever its row
         other.x = __shfl_sync(0xffffffffu, raw.x, partner_lane, a.lanes_per_row);
@@ -212,7 +226,7 @@ __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, in
         other.z = __shfl_sync(0xffffffffu, raw.z, partner_lane, a.lanes_per_row);
         other.w = __shfl_sync(0xffffffffu, raw.w, partner_lane, a.lanes_per_row);
     }
-    const bool in_range = r < rows_per_token;
+    const bool in_range = r < row_end;
     const row_of w = row_kind(a, in_range ? r : 0);
     float x[kVec];
     ap_unpack8<IN>(raw, x);
@@ -234,15 +248,15 @@ __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, in
                        in_range && w.kind != 0);
 }
 
+// One token's rows [chunk_first, row_end) of the rows kernel, up to kRowsPerThread per thread.
+// Every thread of the CTA returns together or not at all (the shuffles).
 template <typename IN, typename KV, bool kNeox>
-__global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rope_args a) {
+__device__ __forceinline__ void rows_token(const rope_args &a, int64_t token, int chunk_first,
+                                           int row_end) {
     const int lane = threadIdx.x & (a.lanes_per_row - 1);
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
-    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
-    const int64_t token = blockIdx.x;
-    const int first_row =
-        (int)blockIdx.y * kRowsPerThread * rows_per_pass + (int)(threadIdx.x >> a.lanes_shift);
+    const int first_row = chunk_first + (int)(threadIdx.x >> a.lanes_shift);
     const int32_t pos = a.rotary_dim > 0 ? __ldg(a.positions + token * a.positions_stride) : 0;
     const int32_t slot = __ldg(a.out_loc + token * a.out_loc_stride);
     uint4 raw[kRowsPerThread];
@@ -250,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rop
     for (int j = 0; j < kRowsPerThread; j++) {
         const int r = first_row + j * rows_per_pass;
         raw[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (r < rows_per_token) {
+        if (r < row_end) {
             const row_of w = row_kind(a, r);
             const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
             raw[j] = __ldcs(
@@ -269,28 +283,177 @@ __global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rop
         !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
 #pragma unroll
     for (int j = 0; j < kRowsPerThread; j++)
-        rows_piece<IN, KV, kNeox>(a, token, slot, first_row + j * rows_per_pass, d0, raw[j],
-                                  partner_lane, rotates, first, c, s);
+        rows_piece<IN, KV, kNeox>(a, token, slot, first_row + j * rows_per_pass, row_end, d0,
+                                  raw[j], partner_lane, rotates, first, c, s);
+}
+
+template <typename IN, typename KV, bool kNeox>
+__global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rope_args a) {
+    const int rows_per_cta = kRowsPerThread * (kThreads >> a.lanes_shift);
+    rows_token<IN, KV, kNeox>(a, blockIdx.x, (int)blockIdx.y * rows_per_cta,
+                              a.num_qo_heads + 2 * a.num_kv_heads);
+}
+
+// The split kernel (nvfp4 caches): a token's q rows and its K/V rows in different CTAs, each
+// thread with kRowsPerThread rows in flight in both. The rows kernel's CTA carries a token's
+// 48 rows (32/8 heads, D128) as 3 per thread, and the quantize raised it to 68 registers: 3 CTAs
+// of 256 threads per SM, 37 KB of loads in flight where the 16-bit caches have 4 CTAs and 49 KB,
+// and its rate fell with that count (1962 / 2582 GB/s ~ 37 / 49). Here 4 rows a thread and at
+// most 64 registers: 4 CTAs, 64 KB.
+//
+// A role (q: the num_qo_heads rows from 0; K/V: the 2 * num_kv_heads rows after them, k heads
+// then v heads) spans passes_per_token passes of rows_per_pass rows. When that is 1, 2 or 4
+// (pass_shift 0, 1, 2), a CTA takes kRowsPerThread >> pass_shift whole tokens, one pass at a
+// time; past 4, one token's chunk of 4 passes (chunks per token). blockIdx.y is a group of
+// kRowsPerThread tokens; in it the q CTAs come first, then the K/V CTAs, so both kinds are
+// dispatched side by side and the quantize of one overlaps the streaming of the other. Position,
+// slot and cos/sin rows of the CTA's tokens are staged in shared memory (registers are what
+// bound the rows in flight).
+struct split_role {
+    int row_base, row_end; // the role's rows among the token's
+    int pass_shift;        // log2(passes per token) when a CTA takes whole tokens
+    int chunks;            // CTAs per token (then 4 passes each), or 1
+    int ctas;              // CTAs per group of kRowsPerThread tokens
+};
+
+struct split_geometry {
+    split_role role[2]; // q, K/V
+};
+
+// AP_APPEND_NVFP4_SPLIT 0 (a build flag, for timing side by side): nvfp4 keeps the rows kernel.
+#ifndef AP_APPEND_NVFP4_SPLIT
+#define AP_APPEND_NVFP4_SPLIT 1
+#endif
+constexpr int kSplitMinBlocks = 4;   // CTAs per SM: at most 64 registers
+constexpr int kSplitMaxRotary = 256; // head_dim <= 32 lanes x 8
+
+// A split CTA's tokens in shared memory: position and slot, and the cos/sin row at the position.
+struct split_stage {
+    float4 cos_sin[kRowsPerThread][kSplitMaxRotary / 4];
+    int32_t pos[kRowsPerThread], slot[kRowsPerThread];
+};
+
+// The rows of one role's CTA: tokens token_first + (j >> pass_shift) for passes j, rows
+// row_base + chunk * 4 passes + (j & (passes per token - 1)) * rows_per_pass + lane group.
+template <typename IN, typename KV, bool kNeox>
+__device__ __forceinline__ void split_rows(const rope_args &a, const split_role &role,
+                                           int64_t token_first, int chunk, split_stage &st) {
+    const int lane = threadIdx.x & (a.lanes_per_row - 1);
+    const int d0 = lane * kVec;
+    const int rows_per_pass = kThreads >> a.lanes_shift;
+    const int group = (int)(threadIdx.x >> a.lanes_shift);
+    const int tokens = kRowsPerThread >> role.pass_shift;
+    const int pass_mask = (1 << role.pass_shift) - 1;
+    const int row_first = role.row_base + chunk * kRowsPerThread * rows_per_pass + group;
+    if (threadIdx.x < (unsigned)tokens) {
+        const int64_t token = token_first + threadIdx.x;
+        const bool live = token < a.num_tokens;
+        st.pos[threadIdx.x] =
+            live && a.rotary_dim > 0 ? __ldg(a.positions + token * a.positions_stride) : 0;
+        st.slot[threadIdx.x] = live ? __ldg(a.out_loc + token * a.out_loc_stride) : -1;
+    }
+    uint4 raw[kRowsPerThread];
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; j++) {
+        const int64_t token = token_first + (j >> role.pass_shift);
+        const int r = row_first + (j & pass_mask) * rows_per_pass;
+        raw[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (token < a.num_tokens && r < role.row_end) {
+            const row_of w = row_kind(a, r);
+            const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
+            raw[j] = __ldcs(
+                reinterpret_cast<const uint4 *>(src + row_src_offset(a, w, token, d0, sizeof(IN))));
+        }
+    }
+    __syncthreads();
+    if (a.rotary_dim > 0) {
+        const int n4 = a.rotary_dim / 4;
+        for (int i = (int)threadIdx.x; i < tokens * n4; i += kThreads) {
+            const int t = i / n4, e = i - t * n4;
+            const float *row = a.cos_sin + (int64_t)st.pos[t] * a.rotary_dim;
+            if (token_valid(a, st.pos[t], st.slot[t]))
+                st.cos_sin[t][e] = __ldg(reinterpret_cast<const float4 *>(row) + e);
+        }
+        __syncthreads();
+    }
+    const int half = a.rotary_dim / 2;
+    const bool rotates = d0 < a.rotary_dim;
+    const bool first = kNeox ? d0 < half : true;
+    const int half_lanes = half / kVec;
+    const int partner_lane =
+        !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
+#pragma unroll
+    for (int j = 0; j < kRowsPerThread; j++) {
+        const int t = j >> role.pass_shift;
+        // the same for the whole CTA, so skipping never splits a shuffle; slot -1 past the end
+        if (!token_valid(a, st.pos[t], st.slot[t])) continue;
+        float c[kVec], s[kVec];
+        if (rotates)
+            rope_cos_sin_row<kNeox>(
+                reinterpret_cast<const float *>(st.cos_sin[t]), half, d0, first, c, s,
+                [](const float *p) { return *reinterpret_cast<const float4 *>(p); });
+        rows_piece<IN, KV, kNeox>(a, token_first + t, st.slot[t],
+                                  row_first + (j & pass_mask) * rows_per_pass, role.row_end, d0,
+                                  raw[j], partner_lane, rotates, first, c, s);
+    }
+}
+
+template <typename IN, bool kNeox>
+__global__ void __launch_bounds__(kThreads, kSplitMinBlocks)
+    ap_append_rope_split_kernel(const rope_args a, const split_geometry g) {
+    const int64_t group_first = (int64_t)blockIdx.y * kRowsPerThread;
+    const bool q = (int)blockIdx.x < g.role[0].ctas;
+    const split_role role = q ? g.role[0] : g.role[1];
+    const int k = q ? (int)blockIdx.x : (int)blockIdx.x - g.role[0].ctas;
+    const int cta_token = role.chunks == 1 ? k : k / role.chunks;
+    const int chunk = k - cta_token * role.chunks;
+    const int64_t token_first =
+        group_first + (int64_t)cta_token * (kRowsPerThread >> role.pass_shift);
+    if (token_first >= a.num_tokens) return; // the whole CTA
+    __shared__ split_stage stage;
+    if (q)
+        split_rows<IN, void, kNeox>(a, role, token_first, chunk, stage);
+    else
+        split_rows<IN, ap_nvfp4, kNeox>(a, role, token_first, chunk, stage);
 }
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
-// loads are aligned; the staged kernel takes the rest.
+// loads are aligned; the staged kernel takes the rest; nvfp4 caches take the split kernel where
+// the rows kernel would run and the token groups fit grid.y.
+enum append_rope_form { AP_APPEND_STAGED, AP_APPEND_ROWS, AP_APPEND_SPLIT };
+
+struct append_rope_geometry {
+    append_rope_form form;
+    dim3 grid;
+    size_t smem;
+    split_geometry split;
+};
+
 template <typename IN, typename KV>
-void append_rope_pick(const rope_args &a, bool rows, dim3 grid, size_t smem, cudaStream_t s) {
-    if (!rows)
-        ap_append_rope_kernel<IN, KV><<<grid, kThreads, smem, s>>>(a);
+void append_rope_pick(const rope_args &a, const append_rope_geometry &g, cudaStream_t s) {
+    if constexpr (std::is_same<KV, ap_nvfp4>::value) {
+        if (g.form == AP_APPEND_SPLIT) {
+            if (a.is_neox)
+                ap_append_rope_split_kernel<IN, true><<<g.grid, kThreads, 0, s>>>(a, g.split);
+            else
+                ap_append_rope_split_kernel<IN, false><<<g.grid, kThreads, 0, s>>>(a, g.split);
+            return;
+        }
+    }
+    if (g.form == AP_APPEND_STAGED)
+        ap_append_rope_kernel<IN, KV><<<g.grid, kThreads, g.smem, s>>>(a);
     else if (a.is_neox)
-        ap_append_rope_rows_kernel<IN, KV, true><<<grid, kThreads, 0, s>>>(a);
+        ap_append_rope_rows_kernel<IN, KV, true><<<g.grid, kThreads, 0, s>>>(a);
     else
-        ap_append_rope_rows_kernel<IN, KV, false><<<grid, kThreads, 0, s>>>(a);
+        ap_append_rope_rows_kernel<IN, KV, false><<<g.grid, kThreads, 0, s>>>(a);
 }
 
 // The cache dtype was checked by append_rope_check: every value reaching here has a kernel.
 template <typename IN>
-void append_rope_launch(const rope_args &a, ap_dtype kv_dtype, bool rows, dim3 grid, size_t smem,
+void append_rope_launch(const rope_args &a, ap_dtype kv_dtype, const append_rope_geometry &g,
                         cudaStream_t s) {
     ap_dispatch_cache<true>(kv_dtype, false, [&](auto kv) {
-        append_rope_pick<IN, typename decltype(kv)::type>(a, rows, grid, smem, s);
+        append_rope_pick<IN, typename decltype(kv)::type>(a, g, s);
         return true;
     });
 }
@@ -362,7 +525,51 @@ rope_args append_rope_args_of(const ap_kit_append_rope_args *p) {
     a.lanes_per_row = p->head_dim / kVec;
     a.lanes_shift = __builtin_ctz((unsigned)a.lanes_per_row);
     a.num_rows = p->num_tokens * (int64_t)(a.num_qo_heads + 2 * a.num_kv_heads);
+    a.num_tokens = p->num_tokens;
     return a;
+}
+
+// A role of `rows` rows from row_base (none: no CTA) in the split kernel's groups.
+split_role split_role_of(int row_base, int rows, int rows_per_pass) {
+    const int passes = (rows + rows_per_pass - 1) / rows_per_pass;
+    split_role r = {row_base, row_base + rows, 2, 1, 0};
+    if (passes <= 1)
+        r.pass_shift = 0;
+    else if (passes <= 2)
+        r.pass_shift = 1;
+    else
+        r.chunks = (passes + kRowsPerThread - 1) / kRowsPerThread;
+    r.ctas = rows == 0 ? 0 : (1 << r.pass_shift) * r.chunks;
+    return r;
+}
+
+// Which kernel and grid; grid.x 0 when no launch covers the call.
+append_rope_geometry append_rope_geometry_of(const rope_args &a, const ap_kit_append_rope_args *p) {
+    const int lpr = a.lanes_per_row;
+    const int rows_per_pass = kThreads / lpr;
+    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
+    const int rows_per_cta = kRowsPerThread * rows_per_pass;
+    const int chunks = (rows_per_token + rows_per_cta - 1) / rows_per_cta;
+    const bool rows = (p->is_neox ? p->rotary_dim % (2 * kVec) == 0 : p->rotary_dim % kVec == 0) &&
+                      reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
+                      p->num_tokens <= 0x7fffffff;
+    append_rope_geometry g = {AP_APPEND_ROWS, dim3(0u, 1u), 0, {}};
+    const int64_t groups = (p->num_tokens + kRowsPerThread - 1) / kRowsPerThread;
+    if (AP_APPEND_NVFP4_SPLIT && rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
+        g.form = AP_APPEND_SPLIT;
+        g.split.role[0] = split_role_of(0, a.num_qo_heads, rows_per_pass);
+        g.split.role[1] = split_role_of(a.num_qo_heads, 2 * a.num_kv_heads, rows_per_pass);
+        g.grid = dim3((unsigned)(g.split.role[0].ctas + g.split.role[1].ctas), (unsigned)groups);
+        return g;
+    }
+    const int64_t staged_rows_per_cta = rows_per_pass;
+    const int64_t blocks =
+        rows ? p->num_tokens : (a.num_rows + staged_rows_per_cta - 1) / staged_rows_per_cta;
+    if (blocks > 0x7fffffff) return g;
+    g.form = rows ? AP_APPEND_ROWS : AP_APPEND_STAGED;
+    g.grid = dim3((unsigned)blocks, rows ? (unsigned)chunks : 1u);
+    g.smem = rows ? 0 : (size_t)kThreads * kVec * sizeof(float);
+    return g;
 }
 
 } // namespace
@@ -372,30 +579,20 @@ extern "C" ap_status ap_kit_append_rope_run(const ap_kit_append_rope_args *p, vo
     ap_status st = append_rope_check(p, who, msg);
     if (st != AP_OK || p->num_tokens == 0) return st;
     const rope_args a = append_rope_args_of(p);
-    const int lpr = a.lanes_per_row;
-    const int rows_per_token = a.num_qo_heads + 2 * a.num_kv_heads;
-    const int rows_per_cta = kRowsPerThread * (kThreads / lpr);
-    const int chunks = (rows_per_token + rows_per_cta - 1) / rows_per_cta;
-    const bool rows = (p->is_neox ? p->rotary_dim % (2 * kVec) == 0 : p->rotary_dim % kVec == 0) &&
-                      reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
-                      p->num_tokens <= 0x7fffffff;
-    const int64_t staged_rows_per_cta = kThreads / lpr;
-    const int64_t blocks =
-        rows ? p->num_tokens : (a.num_rows + staged_rows_per_cta - 1) / staged_rows_per_cta;
-    if (blocks > 0x7fffffff) {
+    const append_rope_geometry g = append_rope_geometry_of(a, p);
+    if (g.grid.x == 0) {
         ap_msgbuf_add(msg, "%s: KV append: %lld tokens are more than one launch covers", who,
                       (long long)p->num_tokens);
         return AP_ERR_UNSUPPORTED;
     }
-    const dim3 grid((unsigned)blocks, rows ? (unsigned)chunks : 1u);
-    const size_t smem = rows ? 0 : (size_t)kThreads * kVec * sizeof(float);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     ap_dispatch_q(p->in_dtype, false, [&](auto in) {
-        append_rope_launch<typename decltype(in)::type>(a, p->kv_dtype, rows, grid, smem, s);
+        append_rope_launch<typename decltype(in)::type>(a, p->kv_dtype, g, s);
         return true;
     });
-    return ap_cuda_launch_status(who, rows ? "ap_append_rope_rows_kernel" : "ap_append_rope_kernel",
-                                 msg);
+    static const char *const names[] = {"ap_append_rope_kernel", "ap_append_rope_rows_kernel",
+                                        "ap_append_rope_split_kernel"};
+    return ap_cuda_launch_status(who, names[g.form], msg);
 }
 
 // save_kv: the same kernel family without RoPE, slots from the plan (no upper bound is given:
