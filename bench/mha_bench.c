@@ -21,6 +21,7 @@ typedef struct mb_case {
     ap_dtype kv;
     int32_t batch, prefix, q_len, layers; /* layers > 1: the graph step */
     int32_t hq, hk;                       /* query and KV heads */
+    int32_t long_prefix; /* > 0: the first sequence's prefix instead (a skewed batch) */
 } mb_case;
 
 /* One layer's cache (its own memory, so a pass over the layers is not served from L2). */
@@ -81,8 +82,12 @@ static ap_status mb_forward(mb_state *s, int layer) {
 }
 
 static ap_status mb_setup(ap_registry *reg, const ap_device *dev, const mb_case *c, mb_state *s) {
-    char spec[64];
-    snprintf(spec, sizeof spec, "%d:%dx%d", c->prefix, c->q_len, c->batch);
+    char spec[96];
+    if (c->long_prefix > 0)
+        snprintf(spec, sizeof spec, "%d:%d,%d:%dx%d", c->long_prefix, c->q_len, c->prefix, c->q_len,
+                 c->batch - 1);
+    else
+        snprintf(spec, sizeof spec, "%d:%dx%d", c->prefix, c->q_len, c->batch);
     gpu_seq *seqs = NULL;
     int32_t n = 0;
     uint64_t rng = 0x1234;
@@ -232,26 +237,30 @@ static ap_status mb_graph_step(mb_state *s, int runs) {
 }
 
 static const mb_case mb_cases[] = {
-    {"decode_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 4, 32, 8},
-    {"decode_b64_l4096_fp8", AP_DTYPE_FP8_E4M3, 64, 4095, 1, 8, 32, 8},
-    {"decode_b64_l4096_nvfp4", AP_DTYPE_NVFP4, 64, 4095, 1, 8, 32, 8},
-    {"decode_b1_l8192_bf16", AP_DTYPE_BF16, 1, 8191, 1, 8, 32, 8},
-    {"decode_b1_l8192_fp8", AP_DTYPE_FP8_E4M3, 1, 8191, 1, 8, 32, 8},
-    {"decode_b1_l8192_nvfp4", AP_DTYPE_NVFP4, 1, 8191, 1, 8, 32, 8},
-    {"decode_b8_l32768_bf16", AP_DTYPE_BF16, 8, 32767, 1, 4, 32, 8},
-    {"decode_b8_l32768_fp8", AP_DTYPE_FP8_E4M3, 8, 32767, 1, 8, 32, 8},
-    {"decode_b8_l32768_nvfp4", AP_DTYPE_NVFP4, 8, 32767, 1, 8, 32, 8},
-    {"decode_b256_l1024_bf16", AP_DTYPE_BF16, 256, 1023, 1, 4, 32, 8},
-    {"decode_b256_l1024_fp8", AP_DTYPE_FP8_E4M3, 256, 1023, 1, 8, 32, 8},
-    {"decode_b256_l1024_nvfp4", AP_DTYPE_NVFP4, 256, 1023, 1, 8, 32, 8},
-    {"mtp4_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4092, 4, 4, 32, 8},
-    {"graph_step_b1_l1024_bf16", AP_DTYPE_BF16, 1, 1023, 1, 32, 32, 8},
-    {"graph_step_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 32, 32, 8},
+    {"decode_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 4, 32, 8, 0},
+    {"decode_b64_l4096_fp8", AP_DTYPE_FP8_E4M3, 64, 4095, 1, 8, 32, 8, 0},
+    {"decode_b64_l4096_nvfp4", AP_DTYPE_NVFP4, 64, 4095, 1, 8, 32, 8, 0},
+    {"decode_b1_l8192_bf16", AP_DTYPE_BF16, 1, 8191, 1, 8, 32, 8, 0},
+    {"decode_b1_l8192_fp8", AP_DTYPE_FP8_E4M3, 1, 8191, 1, 8, 32, 8, 0},
+    {"decode_b1_l8192_nvfp4", AP_DTYPE_NVFP4, 1, 8191, 1, 8, 32, 8, 0},
+    {"decode_b8_l32768_bf16", AP_DTYPE_BF16, 8, 32767, 1, 4, 32, 8, 0},
+    {"decode_b8_l32768_fp8", AP_DTYPE_FP8_E4M3, 8, 32767, 1, 8, 32, 8, 0},
+    {"decode_b8_l32768_nvfp4", AP_DTYPE_NVFP4, 8, 32767, 1, 8, 32, 8, 0},
+    {"decode_b256_l1024_bf16", AP_DTYPE_BF16, 256, 1023, 1, 4, 32, 8, 0},
+    {"decode_b256_l1024_fp8", AP_DTYPE_FP8_E4M3, 256, 1023, 1, 8, 32, 8, 0},
+    {"decode_b256_l1024_nvfp4", AP_DTYPE_NVFP4, 256, 1023, 1, 8, 32, 8, 0},
+    {"mtp4_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4092, 4, 4, 32, 8, 0},
+    /* skewed: one sequence of 32768 among 63 of 1024 (the split grid's CTAs of the long one hold
+     * their SMs for its whole length; the flat schedule spreads it) */
+    {"skew_b64_l1024_one32768_bf16", AP_DTYPE_BF16, 64, 1023, 1, 4, 32, 8, 32767},
+    {"skew_b64_l1024_one32768_fp8", AP_DTYPE_FP8_E4M3, 64, 1023, 1, 8, 32, 8, 32767},
+    {"graph_step_b1_l1024_bf16", AP_DTYPE_BF16, 1, 1023, 1, 32, 32, 8, 0},
+    {"graph_step_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4095, 1, 32, 32, 8, 0},
     /* Layout probes: one KV head (H4/1, the same group and bytes as B64 H32/8), so a head's rows
      * of a page are contiguous, as in an HND cache: what the NHD row stride costs. */
-    {"probe_hk1_b512_l4096_bf16", AP_DTYPE_BF16, 512, 4095, 1, 4, 4, 1},
-    {"probe_hk1_b512_l4096_fp8", AP_DTYPE_FP8_E4M3, 512, 4095, 1, 8, 4, 1},
-    {"probe_hk1_b512_l4096_nvfp4", AP_DTYPE_NVFP4, 512, 4095, 1, 8, 4, 1},
+    {"probe_hk1_b512_l4096_bf16", AP_DTYPE_BF16, 512, 4095, 1, 4, 4, 1, 0},
+    {"probe_hk1_b512_l4096_fp8", AP_DTYPE_FP8_E4M3, 512, 4095, 1, 8, 4, 1, 0},
+    {"probe_hk1_b512_l4096_nvfp4", AP_DTYPE_NVFP4, 512, 4095, 1, 8, 4, 1, 0},
 };
 
 int main(int argc, char **argv) {

@@ -52,7 +52,7 @@ ap_status mha_validate(const ap_model *model, const ap_options *options, const a
 int mha_option_auto(const ap_options *options, const char *key);
 /* Option nvfp4_keys_m as MHA_KEYS_M_OFF / AUTO / V1 / V2 (validated: anything else refused). */
 int32_t mha_option_keys_m(const ap_options *options);
-/* Option decode_schedule as MHA_SCHEDULE_FLAT (auto, flat) or MHA_SCHEDULE_SPLIT. */
+/* Option decode_schedule as MHA_SCHEDULE_SPLIT (auto, split) or MHA_SCHEDULE_FLAT. */
 int32_t mha_option_schedule(const ap_options *options);
 /* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
 int mha_prefill_served(const ap_model *model);

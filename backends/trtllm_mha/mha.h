@@ -25,9 +25,15 @@ extern "C" {
 #define MHA_KEYS_M_V1 2
 #define MHA_KEYS_M_V2 3
 #define MHA_KEYS_M_V2H 4
-/* Option decode_schedule: auto and flat take the flat schedule (decode_flat.cuh) wherever the
- * decode kernel has it (rows on M: 16-bit and fp8 caches, nvfp4 with more than 8 rows per KV
- * head stays on the split grid), split the split grid everywhere. */
+/* Option decode_schedule: auto and split take the split grid (a CTA per (split, KV head, row
+ * block, sequence), placed by the hardware); flat the flat schedule (decode_flat.cuh: one wave of
+ * persistent CTAs, each streaming an equal share of the batch's stages, units cut between CTAs and
+ * merged by a combine) wherever the kernel set has it (rows on M: 16-bit and fp8 caches at
+ * D <= 128; elsewhere the split grid). Flat is for batches of very uneven lengths: H100,
+ * 2026-11-27 (call 25): B64 with one sequence of 32768 among 63 of 1024, bf16 0.1635-0.1684 ms
+ * against the split grid's 0.4871-0.4877, fp8 0.0931-0.0948 against 0.2894; on equal lengths it
+ * is 3-11% slower (B64 L4096 bf16 0.3891 against 0.3748-0.3771, fp8 0.2183 against 0.1974:
+ * a static share cannot follow the SMs' uneven rates as the hardware's CTA placement does). */
 #define MHA_SCHEDULE_FLAT 0
 #define MHA_SCHEDULE_SPLIT 1
 

@@ -81,13 +81,13 @@ int32_t mha_option_keys_m(const ap_options *options) {
 
 int32_t mha_option_schedule(const ap_options *options) {
     const char *value = ap_kit_option(options, "decode_schedule");
-    return value != NULL && strcmp(value, "split") == 0 ? MHA_SCHEDULE_SPLIT : MHA_SCHEDULE_FLAT;
+    return value != NULL && strcmp(value, "flat") == 0 ? MHA_SCHEDULE_FLAT : MHA_SCHEDULE_SPLIT;
 }
 
 /* Backend-specific options, measurement knobs: split_kv (auto | off), nvfp4_keys_m (the nvfp4
  * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2) and decode_schedule
- * (auto | flat | split: the flat schedule where the kernel has it, or the split grid). Anything
- * else is refused, since a typo must not pass silently. */
+ * (auto | split | flat: mha.h's MHA_SCHEDULE_*). Anything else is refused, since a typo must not
+ * pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {

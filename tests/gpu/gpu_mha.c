@@ -43,7 +43,8 @@ typedef struct mh_case {
     const char *seqs_replay; /* NULL: no graph */
     int split_off;
     int quick;
-    const char *keys_m; /* NULL, or the case's nvfp4_keys_m (MH_CASE_KM) */
+    const char *keys_m;   /* NULL, or the case's nvfp4_keys_m (MH_CASE_KM) */
+    const char *schedule; /* NULL, or the case's decode_schedule (MH_CASE_FLAT) */
 } mh_case;
 
 /* The inputs of one batch on both sides: host (cpu_ref) and device (trtllm_mha). The cache and
@@ -410,9 +411,10 @@ static void mh_case_run(mh_ctx *ctx, const mh_case *c, uint64_t seed) {
                      c->head_dim, &d.model);
     d.model.max_tokens = tokens;
     d.model.max_kv_len = 65536;
-    ap_option_kv extra[2 + MH_OPTIONS_MAX] = {{"split_kv", "off"}};
+    ap_option_kv extra[3 + MH_OPTIONS_MAX] = {{"split_kv", "off"}};
     size_t num_extra = c->split_off ? 1 : 0;
     if (c->keys_m != NULL) extra[num_extra++] = (ap_option_kv){"nvfp4_keys_m", c->keys_m};
+    if (c->schedule != NULL) extra[num_extra++] = (ap_option_kv){"decode_schedule", c->schedule};
     for (size_t i = 0; i < ctx->num_options; i++) extra[num_extra++] = ctx->options[i];
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
@@ -495,6 +497,14 @@ static size_t mh_cases_sweep(mh_case *out, size_t cap) {
         .split_off = split_off_, .quick = quick_ \
     }
 
+/* the flat decode schedule (option decode_schedule flat) */
+#define MH_CASE_FLAT(name_, q_, kv_, page_, dim_, hq_, hk_, seqs_, replay_, quick_) \
+    { \
+        .name = name_, .q_dtype = q_, .kv_dtype = kv_, .page_size = page_, .head_dim = dim_, \
+        .num_qo_heads = hq_, .num_kv_heads = hk_, .seqs = seqs_, .seqs_replay = replay_, \
+        .quick = quick_, .schedule = "flat" \
+    }
+
 /* nvfp4 D128 with <= 8 rows per KV head: keys_m_ NULL takes auto (the keys-on-M v2), "v1" the
  * first keys-on-M form */
 #define MH_CASE_KM(name_, keys_m_, q_, page_, hq_, hk_, seqs_, replay_, quick_) \
@@ -537,20 +547,23 @@ static const mh_case mh_named[] = {
             "12344:1,0:1,4096:1,699:1,8999:1", NULL, 0, 0),
     MH_CASE("many_b64_l1031_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "1030:1x64", NULL,
             0, 0),
-    /* the flat schedule (the default for 16-bit and fp8 caches; decode_flat.cuh): one long
-     * sequence among short ones (its units cut over many CTAs), 300 sequences (two passes of the
-     * search), lengths 1..9000 with MTP rows in several row blocks (group 32 x 8 tokens), a graph
-     * replayed on a skewed batch */
-    MH_CASE("flat_skew_b64_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, "32767:1,1023:1x63",
-            NULL, 0, 1),
-    MH_CASE("flat_skew_b33_fp8_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 128, 32, 8,
-            "17:1x16,20000:1,130:1x16", NULL, 0, 0),
-    MH_CASE("flat_many_b300_f16_d64", AP_DTYPE_F16, AP_DTYPE_F16, 32, 64, 16, 4,
-            "0:1x40,63:1x60,200:1x100,1500:1x100", NULL, 0, 0),
-    MH_CASE("flat_mtp_g32_blocks_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 64, 2,
-            "0:8,9000:8,127:5,64:3,3000:8", NULL, 0, 1),
-    MH_CASE("flat_graph_skew_fp8_d256", AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, 16, 256, 16, 4,
-            "100:1,5000:1,7:1,300:1", "9000:1,1:1,2:1,3:1", 0, 0),
+    /* the flat schedule (option decode_schedule flat; decode_flat.cuh): one long sequence among
+     * short ones (its units cut over many CTAs), 300 sequences (two passes of the search),
+     * lengths 1..9000 with MTP rows in several row blocks (group 32 x 8 tokens), a graph replayed
+     * on a skewed batch at D = 256 (no flat kernel there: the option falls back to the split
+     * grid); and the first skewed batch on the split grid */
+    MH_CASE_FLAT("flat_skew_b64_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8,
+                 "32767:1,1023:1x63", NULL, 1),
+    MH_CASE_FLAT("flat_skew_b33_fp8_p64", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 64, 128, 32, 8,
+                 "17:1x16,20000:1,130:1x16", NULL, 0),
+    MH_CASE_FLAT("flat_many_b300_f16_d64", AP_DTYPE_F16, AP_DTYPE_F16, 32, 64, 16, 4,
+                 "0:1x40,63:1x60,200:1x100,1500:1x100", NULL, 0),
+    MH_CASE_FLAT("flat_mtp_g32_blocks_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 64, 2,
+                 "0:8,9000:8,127:5,64:3,3000:8", NULL, 1),
+    MH_CASE_FLAT("flat_fallback_graph_fp8_d256", AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, 16, 256, 16, 4,
+                 "100:1,5000:1,7:1,300:1", "9000:1,1:1,2:1,3:1", 0),
+    MH_CASE("split_skew_b64_bf16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8,
+            "32767:1,1023:1x63", NULL, 0, 0),
     MH_CASE("graph_bf16_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_DECODE_SEQS,
             "3000:1,10:1,700:1,0:1,127:1", 0, 1),
     MH_CASE("graph_nvfp4_g8_d128_p32", AP_DTYPE_BF16, AP_DTYPE_NVFP4, 32, 128, 64, 8,
