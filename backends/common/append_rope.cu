@@ -339,7 +339,7 @@ constexpr int kSplitRows = kSplitAsync ? 8 : kRowsPerThread; // rows a thread, t
 template <bool kNeox> constexpr int split_min_blocks() {
     return kSplitAsync && !kNeox ? 5 : 4;
 }
-constexpr int kSplitMaxRotary = 256;                          // head_dim <= 32 lanes x 8
+constexpr int kSplitMaxRotary = 256; // head_dim <= 32 lanes x 8
 
 // A split CTA's tokens in shared memory: position and slot, and the cos/sin row at the position;
 // with kSplitAsync also every thread's kRows 16-byte pieces of input ([row][thread]: a warp's
@@ -377,7 +377,8 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
             // a dead row reads nothing and holds zeros (its address stays the CTA's first row's)
             const row_of w = row_kind(a, live ? r : role.row_base);
             const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
-            const uint8_t *p = src + row_src_offset(a, w, live ? token : token_first, d0, sizeof(IN));
+            const uint8_t *p =
+                src + row_src_offset(a, w, live ? token : token_first, d0, sizeof(IN));
             ap_cp_async_16((uint32_t)__cvta_generic_to_shared(&st.raw[j][threadIdx.x]), p, live);
         } else {
             raw[j] = make_uint4(0u, 0u, 0u, 0u);
@@ -432,8 +433,8 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
         else
             v = raw[j];
         rows_piece<IN, KV, kNeox>(a, token_first + t, st.slot[t],
-                                  row_first + (j & pass_mask) * rows_per_pass, role.row_end, d0,
-                                  v, partner_lane, rotates, first, c, s);
+                                  row_first + (j & pass_mask) * rows_per_pass, role.row_end, d0, v,
+                                  partner_lane, rotates, first, c, s);
     }
 }
 
