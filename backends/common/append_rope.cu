@@ -1,6 +1,7 @@
 // append_rope.cu: the KV append: RoPE on q and k (optional), k and v quantized into the cache.
 #include <cuda_runtime.h>
 
+#include "cp_async.cuh"
 #include "cuda_status.cuh"
 #include "dispatch.cuh"
 #include "dtype.cuh"
@@ -295,75 +296,107 @@ __global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rop
 }
 
 // The split kernel (nvfp4 caches): a token's q rows and its K/V rows in different CTAs, each
-// thread with kRowsPerThread rows in flight in both. The rows kernel's CTA carries a token's
+// thread with kSplitRows rows in flight in both. The rows kernel's CTA carries a token's
 // 48 rows (32/8 heads, D128) as 3 per thread, and the quantize raised it to 68 registers: 3 CTAs
 // of 256 threads per SM, 37 KB of loads in flight where the 16-bit caches have 4 CTAs and 49 KB,
-// and its rate fell with that count (1962 / 2582 GB/s ~ 37 / 49). Here 4 rows a thread and at
-// most 64 registers: 4 CTAs, 64 KB.
+// and its rate fell with that count (1962 / 2582 GB/s ~ 37 / 49). Round 1 (AP_APPEND_NVFP4_SPLIT
+// 1): 4 rows a thread in registers, at most 64: 4 CTAs, 64 KB (2181 GB/s). Each CTA's life is
+// two dependent loads long (position, then its cos/sin row) and its 4 rows are in flight only
+// during the first, so about half of those 64 KB were. Round 2 (the default): 8 rows a thread,
+// copied to shared memory by cp.async: no register holds them, so the kernel fits 48 registers
+// (5 CTAs; neox: 64, 4 CTAs) and an SM has 5 (4) x 256 x 8 x 16 B = 160 (128) KB of loads in
+// flight at their issue.
 //
 // A role (q: the num_qo_heads rows from 0; K/V: the 2 * num_kv_heads rows after them, k heads
-// then v heads) spans passes_per_token passes of rows_per_pass rows. When that is 1, 2 or 4
-// (pass_shift 0, 1, 2), a CTA takes kRowsPerThread >> pass_shift whole tokens, one pass at a
-// time; past 4, one token's chunk of 4 passes (chunks per token). blockIdx.y is a group of
-// kRowsPerThread tokens; in it the q CTAs come first, then the K/V CTAs, so both kinds are
+// then v heads) spans passes_per_token passes of rows_per_pass rows. When that is 1, 2, 4
+// ... kSplitRows (pass_shift 0 .. log2 kSplitRows), a CTA takes kSplitRows >> pass_shift whole
+// tokens, one pass at a time; past kSplitRows, one token's chunk of kSplitRows passes (chunks per
+// token). blockIdx.y is a group of kSplitRows tokens; in it the q CTAs come first, then the K/V CTAs, so both kinds are
 // dispatched side by side and the quantize of one overlaps the streaming of the other. Position,
 // slot and cos/sin rows of the CTA's tokens are staged in shared memory (registers are what
 // bound the rows in flight).
 struct split_role {
     int row_base, row_end; // the role's rows among the token's
     int pass_shift;        // log2(passes per token) when a CTA takes whole tokens
-    int chunks;            // CTAs per token (then 4 passes each), or 1
-    int ctas;              // CTAs per group of kRowsPerThread tokens
+    int chunks;            // CTAs per token (then kRows passes each), or 1
+    int ctas;              // CTAs per group of kRows tokens
 };
 
 struct split_geometry {
     split_role role[2]; // q, K/V
 };
 
-// AP_APPEND_NVFP4_SPLIT 0 (a build flag, for timing side by side): nvfp4 keeps the rows kernel.
+// AP_APPEND_NVFP4_SPLIT (a build flag, for timing side by side): 0 nvfp4 keeps the rows kernel;
+// 1 round 1's split kernel (4 rows a thread in registers, 64 registers, 4 CTAs: 64 KB in
+// flight an SM); 2 (default) the rows go global -> shared by cp.async, 8 a thread (below).
 #ifndef AP_APPEND_NVFP4_SPLIT
-#define AP_APPEND_NVFP4_SPLIT 1
+#define AP_APPEND_NVFP4_SPLIT 2
 #endif
-constexpr int kSplitMinBlocks = 4;   // CTAs per SM: at most 64 registers
+constexpr bool kSplitAsync = AP_APPEND_NVFP4_SPLIT == 2;
+constexpr int kSplitRows = kSplitAsync ? 8 : kRowsPerThread; // rows a thread, tokens a group
+// CTAs per SM: round 1 4 (64 registers); async 5 (48) for interleaved pairs, 4 for neox (its
+// partner's 8 values by shuffle: at 48 registers ptxas spilled 24 bytes)
+template <bool kNeox> constexpr int split_min_blocks() {
+    return kSplitAsync && !kNeox ? 5 : 4;
+}
 constexpr int kSplitMaxRotary = 256; // head_dim <= 32 lanes x 8
 
-// A split CTA's tokens in shared memory: position and slot, and the cos/sin row at the position.
-struct split_stage {
-    float4 cos_sin[kRowsPerThread][kSplitMaxRotary / 4];
-    int32_t pos[kRowsPerThread], slot[kRowsPerThread];
+// A split CTA's tokens in shared memory: position and slot, and the cos/sin row at the position;
+// with kSplitAsync also every thread's kRows 16-byte pieces of input ([row][thread]: a warp's
+// 16-byte accesses are consecutive, no bank conflict). 8 rows: 32 KB + 8 KB; 5 CTAs: 205 KB.
+template <int kRows, bool kAsync> struct split_stage {
+    uint4 raw[kAsync ? kRows : 1][kThreads];
+    float4 cos_sin[kRows][kSplitMaxRotary / 4];
+    int32_t pos[kRows], slot[kRows];
 };
 
 // The rows of one role's CTA: tokens token_first + (j >> pass_shift) for passes j, rows
-// row_base + chunk * 4 passes + (j & (passes per token - 1)) * rows_per_pass + lane group.
-template <typename IN, typename KV, bool kNeox>
+// row_base + chunk * kRows passes + (j & (passes per token - 1)) * rows_per_pass + lane group.
+// Register form: the kRows loads are held in registers from issue to use. Async form: they go
+// to shared memory by cp.async, so the registers bound neither the bytes in flight nor, across
+// the two barriers and the cos/sin load behind the position, the CTAs per SM; each thread reads
+// back only what it copied (cp.async.wait_group, no barrier needed), read before q_out's write.
+template <typename IN, typename KV, bool kNeox, int kRows, bool kAsync>
 __device__ __forceinline__ void split_rows(const rope_args &a, const split_role &role,
-                                           int64_t token_first, int chunk, split_stage &st) {
+                                           int64_t token_first, int chunk,
+                                           split_stage<kRows, kAsync> &st) {
     const int lane = threadIdx.x & (a.lanes_per_row - 1);
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
     const int group = (int)(threadIdx.x >> a.lanes_shift);
-    const int tokens = kRowsPerThread >> role.pass_shift;
+    const int tokens = kRows >> role.pass_shift;
     const int pass_mask = (1 << role.pass_shift) - 1;
-    const int row_first = role.row_base + chunk * kRowsPerThread * rows_per_pass + group;
+    const int row_first = role.row_base + chunk * kRows * rows_per_pass + group;
+    uint4 raw[kAsync ? 1 : kRows];
+#pragma unroll
+    for (int j = 0; j < kRows; j++) {
+        const int64_t token = token_first + (j >> role.pass_shift);
+        const int r = row_first + (j & pass_mask) * rows_per_pass;
+        const bool live = token < a.num_tokens && r < role.row_end;
+        if constexpr (kAsync) {
+            // a dead row reads nothing and holds zeros (its address stays the CTA's first row's)
+            const row_of w = row_kind(a, live ? r : role.row_base);
+            const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
+            const uint8_t *p =
+                src + row_src_offset(a, w, live ? token : token_first, d0, sizeof(IN));
+            ap_cp_async_16((uint32_t)__cvta_generic_to_shared(&st.raw[j][threadIdx.x]), p, live);
+        } else {
+            raw[j] = make_uint4(0u, 0u, 0u, 0u);
+            if (live) {
+                const row_of w = row_kind(a, r);
+                const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
+                raw[j] = __ldcs(reinterpret_cast<const uint4 *>(
+                    src + row_src_offset(a, w, token, d0, sizeof(IN))));
+            }
+        }
+    }
+    if constexpr (kAsync) ap_cp_async_commit();
     if (threadIdx.x < (unsigned)tokens) {
         const int64_t token = token_first + threadIdx.x;
         const bool live = token < a.num_tokens;
         st.pos[threadIdx.x] =
             live && a.rotary_dim > 0 ? __ldg(a.positions + token * a.positions_stride) : 0;
         st.slot[threadIdx.x] = live ? __ldg(a.out_loc + token * a.out_loc_stride) : -1;
-    }
-    uint4 raw[kRowsPerThread];
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; j++) {
-        const int64_t token = token_first + (j >> role.pass_shift);
-        const int r = row_first + (j & pass_mask) * rows_per_pass;
-        raw[j] = make_uint4(0u, 0u, 0u, 0u);
-        if (token < a.num_tokens && r < role.row_end) {
-            const row_of w = row_kind(a, r);
-            const uint8_t *src = w.kind == 0 ? a.q : a.src[w.kind - 1];
-            raw[j] = __ldcs(
-                reinterpret_cast<const uint4 *>(src + row_src_offset(a, w, token, d0, sizeof(IN))));
-        }
     }
     __syncthreads();
     if (a.rotary_dim > 0) {
@@ -376,14 +409,16 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
         }
         __syncthreads();
     }
+    if constexpr (kAsync) ap_cp_async_wait<0>();
     const int half = a.rotary_dim / 2;
     const bool rotates = d0 < a.rotary_dim;
     const bool first = kNeox ? d0 < half : true;
     const int half_lanes = half / kVec;
     const int partner_lane =
         !kNeox || !rotates ? lane : (first ? lane + half_lanes : lane - half_lanes);
-#pragma unroll
-    for (int j = 0; j < kRowsPerThread; j++) {
+    // async: rows one at a time (unrolled, ptxas hoists the next rows' loads and spills at 48)
+#pragma unroll(kAsync ? 1 : kRows)
+    for (int j = 0; j < kRows; j++) {
         const int t = j >> role.pass_shift;
         // the same for the whole CTA, so skipping never splits a shuffle; slot -1 past the end
         if (!token_valid(a, st.pos[t], st.slot[t])) continue;
@@ -392,29 +427,34 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
             rope_cos_sin_row<kNeox>(
                 reinterpret_cast<const float *>(st.cos_sin[t]), half, d0, first, c, s,
                 [](const float *p) { return *reinterpret_cast<const float4 *>(p); });
+        uint4 v;
+        if constexpr (kAsync)
+            v = st.raw[j][threadIdx.x];
+        else
+            v = raw[j];
         rows_piece<IN, KV, kNeox>(a, token_first + t, st.slot[t],
-                                  row_first + (j & pass_mask) * rows_per_pass, role.row_end, d0,
-                                  raw[j], partner_lane, rotates, first, c, s);
+                                  row_first + (j & pass_mask) * rows_per_pass, role.row_end, d0, v,
+                                  partner_lane, rotates, first, c, s);
     }
 }
 
 template <typename IN, bool kNeox>
-__global__ void __launch_bounds__(kThreads, kSplitMinBlocks)
+__global__ void __launch_bounds__(kThreads, split_min_blocks<kNeox>())
     ap_append_rope_split_kernel(const rope_args a, const split_geometry g) {
-    const int64_t group_first = (int64_t)blockIdx.y * kRowsPerThread;
+    const int64_t group_first = (int64_t)blockIdx.y * kSplitRows;
     const bool q = (int)blockIdx.x < g.role[0].ctas;
     const split_role role = q ? g.role[0] : g.role[1];
     const int k = q ? (int)blockIdx.x : (int)blockIdx.x - g.role[0].ctas;
     const int cta_token = role.chunks == 1 ? k : k / role.chunks;
     const int chunk = k - cta_token * role.chunks;
-    const int64_t token_first =
-        group_first + (int64_t)cta_token * (kRowsPerThread >> role.pass_shift);
+    const int64_t token_first = group_first + (int64_t)cta_token * (kSplitRows >> role.pass_shift);
     if (token_first >= a.num_tokens) return; // the whole CTA
-    __shared__ split_stage stage;
+    __shared__ split_stage<kSplitRows, kSplitAsync> stage;
     if (q)
-        split_rows<IN, void, kNeox>(a, role, token_first, chunk, stage);
+        split_rows<IN, void, kNeox, kSplitRows, kSplitAsync>(a, role, token_first, chunk, stage);
     else
-        split_rows<IN, ap_nvfp4, kNeox>(a, role, token_first, chunk, stage);
+        split_rows<IN, ap_nvfp4, kNeox, kSplitRows, kSplitAsync>(a, role, token_first, chunk,
+                                                                 stage);
 }
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
@@ -429,14 +469,27 @@ struct append_rope_geometry {
     split_geometry split;
 };
 
+// The async split kernel's 5 CTAs of 41 KB want the largest shared-memory carveout (a hint to
+// the driver, set once per instantiation).
+template <typename IN, bool kNeox>
+void split_launch(const rope_args &a, const append_rope_geometry &g, cudaStream_t s) {
+    static const cudaError_t carveout =
+        kSplitAsync ? cudaFuncSetAttribute(ap_append_rope_split_kernel<IN, kNeox>,
+                                           cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared)
+                    : cudaSuccess;
+    (void)carveout;
+    ap_append_rope_split_kernel<IN, kNeox><<<g.grid, kThreads, 0, s>>>(a, g.split);
+}
+
 template <typename IN, typename KV>
 void append_rope_pick(const rope_args &a, const append_rope_geometry &g, cudaStream_t s) {
     if constexpr (std::is_same<KV, ap_nvfp4>::value) {
         if (g.form == AP_APPEND_SPLIT) {
             if (a.is_neox)
-                ap_append_rope_split_kernel<IN, true><<<g.grid, kThreads, 0, s>>>(a, g.split);
+                split_launch<IN, true>(a, g, s);
             else
-                ap_append_rope_split_kernel<IN, false><<<g.grid, kThreads, 0, s>>>(a, g.split);
+                split_launch<IN, false>(a, g, s);
             return;
         }
     }
@@ -529,16 +582,14 @@ rope_args append_rope_args_of(const ap_kit_append_rope_args *p) {
     return a;
 }
 
-// A role of `rows` rows from row_base (none: no CTA) in the split kernel's groups.
+// A role of `rows` rows from row_base (none: no CTA) in the split kernel's groups: passes per
+// token rounded up to a power of two up to kSplitRows (whole tokens a CTA), past it chunks of
+// kSplitRows passes (one token a CTA).
 split_role split_role_of(int row_base, int rows, int rows_per_pass) {
     const int passes = (rows + rows_per_pass - 1) / rows_per_pass;
-    split_role r = {row_base, row_base + rows, 2, 1, 0};
-    if (passes <= 1)
-        r.pass_shift = 0;
-    else if (passes <= 2)
-        r.pass_shift = 1;
-    else
-        r.chunks = (passes + kRowsPerThread - 1) / kRowsPerThread;
+    split_role r = {row_base, row_base + rows, 0, 1, 0};
+    while ((1 << r.pass_shift) < passes && (1 << r.pass_shift) < kSplitRows) r.pass_shift++;
+    if (passes > kSplitRows) r.chunks = (passes + kSplitRows - 1) / kSplitRows;
     r.ctas = rows == 0 ? 0 : (1 << r.pass_shift) * r.chunks;
     return r;
 }
@@ -554,7 +605,7 @@ append_rope_geometry append_rope_geometry_of(const rope_args &a, const ap_kit_ap
                       reinterpret_cast<uintptr_t>(p->cos_sin) % 16 == 0 && chunks <= 65535 &&
                       p->num_tokens <= 0x7fffffff;
     append_rope_geometry g = {AP_APPEND_ROWS, dim3(0u, 1u), 0, {}};
-    const int64_t groups = (p->num_tokens + kRowsPerThread - 1) / kRowsPerThread;
+    const int64_t groups = (p->num_tokens + kSplitRows - 1) / kSplitRows;
     if (AP_APPEND_NVFP4_SPLIT && rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
         g.form = AP_APPEND_SPLIT;
         g.split.role[0] = split_role_of(0, a.num_qo_heads, rows_per_pass);

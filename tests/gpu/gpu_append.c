@@ -64,6 +64,8 @@ static const ga_case ga_cases[] = {
     GA_APPEND("append_nvfp4_adversarial", BF, N4, 16, 128, 8, 2, "0:31,5:2", 128, 1, 1, 1, 1),
     /* the split kernel's wide roles: 96 q rows (6 passes: 2 CTAs per token), 48 K/V rows (3) */
     GA_APPEND("append_nvfp4_wide_g4_neox", BF, N4, 16, 128, 96, 24, "3:9,0:2", 128, 1, 1, 1, 0),
+    /* D256 (8 rows a pass): 80 q rows and 80 K/V rows, 10 passes each: 2 CTAs of 8 passes a role */
+    GA_APPEND("append_nvfp4_wide_d256_neox", BF, N4, 16, 256, 80, 40, "3:9,0:2", 256, 1, 1, 1, 0),
     GA_EXTEND("extend_nvfp4_p16_d128_g4", BF, N4, 16, 128, 32, 8, "0:7,519:129,13:1,100:77", 0),
     GA_EXTEND("extend_nvfp4_f16_p1_d64_g4", HF, N4, 1, 64, 4, 1, "1031:333,17:20", 0),
     GA_EXTEND("extend_nvfp4_p64_d256_g8", BF, N4, 64, 256, 8, 1, "200:55,0:31", 0),
