@@ -15,7 +15,9 @@
 //    rope rows of one token: its k_pe (rope row 0) and its q heads' rope parts (rows 1 .. H). The
 //    group's cos/sin are loaded once for all its rows; under neox a lane gets its partner unit
 //    (4 units away) from lane ^ 4 by shuffle, so every lane loads and writes only its own unit.
-// Every thread issues all its 16-byte loads (and its positions and slots) before any math.
+// Every thread issues all its 16-byte loads (and its positions and slots) before any math. A task
+// is what one such CTA does; round 2 runs a few persistent CTAs per SM, each looping over tasks
+// with the next task's loads in flight during the current task's math (mla_append_persistent).
 #include <cuda_runtime.h>
 
 #include "../common/cuda_status.cuh"
