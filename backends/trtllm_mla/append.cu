@@ -15,9 +15,7 @@
 //    rope rows of one token: its k_pe (rope row 0) and its q heads' rope parts (rows 1 .. H). The
 //    group's cos/sin are loaded once for all its rows; under neox a lane gets its partner unit
 //    (4 units away) from lane ^ 4 by shuffle, so every lane loads and writes only its own unit.
-// Every thread issues all its 16-byte loads (and its positions and slots) before any math. A task
-// is what one such CTA does; round 2 runs a few persistent CTAs per SM, each looping over tasks
-// with the next task's loads in flight during the current task's math (mla_append_persistent).
+// Every thread issues all its 16-byte loads (and its positions and slots) before any math.
 #include <cuda_runtime.h>
 
 #include "../common/cuda_status.cuh"
@@ -29,12 +27,6 @@
 
 #define MLA_WHO "trtllm_mla append_kv"
 
-// AP_MLA_APPEND_PERSISTENT 0 (a build flag, for timing side by side) launches round 1's kernel:
-// one CTA per task instead of round 2's persistent, software-pipelined CTAs.
-#ifndef AP_MLA_APPEND_PERSISTENT
-#define AP_MLA_APPEND_PERSISTENT 1
-#endif
-
 namespace {
 
 constexpr int kThreads = 128;
@@ -44,8 +36,6 @@ constexpr int kCopyRowsPerCta = kThreads / 32 * kCopyRowsPerWarp;
 constexpr int kRopeRows = 4;                    // rope rows per thread, at most
 constexpr int kRopeGroupsPerCta = kThreads / 8; // 8 lanes per group of rope rows
 constexpr int kRope0 = MLA_ROW - MLA_ROPE;      // 512: where k_pe starts in a latent row
-// Round 2's CTAs per SM (its launch bound): 96 registers interleaved, 128 neox, no spills.
-template <bool NEOX> constexpr int kPersistCtas = NEOX ? 4 : 5;
 
 // N (4 or 8) consecutive floats from p (N / 4 float4 loads when vec: p 16-byte aligned).
 template <int N> __device__ __forceinline__ void load_f(const float *p, bool vec, float out[N]) {
@@ -68,16 +58,12 @@ __device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
     *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// Pairs through one cvt.rn.satfinite.e4m3x2.f32 each: the instruction the one-value conversion
-// issues with a zero partner, so the same bytes with half the conversions.
 __device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
     uint32_t w[2] = {0u, 0u};
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 pair = make_float2(__fdiv_rn(x[2 * i], scale), __fdiv_rn(x[2 * i + 1], scale));
-        w[i >> 1] |= static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(pair, __NV_SATFINITE, __NV_E4M3))
-                     << (16 * (i & 1));
-    }
+    for (int i = 0; i < 8; i++)
+        w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                     << (8 * (i & 3));
     *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
 }
 
@@ -124,70 +110,57 @@ __device__ __forceinline__ void copy_row_token(const mla_append_params &p, IDX r
     h = static_cast<int>(qr - tq * H);
 }
 
-// A task is what one round-1 CTA did: task b copies when floor(b * copy_ctas / ctas) steps at b
-// (copy and rope tasks interleaved evenly), `sub` its index among the tasks of its kind.
-template <typename IDX> struct append_task {
-    IDX sub;
-    bool copy;
-    int32_t pos[kCopyRowsPerWarp], slot[kCopyRowsPerWarp]; // copy: per row; rope: [0] the token's
-};
-
-// A task's 16-byte loads and (rope) its cos / sin, issued and not yet used.
-template <bool NEOX> struct append_data {
-    static constexpr int kPairs = NEOX ? 8 : 4; // neox 8 pairs 8 (c & 3) .. + 7; else 4c .. + 3
+// A copy CTA: kCopyRowsPerCta rows of 64 units, kCopyRowsPerWarp to a warp.
+template <typename IDX>
+__device__ __forceinline__ void copy_part(const mla_append_params &p, const append_grid &g,
+                                          IDX cta) {
+    const int lane = threadIdx.x & 31;
+    const IDX row0 = (cta * (kThreads / 32) + (threadIdx.x >> 5)) * kCopyRowsPerWarp;
     uint4 x[kCopyUnits];
-    float cs_c[kPairs], cs_s[kPairs];
-};
-static_assert(kCopyUnits == kRopeRows, "copy and rope tasks share their load registers");
-
-// A rope task's group for this thread: token t, rows [r_lo, r_hi) (empty past the last group).
-template <typename IDX> struct rope_group {
-    int64_t t;
-    int r_lo, r_hi;
-};
-
-template <typename IDX>
-__device__ __forceinline__ rope_group<IDX> rope_group_at(const append_grid &g, IDX sub) {
-    rope_group<IDX> rg = {0, 0, 0};
-    const IDX group = sub * kRopeGroupsPerCta + (threadIdx.x >> 3);
-    if (group < static_cast<IDX>(g.rope_groups)) {
-        const IDX per = static_cast<IDX>(g.groups_per_token);
-        const IDX tt = group / per;
-        const uint32_t gi = static_cast<uint32_t>(group - tt * per);
-        rg.t = static_cast<int64_t>(tt);
-        rg.r_lo = static_cast<int>(gi * g.rope_rows / g.groups_per_token);
-        rg.r_hi = static_cast<int>((gi + 1) * g.rope_rows / g.groups_per_token);
-    }
-    return rg;
-}
-
-// Stage 1 of task b: its kind, and the positions and slots it needs (independent loads).
-template <typename IDX>
-__device__ __forceinline__ void task_index(const mla_append_params &p, const append_grid &g,
-                                           IDX b, append_task<IDX> &tk) {
-    const IDX before = b * g.copy_ctas / g.ctas;
-    tk.copy = (b + 1) * g.copy_ctas / g.ctas > before;
-    tk.sub = tk.copy ? before : b - before;
+    int32_t pos[kCopyRowsPerWarp], slot[kCopyRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kCopyRowsPerWarp; r++) tk.pos[r] = tk.slot[r] = -1;
-    if (tk.copy) {
-        const IDX row0 = (tk.sub * (kThreads / 32) + (threadIdx.x >> 5)) * kCopyRowsPerWarp;
-#pragma unroll
-        for (int r = 0; r < kCopyRowsPerWarp; r++) {
-            const IDX row = row0 + r;
-            if (row >= static_cast<IDX>(g.copy_rows)) continue;
-            int64_t t;
-            int h;
-            copy_row_token(p, row, t, h);
-            tk.pos[r] = __ldg(p.positions + t * p.positions_stride);
-            if (h < 0) tk.slot[r] = __ldg(p.out_loc + t * p.out_loc_stride);
+    for (int r = 0; r < kCopyRowsPerWarp; r++) {
+        pos[r] = -1;
+        slot[r] = -1;
+        const IDX row = row0 + r;
+        if (row >= static_cast<IDX>(g.copy_rows)) continue;
+        int64_t t;
+        int h;
+        copy_row_token(p, row, t, h);
+        pos[r] = __ldg(p.positions + t * p.positions_stride);
+        const __nv_bfloat16 *src;
+        if (h < 0) {
+            slot[r] = __ldg(p.out_loc + t * p.out_loc_stride);
+            src = static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t;
+        } else {
+            src = static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
+                  static_cast<int64_t>(h) * p.q_stride_h;
         }
-        return;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            x[2 * r + j] = __ldcs(reinterpret_cast<const uint4 *>(src + (lane + 32 * j) * 8));
     }
-    const rope_group<IDX> rg = rope_group_at(g, tk.sub);
-    if (rg.r_hi > rg.r_lo) {
-        tk.pos[0] = __ldg(p.positions + rg.t * p.positions_stride);
-        if (rg.r_lo == 0) tk.slot[0] = __ldg(p.out_loc + rg.t * p.out_loc_stride);
+#pragma unroll
+    for (int r = 0; r < kCopyRowsPerWarp; r++) {
+        const IDX row = row0 + r;
+        if (row >= static_cast<IDX>(g.copy_rows) || !position_ok(p, pos[r])) continue;
+        int64_t t;
+        int h;
+        copy_row_token(p, row, t, h);
+        if (h < 0 && !slot_ok(p, slot[r])) continue;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int d = (lane + 32 * j) * 8;
+            float v[8];
+            ap_unpack8<__nv_bfloat16>(x[2 * r + j], v);
+            if (h < 0) {
+                store_latent(p, slot[r], d, v);
+            } else {
+                __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
+                                     static_cast<int64_t>(h) * p.qo_stride_h + d;
+                store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
+            }
+        }
     }
 }
 
@@ -200,117 +173,72 @@ __device__ __forceinline__ const __nv_bfloat16 *rope_src(const mla_append_params
            static_cast<int64_t>(r - 1) * p.q_stride_h + (p.q_dim - MLA_ROPE) + 8 * c;
 }
 
-// Stage 2 of a task: its 16-byte loads and, for rope, the cos / sin at its position (stage 1's).
+// A rope CTA: kRopeGroupsPerCta groups of rope rows. Every lane of the warp reaches the neox
+// shuffles (lanes out of the grid carry zeros and store nothing).
 template <typename IDX, bool NEOX>
-__device__ __forceinline__ void task_load(const mla_append_params &p, const append_grid &g,
-                                          const append_task<IDX> &tk, append_data<NEOX> &d) {
-    constexpr int kPairs = append_data<NEOX>::kPairs;
-    const int lane = threadIdx.x & 31;
-    if (tk.copy) {
-        const IDX row0 = (tk.sub * (kThreads / 32) + (threadIdx.x >> 5)) * kCopyRowsPerWarp;
-#pragma unroll
-        for (int r = 0; r < kCopyRowsPerWarp; r++) {
-            d.x[2 * r] = d.x[2 * r + 1] = make_uint4(0u, 0u, 0u, 0u);
-            const IDX row = row0 + r;
-            if (row >= static_cast<IDX>(g.copy_rows)) continue;
-            int64_t t;
-            int h;
-            copy_row_token(p, row, t, h);
-            const __nv_bfloat16 *src =
-                h < 0 ? static_cast<const __nv_bfloat16 *>(p.k) + t * p.k_stride_t
-                      : static_cast<const __nv_bfloat16 *>(p.q) + t * p.q_stride_t +
-                            static_cast<int64_t>(h) * p.q_stride_h;
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                d.x[2 * r + j] = __ldcs(reinterpret_cast<const uint4 *>(src + (lane + 32 * j) * 8));
-        }
-        return;
-    }
+__device__ __forceinline__ void rope_part(const mla_append_params &p, const append_grid &g,
+                                          IDX cta) {
     const int c = threadIdx.x & 7;
-    const rope_group<IDX> rg = rope_group_at(g, tk.sub);
+    const IDX group = cta * kRopeGroupsPerCta + (threadIdx.x >> 3);
+    int64_t t = 0;
+    int r_lo = 0, r_hi = 0;
+    int32_t pos = -1, slot = -1;
+    if (group < static_cast<IDX>(g.rope_groups)) {
+        const IDX per = static_cast<IDX>(g.groups_per_token);
+        const IDX tt = group / per;
+        const int gi = static_cast<int>(group - tt * per);
+        t = static_cast<int64_t>(tt);
+        r_lo = static_cast<int>(static_cast<uint32_t>(gi) * g.rope_rows / g.groups_per_token);
+        r_hi = static_cast<int>(static_cast<uint32_t>(gi + 1) * g.rope_rows / g.groups_per_token);
+        pos = __ldg(p.positions + t * p.positions_stride);
+        if (r_lo == 0) slot = __ldg(p.out_loc + t * p.out_loc_stride);
+    }
+    uint4 x[kRopeRows];
 #pragma unroll
     for (int k = 0; k < kRopeRows; k++) {
-        d.x[k] = make_uint4(0u, 0u, 0u, 0u);
-        if (rg.r_lo + k < rg.r_hi)
-            d.x[k] = __ldcs(reinterpret_cast<const uint4 *>(rope_src(p, rg.t, rg.r_lo + k, c)));
+        x[k] = make_uint4(0u, 0u, 0u, 0u);
+        if (r_lo + k < r_hi)
+            x[k] = __ldcs(reinterpret_cast<const uint4 *>(rope_src(p, t, r_lo + k, c)));
     }
-    if (position_ok(p, tk.pos[0])) {
+    // cos / sin of the lane's pairs: neox 8 pairs 8 (c & 3) .. + 7; interleaved 4 pairs 4c .. + 3
+    constexpr int kPairs = NEOX ? 8 : 4;
+    float cs_c[kPairs], cs_s[kPairs];
+    const bool ok = position_ok(p, pos);
+    if (ok) {
         const bool vec = (reinterpret_cast<uintptr_t>(p.cos_sin) & 15) == 0;
-        const float *cs = p.cos_sin + static_cast<int64_t>(tk.pos[0]) * p.rotary_dim +
-                          (NEOX ? 8 * (c & 3) : 4 * c);
-        load_f<kPairs>(cs, vec, d.cs_c);
-        load_f<kPairs>(cs + 32, vec, d.cs_s);
+        const float *cs =
+            p.cos_sin + static_cast<int64_t>(pos) * p.rotary_dim + (NEOX ? 8 * (c & 3) : 4 * c);
+        load_f<kPairs>(cs, vec, cs_c);
+        load_f<kPairs>(cs + 32, vec, cs_s);
     } else {
 #pragma unroll
-        for (int i = 0; i < kPairs; i++) d.cs_c[i] = d.cs_s[i] = 0.0f;
+        for (int i = 0; i < kPairs; i++) cs_c[i] = cs_s[i] = 0.0f;
     }
-}
-
-// Stage 3 of a copy task: kCopyRowsPerWarp rows of 64 units to a warp, converted and stored.
-template <typename IDX, bool NEOX>
-__device__ __forceinline__ void copy_store(const mla_append_params &p, const append_grid &g,
-                                           const append_task<IDX> &tk,
-                                           const append_data<NEOX> &d) {
-    const int lane = threadIdx.x & 31;
-    const IDX row0 = (tk.sub * (kThreads / 32) + (threadIdx.x >> 5)) * kCopyRowsPerWarp;
-#pragma unroll
-    for (int r = 0; r < kCopyRowsPerWarp; r++) {
-        const IDX row = row0 + r;
-        if (row >= static_cast<IDX>(g.copy_rows) || !position_ok(p, tk.pos[r])) continue;
-        int64_t t;
-        int h;
-        copy_row_token(p, row, t, h);
-        if (h < 0 && !slot_ok(p, tk.slot[r])) continue;
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            const int dv = (lane + 32 * j) * 8;
-            float v[8];
-            ap_unpack8<__nv_bfloat16>(d.x[2 * r + j], v);
-            if (h < 0) {
-                store_latent(p, tk.slot[r], dv, v);
-            } else {
-                __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
-                                     static_cast<int64_t>(h) * p.qo_stride_h + dv;
-                store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
-            }
-        }
-    }
-}
-
-// Stage 3 of a rope task: rotate the group's rows and store them. Every lane of the warp reaches
-// the neox shuffles (lanes past the last group carry zeros and store nothing).
-template <typename IDX, bool NEOX>
-__device__ __forceinline__ void rope_store(const mla_append_params &p, const append_grid &g,
-                                           const append_task<IDX> &tk,
-                                           const append_data<NEOX> &d) {
-    const int c = threadIdx.x & 7;
-    const rope_group<IDX> rg = rope_group_at(g, tk.sub);
-    const bool ok = position_ok(p, tk.pos[0]);
 #pragma unroll
     for (int k = 0; k < kRopeRows; k++) {
         float v[8], w[8];
-        ap_unpack8<__nv_bfloat16>(d.x[k], v);
+        ap_unpack8<__nv_bfloat16>(x[k], v);
         if (NEOX) {
             uint4 y;
-            y.x = __shfl_xor_sync(0xffffffffu, d.x[k].x, 4);
-            y.y = __shfl_xor_sync(0xffffffffu, d.x[k].y, 4);
-            y.z = __shfl_xor_sync(0xffffffffu, d.x[k].z, 4);
-            y.w = __shfl_xor_sync(0xffffffffu, d.x[k].w, 4);
+            y.x = __shfl_xor_sync(0xffffffffu, x[k].x, 4);
+            y.y = __shfl_xor_sync(0xffffffffu, x[k].y, 4);
+            y.z = __shfl_xor_sync(0xffffffffu, x[k].z, 4);
+            y.w = __shfl_xor_sync(0xffffffffu, x[k].w, 4);
             ap_unpack8<__nv_bfloat16>(y, w);
         } else {
 #pragma unroll
             for (int i = 0; i < 8; i++) w[i] = v[i ^ 1];
         }
-        const int r = rg.r_lo + k;
-        if (!ok || r >= rg.r_hi) continue;
+        const int r = r_lo + k;
+        if (!ok || r >= r_hi) continue;
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            v[i] = NEOX ? ap_rope_rotated(v[i], w[i], d.cs_c[i], d.cs_s[i], c < 4)
-                        : ap_rope_rotated(v[i], w[i], d.cs_c[i >> 1], d.cs_s[i >> 1], (i & 1) == 0);
+            v[i] = NEOX ? ap_rope_rotated(v[i], w[i], cs_c[i], cs_s[i], c < 4)
+                        : ap_rope_rotated(v[i], w[i], cs_c[i >> 1], cs_s[i >> 1], (i & 1) == 0);
         if (r == 0) {
-            if (slot_ok(p, tk.slot[0])) store_latent(p, tk.slot[0], kRope0 + 8 * c, v);
+            if (slot_ok(p, slot)) store_latent(p, slot, kRope0 + 8 * c, v);
         } else {
-            __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + rg.t * p.qo_stride_t +
+            __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
                                  static_cast<int64_t>(r - 1) * p.qo_stride_h +
                                  (p.q_dim - MLA_ROPE) + 8 * c;
             store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
@@ -318,93 +246,29 @@ __device__ __forceinline__ void rope_store(const mla_append_params &p, const app
     }
 }
 
-template <typename IDX, bool NEOX>
-__device__ __forceinline__ void task_store(const mla_append_params &p, const append_grid &g,
-                                           const append_task<IDX> &tk,
-                                           const append_data<NEOX> &d) {
-    if (tk.copy)
-        copy_store<IDX, NEOX>(p, g, tk, d);
-    else
-        rope_store<IDX, NEOX>(p, g, tk, d);
-}
-
-// Round 1 (AP_MLA_APPEND_PERSISTENT 0, kept for timing side by side): one CTA per task, its
-// three stages back to back. IDX is uint32_t when every index fits, so no 64-bit division. The
-// bound holds interleaved to 48 registers (10 CTAs per SM) without spills; 11 or 12 CTAs spill.
-// Neox keeps its 64 (8 CTAs).
+// Copy and rope CTAs interleaved evenly over the grid (CTA b copies when floor(b * copy_ctas /
+// ctas) steps at b), so both kinds share the SMs from the first wave to the last. IDX is
+// uint32_t when every index fits, so no 64-bit division. The bound holds interleaved to 48
+// registers (10 CTAs per SM) without spills; 11 or 12 CTAs spill. Neox keeps its 64 (8 CTAs).
 template <typename IDX, bool NEOX>
 __global__ void __launch_bounds__(kThreads, NEOX ? 8 : 10)
     mla_append_kernel(const mla_append_params p, const append_grid g) {
     ap_pdl_wait();
     ap_pdl_launch_dependents();
-    append_task<IDX> tk;
-    append_data<NEOX> d;
-    task_index<IDX>(p, g, static_cast<IDX>(blockIdx.x), tk);
-    task_load<IDX, NEOX>(p, g, tk, d);
-    task_store<IDX, NEOX>(p, g, tk, d);
-}
-
-// Round 2: kPersistCtas CTAs per SM (no more than the tasks), CTA i taking tasks i, i + G, i + 2G
-// (G the grid). A thread software-pipelines its tasks: before task b's math and stores it issues
-// task b + G's 16-byte loads and cos / sin (whose position came in during the previous task) and
-// task b + 2G's positions and slots, so its loads stay in flight across the math, the dependent
-// position -> cos / sin round trip is off the critical path, no CTA pays a start per task, and
-// the last wave is one task long. The kind of a task is uniform over the CTA, and so is the loop
-// count: the neox shuffles see every lane.
-template <typename IDX, bool NEOX>
-__global__ void __launch_bounds__(kThreads, kPersistCtas<NEOX>)
-    mla_append_persistent(const mla_append_params p, const append_grid g) {
-    ap_pdl_wait();
-    ap_pdl_launch_dependents();
-    const IDX n = g.ctas, G = gridDim.x;
-    IDX b = blockIdx.x;
-    append_task<IDX> tk, tk_next, tk_after;
-    append_data<NEOX> d, d_next;
-    task_index<IDX>(p, g, b, tk);
-    task_load<IDX, NEOX>(p, g, tk, d);
-    if (b + G < n) task_index<IDX>(p, g, b + G, tk_next);
-    for (;;) {
-        const IDX bn = b + G; // < 2 * ctas < 2^32 (G <= ctas): no wrap in uint32_t
-        const bool more = bn < n;
-        if (more) task_load<IDX, NEOX>(p, g, tk_next, d_next);
-        if (more && n - bn > G) task_index<IDX>(p, g, bn + G, tk_after);
-        task_store<IDX, NEOX>(p, g, tk, d);
-        if (!more) break;
-        b = bn;
-        tk = tk_next;
-        d = d_next;
-        tk_next = tk_after;
-    }
-}
-
-// Round 2's grid: kPersistCtas per SM of the current device, no more than the tasks (all of them
-// where the SM count cannot be read: each CTA then takes one task).
-template <bool NEOX> uint32_t persistent_ctas(uint32_t tasks) {
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        sms <= 0) {
-        cudaGetLastError();
-        return tasks;
-    }
-    const uint64_t n = static_cast<uint64_t>(sms) * kPersistCtas<NEOX>;
-    return n < tasks ? static_cast<uint32_t>(n) : tasks;
-}
-
-template <typename IDX, bool NEOX>
-cudaError_t append_launch_as(const mla_append_params &p, const append_grid &g,
-                             cudaStream_t stream) {
-    if (AP_MLA_APPEND_PERSISTENT)
-        return ap_launch(mla_append_persistent<IDX, NEOX>, dim3(persistent_ctas<NEOX>(g.ctas)),
-                         dim3(kThreads), 0, stream, true, p, g);
-    return ap_launch(mla_append_kernel<IDX, NEOX>, dim3(g.ctas), dim3(kThreads), 0, stream, true,
-                     p, g);
+    const IDX b = blockIdx.x;
+    const IDX copies_before = b * g.copy_ctas / g.ctas;
+    if ((b + 1) * g.copy_ctas / g.ctas > copies_before)
+        copy_part<IDX>(p, g, copies_before);
+    else
+        rope_part<IDX, NEOX>(p, g, b - copies_before);
 }
 
 template <typename IDX>
 cudaError_t append_launch(const mla_append_params &p, const append_grid &g, cudaStream_t stream) {
-    return p.is_neox ? append_launch_as<IDX, true>(p, g, stream)
-                     : append_launch_as<IDX, false>(p, g, stream);
+    return p.is_neox ? ap_launch(mla_append_kernel<IDX, true>, dim3(g.ctas), dim3(kThreads), 0,
+                                 stream, true, p, g)
+                     : ap_launch(mla_append_kernel<IDX, false>, dim3(g.ctas), dim3(kThreads), 0,
+                                 stream, true, p, g);
 }
 
 } // namespace
