@@ -35,7 +35,7 @@ struct ap_backend {
     int32_t keys_m;     /* MHA_KEYS_M_*: option nvfp4_keys_m */
     int32_t schedule;   /* MHA_SCHEDULE_*: option decode_schedule */
     int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
-    int32_t flat_slots; /* the same for the flat kernel (q_len 1), 0 where there is none */
+    int32_t flat_slots; /* the same for the flat kernel (q_len 1); 0: none, or not option flat */
     float *partial_out; /* [max(MHA_SPLIT_WAVES * wave_slots, 2 * flat_slots)][MHA_BLOCK_ROWS]
                            [head_dim] */
     float *partial_lse;

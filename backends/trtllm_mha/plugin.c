@@ -65,7 +65,7 @@ static ap_status mha_alloc_workspace(ap_backend *b, ap_msgbuf *msg) {
     int32_t per_sm_flat = 0;
     ap_status st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group, keys_m,
                                           0, &per_sm, msg);
-    if (st == AP_OK)
+    if (st == AP_OK && b->schedule == MHA_SCHEDULE_FLAT)
         st = mha_decode_ctas_per_sm(m->head_dim_qk, m->dtype, m->kv_dtype, kw, group, keys_m, 1,
                                     &per_sm_flat, msg);
     if (st != AP_OK) return st;
