@@ -27,35 +27,13 @@
 
 #define MLA_WHO "trtllm_mla append_kv"
 
-// The kernel's form, fixed at compile time (-DAP_MLA_APPEND_FORM=N) so the forms can be A/B-timed
-// in one device call:
-//  0: 2 copy rows a warp (4 units a lane), rope groups of at most 4 rows, copy and rope CTAs
-//     interleaved evenly, 48 registers, 10 CTAs an SM (the measured default);
-//  1: more work per thread with every load still issued first: 4 copy rows a warp (8 units,
-//     128 bytes a lane), rope groups of at most 6 rows (H16: 3 groups a token of 5-6 rows, was 5
-//     of 3-4, so 3 cos/sin loads a token, was 5; H128: 22 groups, was 33); 64 registers, 8 CTAs
-//     an SM (at 48 it spills; 8 rope rows spill at 64); interleaved as 0;
-//  2: as 1, with the rope CTAs (pos -> cos/sin chain) first in the grid and the copy CTAs after;
-//  3: the sizes of 0 (48 registers, 10 CTAs), ordered as 2.
-// Forms 1-3 write fp8 two values per cvt (the same bits).
-#ifndef AP_MLA_APPEND_FORM
-#define AP_MLA_APPEND_FORM 0
-#endif
-#if AP_MLA_APPEND_FORM < 0 || AP_MLA_APPEND_FORM > 3
-#error "AP_MLA_APPEND_FORM is 0, 1, 2 or 3"
-#endif
-
 namespace {
 
-constexpr int kForm = AP_MLA_APPEND_FORM;
-constexpr bool kLong = kForm == 1 || kForm == 2; // twice the rows per thread
-constexpr bool kRopeFirst = kForm >= 2;          // rope CTAs before copy CTAs in the grid
 constexpr int kThreads = 128;
-constexpr int kMinCtas = kLong ? 8 : 10;         // per SM (non-neox; neox keeps 8)
-constexpr int kCopyRowsPerWarp = kLong ? 4 : 2;  // 8 (4) units of 16 bytes in flight a lane
+constexpr int kCopyRowsPerWarp = 2;              // 4 units of 16 bytes in flight per lane
 constexpr int kCopyUnits = 2 * kCopyRowsPerWarp; // units per lane
 constexpr int kCopyRowsPerCta = kThreads / 32 * kCopyRowsPerWarp;
-constexpr int kRopeRows = kLong ? 6 : 4;        // rope rows per thread, at most
+constexpr int kRopeRows = 4;                    // rope rows per thread, at most
 constexpr int kRopeGroupsPerCta = kThreads / 8; // 8 lanes per group of rope rows
 constexpr int kRope0 = MLA_ROW - MLA_ROPE;      // 512: where k_pe starts in a latent row
 
@@ -82,20 +60,10 @@ __device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
 
 __device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
     uint32_t w[2] = {0u, 0u};
-    if (kForm != 0) { // cvt.rn.satfinite.e4m3x2.f32: the single conversion's bits, two at once
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            w[i >> 1] |=
-                static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(
-                    make_float2(__fdiv_rn(x[2 * i], scale), __fdiv_rn(x[2 * i + 1], scale)),
-                    __NV_SATFINITE, __NV_E4M3))
-                << (16 * (i & 1));
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                         << (8 * (i & 3));
-    }
+    for (int i = 0; i < 8; i++)
+        w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
+                     << (8 * (i & 3));
     *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
 }
 
@@ -283,19 +251,11 @@ __device__ __forceinline__ void rope_part(const mla_append_params &p, const appe
 // uint32_t when every index fits, so no 64-bit division. The bound holds interleaved to 48
 // registers (10 CTAs per SM) without spills; 11 or 12 CTAs spill. Neox keeps its 64 (8 CTAs).
 template <typename IDX, bool NEOX>
-__global__ void __launch_bounds__(kThreads, NEOX ? 8 : kMinCtas)
+__global__ void __launch_bounds__(kThreads, NEOX ? 8 : 10)
     mla_append_kernel(const mla_append_params p, const append_grid g) {
     ap_pdl_wait();
     ap_pdl_launch_dependents();
     const IDX b = blockIdx.x;
-    if (kRopeFirst) {
-        const IDX rope_ctas = static_cast<IDX>(g.ctas - g.copy_ctas);
-        if (b < rope_ctas)
-            rope_part<IDX, NEOX>(p, g, b);
-        else
-            copy_part<IDX>(p, g, b - rope_ctas);
-        return;
-    }
     const IDX copies_before = b * g.copy_ctas / g.ctas;
     if ((b + 1) * g.copy_ctas / g.ctas > copies_before)
         copy_part<IDX>(p, g, copies_before);
