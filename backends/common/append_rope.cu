@@ -1,8 +1,6 @@
 // append_rope.cu: the KV append: RoPE on q and k (optional), k and v quantized into the cache.
 #include <cuda_runtime.h>
 
-#include <atomic>
-
 #include "cp_async.cuh"
 #include "cuda_status.cuh"
 #include "dispatch.cuh"
@@ -298,8 +296,6 @@ __global__ void __launch_bounds__(kThreads) ap_append_rope_rows_kernel(const rop
 }
 
 #include "append_rope_split.cuh" // the split kernel (nvfp4 caches)
-// after it, its persistent form (AP_APPEND_NVFP4_SPLIT 3), which reuses its roles
-#include "append_rope_persist.cuh"
 
 // The rows kernel takes every shape where its pairs fall on whole lanes and its float4 cos/sin
 // loads are aligned; the staged kernel takes the rest; nvfp4 caches take the split kernel where
@@ -326,60 +322,15 @@ void split_launch(const rope_args &a, const append_rope_geometry &g, cudaStream_
     ap_append_rope_split_kernel<IN, kNeox><<<g.grid, kThreads, 0, s>>>(a, g.split);
 }
 
-// The persistent form: CTAs per SM from the shared memory (the kernel's launch bounds allow 2 by
-// registers; the device attributes are cached by the runtime, no occupancy query per call), one
-// wave of them over the groups, spread so that every CTA walks the same number of groups (+-1).
-template <typename IN, bool kNeox>
-ap_status persist_launch(const rope_args &a, const append_rope_geometry &g, cudaStream_t s,
-                         const char *who, ap_msgbuf *msg) {
-    static std::atomic<uint64_t> ready{0};
-    auto kernel = ap_append_rope_persist_kernel<IN, kNeox>;
-    ap_status st =
-        ap_cuda_smem_optin_once(kernel, persist_smem_bytes(kSplitMaxRotary), ready, who, msg);
-    if (st != AP_OK) return st;
-    static const cudaError_t carveout =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                             (int)cudaSharedmemCarveoutMaxShared);
-    (void)carveout;
-    const size_t smem = persist_smem_bytes(a.rotary_dim);
-    int device = 0, sms = 0, per_sm = 0, reserved = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device) !=
-            cudaSuccess ||
-        cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device) !=
-            cudaSuccess) {
-        cudaGetLastError();
-        sms = 1, per_sm = 0; // one CTA a role: correct, slow; the launch reports a real fault
-    }
-    int64_t by_smem = (int64_t)per_sm / (int64_t)(smem + (size_t)reserved);
-    if (by_smem < 1) by_smem = 1;
-    if (by_smem > split_min_blocks<kNeox>()) by_smem = split_min_blocks<kNeox>();
-    const int64_t groups = g.grid.y;
-    int64_t y = (int64_t)sms * by_smem / g.grid.x;
-    if (y < 1) y = 1;
-    if (y > groups) y = groups;
-    const int64_t walk = (groups + y - 1) / y; // groups a CTA walks at most
-    y = (groups + walk - 1) / walk;
-    ap_append_rope_persist_kernel<IN, kNeox>
-        <<<dim3(g.grid.x, (unsigned)y), kThreads, smem, s>>>(a, g.split);
-    return AP_OK;
-}
-
 template <typename IN, typename KV>
-ap_status append_rope_pick(const rope_args &a, const append_rope_geometry &g, cudaStream_t s,
-                           const char *who, ap_msgbuf *msg) {
+void append_rope_pick(const rope_args &a, const append_rope_geometry &g, cudaStream_t s) {
     if constexpr (std::is_same<KV, ap_nvfp4>::value) {
-        if constexpr (kSplitPersistent) {
-            if (g.form == AP_APPEND_SPLIT)
-                return a.is_neox ? persist_launch<IN, true>(a, g, s, who, msg)
-                                 : persist_launch<IN, false>(a, g, s, who, msg);
-        } else if (g.form == AP_APPEND_SPLIT) {
+        if (g.form == AP_APPEND_SPLIT) {
             if (a.is_neox)
                 split_launch<IN, true>(a, g, s);
             else
                 split_launch<IN, false>(a, g, s);
-            return AP_OK;
+            return;
         }
     }
     if (g.form == AP_APPEND_STAGED)
@@ -388,19 +339,16 @@ ap_status append_rope_pick(const rope_args &a, const append_rope_geometry &g, cu
         ap_append_rope_rows_kernel<IN, KV, true><<<g.grid, kThreads, 0, s>>>(a);
     else
         ap_append_rope_rows_kernel<IN, KV, false><<<g.grid, kThreads, 0, s>>>(a);
-    return AP_OK;
 }
 
 // The cache dtype was checked by append_rope_check: every value reaching here has a kernel.
 template <typename IN>
-ap_status append_rope_launch(const rope_args &a, ap_dtype kv_dtype, const append_rope_geometry &g,
-                             cudaStream_t s, const char *who, ap_msgbuf *msg) {
-    ap_status st = AP_OK;
+void append_rope_launch(const rope_args &a, ap_dtype kv_dtype, const append_rope_geometry &g,
+                        cudaStream_t s) {
     ap_dispatch_cache<true>(kv_dtype, false, [&](auto kv) {
-        st = append_rope_pick<IN, typename decltype(kv)::type>(a, g, s, who, msg);
+        append_rope_pick<IN, typename decltype(kv)::type>(a, g, s);
         return true;
     });
-    return st;
 }
 
 // What the kernels take; one message line for the first thing they do not.
@@ -530,13 +478,11 @@ extern "C" ap_status ap_kit_append_rope_run(const ap_kit_append_rope_args *p, vo
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     ap_dispatch_q(p->in_dtype, false, [&](auto in) {
-        st = append_rope_launch<typename decltype(in)::type>(a, p->kv_dtype, g, s, who, msg);
+        append_rope_launch<typename decltype(in)::type>(a, p->kv_dtype, g, s);
         return true;
     });
-    if (st != AP_OK) return st;
     static const char *const names[] = {"ap_append_rope_kernel", "ap_append_rope_rows_kernel",
-                                        kSplitPersistent ? "ap_append_rope_persist_kernel"
-                                                         : "ap_append_rope_split_kernel"};
+                                        "ap_append_rope_split_kernel"};
     return ap_cuda_launch_status(who, names[g.form], msg);
 }
 

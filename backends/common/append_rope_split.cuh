@@ -41,15 +41,12 @@ struct split_geometry {
 #ifndef AP_APPEND_NVFP4_SPLIT
 #define AP_APPEND_NVFP4_SPLIT 2
 #endif
-// 3: round 2's rows, persistent CTAs with a pipeline of kSplitStages groups (append_rope_persist.cuh).
-constexpr bool kSplitAsync = AP_APPEND_NVFP4_SPLIT >= 2;
-constexpr bool kSplitPersistent = AP_APPEND_NVFP4_SPLIT == 3;
+constexpr bool kSplitAsync = AP_APPEND_NVFP4_SPLIT == 2;
 constexpr int kSplitRows = kSplitAsync ? 8 : kRowsPerThread; // rows a thread, tokens a group
 // CTAs per SM: round 1 4 (64 registers); async 5 (48) for interleaved pairs, 4 for neox (its
-// partner's 8 values by shuffle: at 48 registers ptxas spilled 24 bytes); persistent 2 (shared
-// memory bounds it: 108 KB a CTA at rotary_dim 128)
+// partner's 8 values by shuffle: at 48 registers ptxas spilled 24 bytes)
 template <bool kNeox> constexpr int split_min_blocks() {
-    return kSplitPersistent ? 2 : kSplitAsync && !kNeox ? 5 : 4;
+    return kSplitAsync && !kNeox ? 5 : 4;
 }
 constexpr int kSplitMaxRotary = 256; // head_dim <= 32 lanes x 8
 
