@@ -96,35 +96,13 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
                       sizeof(ap_options));
         return;
     }
-    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
-        const ap_option_kv *kv = &options->extra[i];
-        const char *key = kv->key != NULL ? kv->key : "(null)";
-        const char *value = kv->value != NULL ? kv->value : "(null)";
-        const int keys_m = strcmp(key, "nvfp4_keys_m") == 0;
-        if (strcmp(key, "decode_schedule") == 0) {
-            if (strcmp(value, "auto") == 0 || strcmp(value, "flat") == 0 ||
-                strcmp(value, "split") == 0)
-                continue;
-            *refused = 1;
-            ap_msgbuf_add(reasons,
-                          MHA_NAME ": option decode_schedule is '%s', not auto, flat or split",
-                          value);
-            continue;
-        }
-        const int known = strcmp(key, "split_kv") == 0 || keys_m;
-        if (known && (strcmp(value, "auto") == 0 || strcmp(value, "off") == 0 ||
-                      (keys_m && (strcmp(value, "v1") == 0 || strcmp(value, "v2") == 0))))
-            continue;
+    static const ap_kit_option_rule rules[] = {
+        {"split_kv", "auto|off", NULL, NULL},
+        {"nvfp4_keys_m", "auto|v1|v2|off", NULL, NULL},
+        {"decode_schedule", "auto|flat|split", NULL, NULL},
+    };
+    if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], MHA_NAME, reasons))
         *refused = 1;
-        if (known)
-            ap_msgbuf_add(reasons, MHA_NAME ": option %s is '%s', not auto%s or off", key, value,
-                          keys_m ? ", v1, v2" : "");
-        else
-            ap_msgbuf_add(reasons,
-                          MHA_NAME ": unknown option '%s' (known: split_kv, nvfp4_keys_m, "
-                                   "decode_schedule)",
-                          key);
-    }
 }
 
 /* Prefill (more than MHA_MAX_Q_LEN new tokens in a sequence) runs on the kit's prefill kernel:
