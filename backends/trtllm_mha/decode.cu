@@ -354,7 +354,7 @@ __device__ __forceinline__ void state_finish(warp_state<D> &st, const cta_work &
 // 8-float groups XORed with its row (conflict-free float2 stores and loads), so the regions take
 // merge_scratch_bytes: they fit one ring stage wherever the flat schedule runs (decode_shape).
 // The caller's barrier comes first (the scratch is free); one barrier inside.
-template <int D> __device__ __forceinline__ int merge_col(int row, int col) {
+__device__ __forceinline__ int merge_col(int row, int col) {
     return col ^ ((row & 7) * 8);
 }
 
@@ -372,7 +372,7 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, f
             l += __shfl_xor_sync(0xffffffffu, l, 2);
 #pragma unroll
             for (int j = 0; j < D / 8; j++)
-                *reinterpret_cast<float2 *>(mine + row * D + merge_col<D>(row, 8 * j + 2 * t)) =
+                *reinterpret_cast<float2 *>(mine + row * D + merge_col(row, 8 * j + 2 * t)) =
                     make_float2(st.acc[j][2 * half], st.acc[j][2 * half + 1]);
             if (t == 0) ml[(region0 + kg) * 16 + row] = make_float2(st.m[half], l);
         }
@@ -402,7 +402,7 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, f
 #pragma unroll
             for (int j = 0; j < D / 8; j++) {
                 const float2 o =
-                    *reinterpret_cast<const float2 *>(other + merge_col<D>(row, 8 * j + 2 * t));
+                    *reinterpret_cast<const float2 *>(other + merge_col(row, 8 * j + 2 * t));
                 st.acc[j][2 * half] += o.x * wk;
                 st.acc[j][2 * half + 1] += o.y * wk;
             }
@@ -496,18 +496,18 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
         from = km2_sources_of<S, 8>(w, a);
     else if constexpr (KM >= kKeysM2)
         from = km2_sources_of<S>(w, a);
+    // The copies of stage `index` into the ring at `stage`, by the set's copy pattern.
+    auto issue = [&](int index, uint32_t stage, int32_t pages) {
+        if constexpr (KM == kKeysM2H)
+            tile_issue_km2h<S>(w, a, from, index, stage, pages);
+        else if constexpr (KM >= kKeysM2)
+            tile_issue_km2<S>(w, a, from, index, stage, pages);
+        else
+            tile_issue<S>(w, a, index, stage, pages);
+    };
 #pragma unroll
     for (int s = 0; s < S::stages - 1; s++) {
-        if (s < steps) {
-            if constexpr (KM == kKeysM2H)
-                tile_issue_km2h<S>(w, a, from, s, ring + s * S::stage_bytes,
-                                   stage_pages<S>(w, a, s, lane));
-            else if constexpr (KM >= kKeysM2)
-                tile_issue_km2<S>(w, a, from, s, ring + s * S::stage_bytes,
-                                  stage_pages<S>(w, a, s, lane));
-            else
-                tile_issue<S>(w, a, s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
-        }
+        if (s < steps) issue(s, ring + s * S::stage_bytes, stage_pages<S>(w, a, s, lane));
         ap_cp_async_commit();
     }
     int32_t pages_next = stage_pages<S>(w, a, S::stages - 1, lane);
@@ -519,21 +519,16 @@ __global__ void __launch_bounds__(kThreads, (decode_shape<D, KV, KW, KM>::min_ct
         km_begin<D, QT>(st, wh, a, w.block * S::block_rows + local0, lane);
     else
         state_begin<D, MT, QT, S::layout>(st, w, a, w.block * S::block_rows + local0, lane);
-    // kKeysM2(P): the ring offsets of steps i and i + stages - 1 kept as running counters, not
-    // i % stages (a multiply-high and two more per use for 3 stages)
+    // keys on M v2 / v2h: the ring offsets of steps i and i + stages - 1 kept as running
+    // counters, not i % stages (a multiply-high and two more per use for 3 stages)
     int ring_i = 0, ring_next = (S::stages - 1) * S::stage_bytes;
     for (int i = 0; i < steps; i++) {
         ap_cp_async_wait<S::stages - 2>();
         __syncthreads();
         const int next = i + S::stages - 1;
         if (next < steps) {
-            if constexpr (KM == kKeysM2H) {
-                tile_issue_km2h<S>(w, a, from, next, ring + ring_next, pages_next);
-            } else if constexpr (KM >= kKeysM2) {
-                tile_issue_km2<S>(w, a, from, next, ring + ring_next, pages_next);
-            } else {
-                tile_issue<S>(w, a, next, ring + (next % S::stages) * S::stage_bytes, pages_next);
-            }
+            issue(next, ring + (KM >= kKeysM2 ? ring_next : (next % S::stages) * S::stage_bytes),
+                  pages_next);
             pages_next = stage_pages<S>(w, a, next + 1, lane);
         }
         ap_cp_async_commit();

@@ -70,6 +70,13 @@ __device__ __forceinline__ void km_begin(km_state<D> &st, const cta_work &w, con
             st.acc[c][h][0] = st.acc[c][h][1] = st.acc[c][h][2] = st.acc[c][h][3] = 0.f;
 }
 
+// A step every row of the warp sees whole: its keys end before key_end and at or before the
+// prefix (every row's causal limit is at least the prefix).
+template <int D>
+__device__ __forceinline__ bool km_step_full(const km_state<D> &st, int first_key, int key_end) {
+    return first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
+}
+
 // tile_softmax's online softmax over S^T (s[mt][2 hi + j]: key 16mt + 8hi + g, row 2t + j): a
 // row's max runs over the lane's 4 keys, then the 8 lanes g of its column (3 shuffles).
 // MASKED (v2): 0 for a step known to be full (no mask code at all), 1 for one that may not be,
@@ -77,8 +84,7 @@ __device__ __forceinline__ void km_begin(km_state<D> &st, const cta_work &w, con
 template <int D, int MASKED = -1>
 __device__ __forceinline__ void km_softmax(km_state<D> &st, float (&s)[2][4], int first_key,
                                            int key_end, float scale_log2, int g) {
-    const bool full = MASKED == 0 || (MASKED < 0 && first_key + kTile <= key_end &&
-                                      first_key + kTile - 1 <= st.prefix);
+    const bool full = MASKED == 0 || (MASKED < 0 && km_step_full(st, first_key, key_end));
     float alpha[2];
     bool grew = false;
 #pragma unroll
@@ -309,12 +315,6 @@ tile_math_km2(km_state<128> &st, uint32_t tile_k, uint32_t tile_v, const uint8_t
     }
     km_softmax<D, MASKED ? 1 : 0>(st, s, first_key, key_end, scale_log2, g);
     km_pv<D, true>(st, s, tile_v, scale_v, lane);
-}
-
-// A step every row of the warp sees whole: its keys end before key_end and at or before the
-// prefix (every row's causal limit is at least the prefix).
-__device__ __forceinline__ bool km_step_full(const km_state<128> &st, int first_key, int key_end) {
-    return first_key + kTile <= key_end && first_key + kTile - 1 <= st.prefix;
 }
 
 // The copies of stage `index` for v2 (D = 128: rows of 4 chunks and an 8-byte scale row, 128
