@@ -867,11 +867,16 @@ decode_kernel_info decode_dispatch(int32_t head_dim, ap_dtype q_dtype, ap_dtype 
     }
 }
 
+// Every kernel the dispatch can return gets its shared-memory limit raised once: the sweep below
+// reaches most kernels many times over (keys_m and rows values that pick the same one), so a kernel
+// already raised is skipped.
 ap_status decode_setup_all(ap_msgbuf *msg) {
     const int dims[3] = {64, 128, 256}, kws[3] = {1, 2, 4}, rows[2] = {8, 16};
     const int32_t keys_m[4] = {MHA_KEYS_M_AUTO, MHA_KEYS_M_V1, MHA_KEYS_M_OFF, MHA_KEYS_M_V2H};
     const ap_dtype qs[2] = {AP_DTYPE_BF16, AP_DTYPE_F16};
     const ap_dtype kvs[4] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
+    decode_kernel_fn done[3 * 2 * 4 * 3 * 16];
+    int num_done = 0;
     for (int d = 0; d < 3; d++)
         for (int q = 0; q < 2; q++)
             for (int k = 0; k < 4; k++)
@@ -879,7 +884,10 @@ ap_status decode_setup_all(ap_msgbuf *msg) {
                     for (int r = 0; r < 16; r++) { // r >= 8: the flat kernels
                         decode_kernel_info v = decode_dispatch(
                             dims[d], qs[q], kvs[k], kws[w], rows[r % 2], keys_m[r / 2 % 4], r >= 8);
-                        if (v.kernel == NULL) continue;
+                        bool seen = v.kernel == NULL;
+                        for (int i = 0; i < num_done && !seen; i++) seen = done[i] == v.kernel;
+                        if (seen) continue;
+                        done[num_done++] = v.kernel;
                         ap_status st =
                             ap_cuda_smem_optin(v.kernel, (size_t)v.smem_bytes, MHA_WHO, msg);
                         if (st != AP_OK) return st;
