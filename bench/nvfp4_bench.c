@@ -160,24 +160,25 @@ static int nb_append_call(void *ctx) {
 /* Bytes moved once per call: q read and written (rotated in place), k and v read, k and v cache
  * rows written (nvfp4: 0.5 byte a value + 1 scale byte per 16), 8 bytes of position and slot
  * per token, one cos/sin row (rotary_dim floats) per token. */
-static double nb_append_bytes(const ap_model *m, int64_t t) {
+static double nb_append_bytes(const ap_model *m, int64_t t, int with_q) {
     double per_value = m->kv_dtype == AP_DTYPE_NVFP4      ? 0.5 + 1.0 / 16
                        : m->kv_dtype == AP_DTYPE_FP8_E4M3 ? 1.0
                                                           : 2.0;
-    double q = (double)t * m->num_qo_heads * m->head_dim_qk * 2;
+    double q = with_q ? (double)t * m->num_qo_heads * m->head_dim_qk * 2 : 0.0;
     double kv_in = (double)t * m->num_kv_heads * m->head_dim_qk * 2 * 2;
     double kv_out = (double)t * m->num_kv_heads * m->head_dim_qk * 2 * per_value;
     return 2 * q + kv_in + kv_out + 8.0 * t + 4.0 * m->head_dim_qk * t;
 }
 
+/* with_q 0: no q (the K/V roles alone: what the quantize costs apart from q's rotation). */
 static void nb_append_case(ap_registry *reg, const ap_device *dev, int32_t t, ap_dtype kvd,
-                           uint64_t *rng) {
+                           int with_q, uint64_t *rng) {
     ap_model m = nb_model(kvd, t, 1, t);
     nb_append a = {0};
     ap_kv_cache kv;
     char name[96];
-    snprintf(name, sizeof name, "append_kv/1 %d tokens 32/8 D128 neox, q in place, %s cache", t,
-             ap_dtype_str(kvd));
+    snprintf(name, sizeof name, "append_kv/1 %d tokens 32/8 D128 neox, %s, %s cache", t,
+             with_q ? "q in place" : "no q", ap_dtype_str(kvd));
     if (ap_instance_open(reg, nb_backend, &m, &nb_options, dev, &a.inst) != AP_OK) {
         printf("%-58s open: %s\n", name, ap_last_error());
         return;
@@ -209,8 +210,8 @@ static void nb_append_case(ap_registry *reg, const ap_device *dev, int32_t t, ap
                              .window_left = -1,
                              .kv = &kv};
         a.args = (ap_append_kv_args){.struct_size = sizeof a.args,
-                                     .q = &tq,
-                                     .q_out = &tq,
+                                     .q = with_q ? &tq : NULL,
+                                     .q_out = with_q ? &tq : NULL,
                                      .k = &tk,
                                      .v = &tv,
                                      .positions = &tp,
@@ -219,7 +220,7 @@ static void nb_append_case(ap_registry *reg, const ap_device *dev, int32_t t, ap
                                      .rotary_dim = 128,
                                      .is_neox = 1};
         double mn = 0, ms = nb_time(nb_append_call, &a, &mn);
-        if (ms > 0) nb_row(name, ms, mn, nb_append_bytes(&m, t), 0);
+        if (ms > 0) nb_row(name, ms, mn, nb_append_bytes(&m, t, with_q), 0);
         nb_cache_free(&kv);
     }
     cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dints), cudaFree(dtable);
@@ -367,8 +368,9 @@ int main(int argc, char **argv) {
     nb_row("device-to-device copy 256 MiB (bytes read + written)", ms, mn, 2.0 * copy.bytes, 0);
     cudaFree(copy.dst), cudaFree(copy.src);
     const ap_dtype kinds[3] = {AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
-    for (int i = 0; i < 3; i++) nb_append_case(reg, &dev, 16384, kinds[i], &rng);
-    for (int i = 0; i < 3; i++) nb_append_case(reg, &dev, 64, kinds[i], &rng);
+    for (int i = 0; i < 3; i++) nb_append_case(reg, &dev, 16384, kinds[i], 1, &rng);
+    for (int i = 0; i < 3; i++) nb_append_case(reg, &dev, 64, kinds[i], 1, &rng);
+    for (int i = 0; i < 3; i += 2) nb_append_case(reg, &dev, 16384, kinds[i], 0, &rng);
     nb_extend_case(reg, &dev, 4, 0, 4096, AP_DTYPE_BF16, &rng);
     nb_extend_case(reg, &dev, 4, 0, 4096, AP_DTYPE_NVFP4, &rng);
     nb_extend_case(reg, &dev, 4, 8192, 512, AP_DTYPE_BF16, &rng);
