@@ -97,7 +97,7 @@ template <> struct kv_write8<ap_nvfp4> {
                                                const float (&x)[kVec], float scale, bool write) {
         if (!__any_sync(0xffffffffu, write)) return;
         int has_nan = 0;
-        float amax = ap_nvfp4_block_amax(x, kVec, &has_nan);
+        float amax = ap_nvfp4_amax8(x, &has_nan);
         amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
         has_nan |= __shfl_xor_sync(0xffffffffu, has_nan, 1);
         float inv;

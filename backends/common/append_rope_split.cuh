@@ -65,7 +65,12 @@ template <int kRows, bool kAsync> struct split_stage {
 // to shared memory by cp.async, so the registers bound neither the bytes in flight nor, across
 // the two barriers and the cos/sin load behind the position, the CTAs per SM; each thread reads
 // back only what it copied (cp.async.wait_group, no barrier needed), read before q_out's write.
-template <typename IN, typename KV, bool kNeox, int kRows, bool kAsync>
+// kShift >= 0: role.pass_shift known at compile time (0: the K/V role of 32/8 heads at D128
+// takes a token's rows in one pass). A thread's row is then the same for all its tokens, which
+// the compiler sees, so the row's kind, head, offsets and branches leave the loop over the tokens
+// (the K/V rows' loop 423 -> 326 SASS a row of 8 values with the branch-free quantizer; unrolling
+// the q role's two passes by 2 saved 4% of its rows' loop and spilled: not taken).
+template <typename IN, typename KV, bool kNeox, int kRows, bool kAsync, int kShift = -1>
 __device__ __forceinline__ void split_rows(const rope_args &a, const split_role &role,
                                            int64_t token_first, int chunk,
                                            split_stage<kRows, kAsync> &st) {
@@ -73,13 +78,14 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
     const int d0 = lane * kVec;
     const int rows_per_pass = kThreads >> a.lanes_shift;
     const int group = (int)(threadIdx.x >> a.lanes_shift);
-    const int tokens = kRows >> role.pass_shift;
-    const int pass_mask = (1 << role.pass_shift) - 1;
+    const int shift = kShift >= 0 ? kShift : role.pass_shift;
+    const int tokens = kRows >> shift;
+    const int pass_mask = (1 << shift) - 1;
     const int row_first = role.row_base + chunk * kRows * rows_per_pass + group;
     uint4 raw[kAsync ? 1 : kRows];
 #pragma unroll
     for (int j = 0; j < kRows; j++) {
-        const int64_t token = token_first + (j >> role.pass_shift);
+        const int64_t token = token_first + (j >> shift);
         const int r = row_first + (j & pass_mask) * rows_per_pass;
         const bool live = token < a.num_tokens && r < role.row_end;
         if constexpr (kAsync) {
@@ -128,7 +134,7 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
     // async: rows one at a time (unrolled, ptxas hoists the next rows' loads and spills at 48)
 #pragma unroll(kAsync ? 1 : kRows)
     for (int j = 0; j < kRows; j++) {
-        const int t = j >> role.pass_shift;
+        const int t = j >> shift;
         // the same for the whole CTA, so skipping never splits a shuffle; slot -1 past the end
         if (!token_valid(a, st.pos[t], st.slot[t])) continue;
         float c[kVec], s[kVec];
@@ -161,6 +167,9 @@ __global__ void __launch_bounds__(kThreads, split_min_blocks<kNeox>())
     __shared__ split_stage<kSplitRows, kSplitAsync> stage;
     if (q)
         split_rows<IN, void, kNeox, kSplitRows, kSplitAsync>(a, role, token_first, chunk, stage);
+    else if (role.pass_shift == 0)
+        split_rows<IN, ap_nvfp4, kNeox, kSplitRows, kSplitAsync, 0>(a, role, token_first, chunk,
+                                                                    stage);
     else
         split_rows<IN, ap_nvfp4, kNeox, kSplitRows, kSplitAsync>(a, role, token_first, chunk,
                                                                  stage);

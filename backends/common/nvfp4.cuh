@@ -135,14 +135,15 @@ __device__ __forceinline__ uint8_t ap_nvfp4_quantize16(const float x[16], float 
     return scale;
 }
 
-// ap_float_to_e2m1's codes with no chain of compares: on each stretch of equal spacing the code
+// ap_float_to_e2m1's codes with no chain of compares, for y not NaN (a NaN gets some code:
+// fminf(NaN, 6) is 6): on each stretch of equal spacing the code
 // is an offset plus y's magnitude rounded to an integer after an exact scaling, |y| in [0, 2):
 // rint(2|y|) (codes 0..4), [2, 4): 2 + rint(|y|) (4..6), [4, 6]: 4 + rint(|y| / 2) (6, 7), past 6
 // saturated to 6 first. rint is one add of 2^23 (round to nearest even: the scaled product is
 // exact, so the add rounds once, as the compares' ties do: every offset is even, so ties to an
-// even integer are ties to the even code). NaN gives 0, the sign bit is y's.
-__host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
-    if (y != y) return 0u;
+// even integer are ties to the even code). The sign bit is y's. No branch: callers that zero a
+// block holding a NaN anyway call it per value (ap_nvfp4_codes8).
+__host__ __device__ __forceinline__ uint32_t ap_e2m1_code_not_nan(float y) {
     const float a = fminf(fabsf(y), 6.0f);
     const float m = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
     const uint32_t off = a < 2.0f ? 0u : (a < 4.0f ? 2u : 4u);
@@ -154,8 +155,15 @@ __host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
     return (ap_float_bits(r) - 0x4b000000u + off) | ((ap_float_bits(y) >> 28) & 8u);
 }
 
+// The same with NaN giving 0 (ap_float_to_e2m1's rule; tests/cpu_ref/test_nvfp4_decode.cu).
+__host__ __device__ __forceinline__ uint32_t ap_e2m1_code_fast(float y) {
+    return y != y ? 0u : ap_e2m1_code_not_nan(y);
+}
+
 // ap_nvfp4_block_codes on 8 values (n = 8) as one word, value i in nibble i, by
-// ap_e2m1_code_fast (tests/cpu_ref/test_nvfp4_decode.cu checks both against the host functions).
+// ap_e2m1_code_not_nan (tests/cpu_ref/test_nvfp4_decode.cu checks both against the host
+// functions). has_nan must be set when a value is NaN (the word is then 0, as the host's): y is
+// NaN only for a NaN x, since inv is 0 only for a block whose largest magnitude is finite.
 __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], float inv,
                                                              int has_nan) {
     uint32_t w = 0;
@@ -165,9 +173,22 @@ __host__ __device__ __forceinline__ uint32_t ap_nvfp4_codes8(const float x[8], f
 #else
         const float y = x[i] * inv;
 #endif
-        w |= ap_e2m1_code_fast(y) << (4 * i);
+        w |= ap_e2m1_code_not_nan(y) << (4 * i);
     }
     return has_nan ? 0u : w;
+}
+
+// ap_nvfp4_block_amax on 8 values, without a branch: max.NaN carries a NaN through, which sets
+// has_nan (the block then takes the NaN scale, its amax unused); otherwise the same amax.
+__device__ __forceinline__ float ap_nvfp4_amax8(const float x[8], int *has_nan) {
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float a = fabsf(x[i]);
+        asm("max.NaN.f32 %0, %0, %1;" : "+f"(m) : "f"(a));
+    }
+    *has_nan = m != m;
+    return m;
 }
 
 // A shorter decode for kernels that multiply by the block scale anyway (decode on fragment
