@@ -106,12 +106,16 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
         }
     }
     if constexpr (kAsync) ap_cp_async_commit();
+    // A token that is not written (past the batch, or token_valid false) gets slot -1 here, once,
+    // so that each row tests one sign (token_valid per row was ~14 instructions of it).
     if (threadIdx.x < (unsigned)tokens) {
         const int64_t token = token_first + threadIdx.x;
         const bool live = token < a.num_tokens;
-        st.pos[threadIdx.x] =
+        const int32_t pos =
             live && a.rotary_dim > 0 ? __ldg(a.positions + token * a.positions_stride) : 0;
-        st.slot[threadIdx.x] = live ? __ldg(a.out_loc + token * a.out_loc_stride) : -1;
+        const int32_t slot = live ? __ldg(a.out_loc + token * a.out_loc_stride) : -1;
+        st.pos[threadIdx.x] = pos;
+        st.slot[threadIdx.x] = token_valid(a, pos, slot) ? slot : -1;
     }
     __syncthreads();
     if (a.rotary_dim > 0) {
@@ -119,7 +123,7 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
         for (int i = (int)threadIdx.x; i < tokens * n4; i += kThreads) {
             const int t = i / n4, e = i - t * n4;
             const float *row = a.cos_sin + (int64_t)st.pos[t] * a.rotary_dim;
-            if (token_valid(a, st.pos[t], st.slot[t]))
+            if (st.slot[t] >= 0)
                 st.cos_sin[t][e] = __ldg(reinterpret_cast<const float4 *>(row) + e);
         }
         __syncthreads();
@@ -136,7 +140,7 @@ __device__ __forceinline__ void split_rows(const rope_args &a, const split_role 
     for (int j = 0; j < kRows; j++) {
         const int t = j >> shift;
         // the same for the whole CTA, so skipping never splits a shuffle; slot -1 past the end
-        if (!token_valid(a, st.pos[t], st.slot[t])) continue;
+        if (st.slot[t] < 0) continue;
         float c[kVec], s[kVec];
         if (rotates)
             rope_cos_sin_row<kNeox>(
