@@ -135,14 +135,14 @@ __device__ __forceinline__ uint8_t ap_nvfp4_quantize16(const float x[16], float 
     return scale;
 }
 
-// ap_float_to_e2m1's codes with no chain of compares, for y not NaN (a NaN gets some code:
-// fminf(NaN, 6) is 6): on each stretch of equal spacing the code
-// is an offset plus y's magnitude rounded to an integer after an exact scaling, |y| in [0, 2):
-// rint(2|y|) (codes 0..4), [2, 4): 2 + rint(|y|) (4..6), [4, 6]: 4 + rint(|y| / 2) (6, 7), past 6
-// saturated to 6 first. rint is one add of 2^23 (round to nearest even: the scaled product is
-// exact, so the add rounds once, as the compares' ties do: every offset is even, so ties to an
-// even integer are ties to the even code). The sign bit is y's. No branch: callers that zero a
-// block holding a NaN anyway call it per value (ap_nvfp4_codes8).
+// ap_float_to_e2m1's codes with no chain of compares, for y not NaN (a NaN gets some code, as
+// fminf(NaN, 6) is 6): on each stretch of equal spacing the code is an offset plus y's magnitude
+// rounded to an integer after an exact scaling, |y| in [0, 2): rint(2|y|) (codes 0..4), [2, 4):
+// 2 + rint(|y|) (4..6), [4, 6]: 4 + rint(|y| / 2) (6, 7), past 6 saturated to 6 first. rint is
+// one add of 2^23 (round to nearest even: the scaled product is exact, so the add rounds once, as
+// the compares' ties do: every offset is even, so ties to an even integer are ties to the even
+// code). The sign bit is y's. No branch: callers that zero a block holding a NaN anyway call it
+// per value (ap_nvfp4_codes8).
 __host__ __device__ __forceinline__ uint32_t ap_e2m1_code_not_nan(float y) {
     const float a = fminf(fabsf(y), 6.0f);
     const float m = a < 2.0f ? 2.0f : (a < 4.0f ? 1.0f : 0.5f);
