@@ -2,13 +2,10 @@
 # nvfp4ap2_run.sh: on the GPU machine, one call for the nvfp4 KV append, round 2 (issue 11):
 # build, gpu-append for both MHA backends (every cache byte and scale against cpu_ref), the nvfp4
 # test, memcheck / racecheck / synccheck on the append_nvfp4 cases, nvfp4-bench (append rows
-# beside bf16 / fp8 caches and a copy). AB=1 also builds round 1's split kernel
-# (-DAP_APPEND_NVFP4_SPLIT=1, a second build dir: a few minutes more) and times it in the same
-# call. Usage (repo root, .deps carried; logs under $OUT):
-#   OUT=... [AB=1] bash bench/nvfp4ap2_run.sh
+# beside bf16 / fp8 caches and a copy). Usage (repo root, .deps carried; logs under $OUT):
+#   OUT=... bash bench/nvfp4ap2_run.sh
 set -o pipefail
 B=/tmp/nvfp4ap2-build
-B0=/tmp/nvfp4ap2-build-r1
 t0=$(date +%s); stamp() { echo "--- $1 at +$(($(date +%s) - t0))s"; }
 source .ci/gpu-deps.sh; gpu_deps_use || echo "no .deps"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
@@ -33,13 +30,4 @@ stamp sanitize
     echo "$tool gpu-append append_nvfp4 exit $?"; done
 } > $OUT/sanitize.log 2>&1
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|exit [0-9]" $OUT/sanitize.log
-if [ "${AB:-0}" = 1 ]; then
-  stamp "round-1 build (AP_APPEND_NVFP4_SPLIT=1)"
-  (meson setup $B0 -Dcuda=enabled -Dbuildtype=debugoptimized -Dcuda_args=-DAP_APPEND_NVFP4_SPLIT=1 >/dev/null &&
-   ninja -C $B0 -j 16 backends/cpu_ref/ap_cpu_ref.so backends/flashinfer_like/ap_flashinfer_like.so bench/nvfp4-bench) \
-    > $OUT/build-r1.log 2>&1 || { echo round-1 build failed; exit 1; }
-  for b in $B0 $B; do echo "== $b"; timeout 60 $b/bench/nvfp4-bench --runs 100 --plugin-dir $b/backends/cpu_ref \
-    --plugin-dir $b/backends/flashinfer_like 2>&1 | grep -E "append_kv/1 16384|copy"; done > $OUT/bench-ab.log
-  cat $OUT/bench-ab.log
-fi
 stamp done

@@ -234,29 +234,22 @@ __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, in
     ap_unpack8<IN>(raw, x);
     if (w.kind != 2 && rotates) {
         float y[kVec];
-        // 16-bit caches keep the two predicated adds: their rows kernel measured 2.6% slower with
-        // the flip on the H100 (fp8 3.5% faster, nvfp4's split kernel 1%; 2026-11-27, call 36)
+        // kFlip: first's x c - y s as x c + (-y) s, the partner's sign bits flipped in its
+        // packed words (the same bits: negation is exact, and a NaN becomes the canonical NaN in
+        // every store), so each value is one add where nvcc issued both of first's two
+        // (predicated) adds. 16-bit caches keep those: their rows kernel measured 2.6% slower
+        // with the flip on the H100 (fp8 3.5% faster, nvfp4's split kernel 1%; 2026-11-27)
         constexpr bool kFlip =
-            !std::is_same<KV, __half>::value && !std::is_same<KV, __nv_bfloat16>::value;
-        if (kNeox && kFlip) {
-            // first: x c - y s as x c + (-y) s, the partner's sign bits flipped in its packed
-            // words (the same bits: negation is exact, and a NaN becomes the canonical NaN in
-            // every store), so each value is one add where nvcc issued both of first's two
-            // (predicated) adds
-            const uint32_t flip = first ? 0x80008000u : 0u;
-            const uint4 neg =
-                make_uint4(other.x ^ flip, other.y ^ flip, other.z ^ flip, other.w ^ flip);
-            ap_unpack8<IN>(neg, y);
-            ap_rope_rotate8<kNeox>(x, y, c, s, false);
+            kNeox && !std::is_same<KV, __half>::value && !std::is_same<KV, __nv_bfloat16>::value;
+        if (kNeox) {
+            const uint32_t flip = kFlip && first ? 0x80008000u : 0u;
+            ap_unpack8<IN>(
+                make_uint4(other.x ^ flip, other.y ^ flip, other.z ^ flip, other.w ^ flip), y);
         } else {
-            if (kNeox) {
-                ap_unpack8<IN>(other, y);
-            } else {
 #pragma unroll
-                for (int i = 0; i < kVec; i++) y[i] = x[i ^ 1];
-            }
-            ap_rope_rotate8<kNeox>(x, y, c, s, first);
+            for (int i = 0; i < kVec; i++) y[i] = x[i ^ 1];
         }
+        ap_rope_rotate8<kNeox>(x, y, c, s, kFlip ? false : first);
     }
     if (w.kind == 0 && in_range)
         ap_store8<IN>::run(a.q_out + row_src_offset(a, w, token, d0, sizeof(IN)), x, 1.0f);
@@ -326,15 +319,13 @@ struct append_rope_geometry {
     split_geometry split;
 };
 
-// The async split kernel's 5 CTAs of 41 KB want the largest shared-memory carveout (a hint to
-// the driver, set once per instantiation).
+// The split kernel's 5 CTAs of 41 KB want the largest shared-memory carveout (a hint to the
+// driver, set once per instantiation).
 template <typename IN, bool kNeox>
 void split_launch(const rope_args &a, const append_rope_geometry &g, cudaStream_t s) {
-    static const cudaError_t carveout =
-        kSplitAsync ? cudaFuncSetAttribute(ap_append_rope_split_kernel<IN, kNeox>,
-                                           cudaFuncAttributePreferredSharedMemoryCarveout,
-                                           (int)cudaSharedmemCarveoutMaxShared)
-                    : cudaSuccess;
+    static const cudaError_t carveout = cudaFuncSetAttribute(
+        ap_append_rope_split_kernel<IN, kNeox>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        (int)cudaSharedmemCarveoutMaxShared);
     (void)carveout;
     ap_append_rope_split_kernel<IN, kNeox><<<g.grid, kThreads, 0, s>>>(a, g.split);
 }
@@ -463,7 +454,7 @@ append_rope_geometry append_rope_geometry_of(const rope_args &a, const ap_kit_ap
                       p->num_tokens <= 0x7fffffff;
     append_rope_geometry g = {AP_APPEND_ROWS, dim3(0u, 1u), 0, {}};
     const int64_t groups = (p->num_tokens + kSplitRows - 1) / kSplitRows;
-    if (AP_APPEND_NVFP4_SPLIT && rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
+    if (rows && p->kv_dtype == AP_DTYPE_NVFP4 && groups <= 65535) {
         g.form = AP_APPEND_SPLIT;
         g.split.role[0] = split_role_of(0, a.num_qo_heads, rows_per_pass);
         g.split.role[1] = split_role_of(a.num_qo_heads, 2 * a.num_kv_heads, rows_per_pass);
