@@ -45,45 +45,40 @@ static void test_validate(void) {
     ap_device old = ap_test_h100();
     old.cc_major = 8;
     ap_test_expect_verdict(vt, "sm_80", &m, NULL, &old, "below 9.0");
-    ap_option_kv bad = {"split", "off"}, off = {"split_kv", "off"}, wrong = {"split_kv", "x"};
-    ap_options o = {.struct_size = sizeof o, .extra = &bad, .num_extra = 1};
-    ap_test_expect_verdict(vt, "unknown option", &m, &o, &d, "unknown option 'split'");
-    o.extra = &off;
-    ap_test_expect_verdict(vt, "split_kv off", &m, &o, &d, NULL);
-    o.extra = &wrong;
-    ap_test_expect_verdict(vt, "split_kv x", &m, &o, &d, "split_kv is 'x', not auto or off");
-    ap_option_kv keys_m_off = {"nvfp4_keys_m", "off"}, keys_m_bad = {"nvfp4_keys_m", "on"};
-    ap_option_kv keys_m_v1 = {"nvfp4_keys_m", "v1"}, split_v1 = {"split_kv", "v1"};
-    ap_option_kv keys_m_v2h = {"nvfp4_keys_m", "v2h"}, keys_m_v2 = {"nvfp4_keys_m", "v2"};
-    ap_option_kv split_v2 = {"split_kv", "v2"};
-    o.extra = &keys_m_off;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m off", &m, &o, &d, NULL);
-    o.extra = &keys_m_v1;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v1", &m, &o, &d, NULL);
-    o.extra = &keys_m_v2;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2", &m, &o, &d, NULL);
-    o.extra = &keys_m_v2h; /* two heads per CTA is auto's kernel, not a value of its own */
-    ap_test_expect_verdict(vt, "nvfp4_keys_m v2h", &m, &o, &d,
-                           "nvfp4_keys_m is 'v2h', not auto, v1, v2 or off");
-    o.extra = &split_v2; /* v2 is nvfp4_keys_m's value only */
-    ap_test_expect_verdict(vt, "split_kv v2", &m, &o, &d, "split_kv is 'v2', not auto or off");
-    o.extra = &keys_m_bad;
-    ap_test_expect_verdict(vt, "nvfp4_keys_m on", &m, &o, &d,
-                           "nvfp4_keys_m is 'on', not auto, v1, v2 or off");
-    o.extra = &split_v1; /* v1 is nvfp4_keys_m's value only */
-    ap_test_expect_verdict(vt, "split_kv v1", &m, &o, &d, "split_kv is 'v1', not auto or off");
-    ap_option_kv sched_flat = {"decode_schedule", "flat"},
-                 sched_split = {"decode_schedule", "split"};
-    ap_option_kv sched_auto = {"decode_schedule", "auto"}, sched_bad = {"decode_schedule", "off"};
-    o.extra = &sched_flat;
-    ap_test_expect_verdict(vt, "decode_schedule flat", &m, &o, &d, NULL);
-    o.extra = &sched_split;
-    ap_test_expect_verdict(vt, "decode_schedule split", &m, &o, &d, NULL);
-    o.extra = &sched_auto;
-    ap_test_expect_verdict(vt, "decode_schedule auto", &m, &o, &d, NULL);
-    o.extra = &sched_bad;
-    ap_test_expect_verdict(vt, "decode_schedule off", &m, &o, &d,
-                           "decode_schedule is 'off', not auto, flat or split");
+    /* every option value, one at a time: NULL where it is taken, else the reason */
+    static const struct {
+        const char *what;
+        ap_option_kv kv;
+        const char *want;
+    } opts[] = {
+        {"unknown option", {"split", "off"}, "unknown option 'split'"},
+        {"split_kv off", {"split_kv", "off"}, NULL},
+        {"split_kv x", {"split_kv", "x"}, "split_kv is 'x', not auto or off"},
+        {"nvfp4_keys_m off", {"nvfp4_keys_m", "off"}, NULL},
+        {"nvfp4_keys_m v1", {"nvfp4_keys_m", "v1"}, NULL},
+        {"nvfp4_keys_m v2", {"nvfp4_keys_m", "v2"}, NULL},
+        /* two heads per CTA is auto's kernel, not a value of its own */
+        {"nvfp4_keys_m v2h",
+         {"nvfp4_keys_m", "v2h"},
+         "nvfp4_keys_m is 'v2h', not auto, v1, v2 or off"},
+        /* v1 and v2 are nvfp4_keys_m's values only */
+        {"split_kv v2", {"split_kv", "v2"}, "split_kv is 'v2', not auto or off"},
+        {"nvfp4_keys_m on",
+         {"nvfp4_keys_m", "on"},
+         "nvfp4_keys_m is 'on', not auto, v1, v2 or off"},
+        {"split_kv v1", {"split_kv", "v1"}, "split_kv is 'v1', not auto or off"},
+        {"decode_schedule flat", {"decode_schedule", "flat"}, NULL},
+        {"decode_schedule split", {"decode_schedule", "split"}, NULL},
+        {"decode_schedule auto", {"decode_schedule", "auto"}, NULL},
+        {"decode_schedule off",
+         {"decode_schedule", "off"},
+         "decode_schedule is 'off', not auto, flat or split"},
+    };
+    ap_options o = {.struct_size = sizeof o, .num_extra = 1};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
+        o.extra = &opts[i].kv;
+        ap_test_expect_verdict(vt, opts[i].what, &m, &o, &d, opts[i].want);
+    }
     o = (ap_options){.struct_size = sizeof o, .cuda_graphs = 1};
     ap_test_expect_verdict(vt, "cuda graphs on", &m, &o, &d, NULL);
     /* every reason, not just the first */
