@@ -9,7 +9,8 @@
 // flight per CTA, streaming loads; GB/s count the bytes read once. Medians of 30 event-timed
 // launches after warm-up. Last, split_start (below): how long a split-KV decode's CTAs wait for
 // a query block that all of them read. Built as bench/read-ceiling (meson), or alone:
-//   nvcc -O3 -std=c++17 -arch=sm_90a bench/read_ceiling.cu -o /tmp/read-ceiling && /tmp/read-ceiling
+//   nvcc -O3 -std=c++17 -arch=sm_90a -I. -o /tmp/read-ceiling bench/read_ceiling.cu
+//   bench/bench_fill.cu (one line), then /tmp/read-ceiling
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,6 +18,8 @@
 #include <cstdio>
 #include <random>
 #include <vector>
+
+#include "bench_fill.h"
 
 namespace {
 
@@ -119,12 +122,6 @@ __global__ void __launch_bounds__(256)
         } \
     } while (0)
 
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = (uint32_t)(i * 2654435761u) ^ seed;
-}
-
 template <int LAYOUT, int ROW>
 int time_layout(const char *name, const uint8_t *k, const uint8_t *v, const int *pages,
                 unsigned *sink) {
@@ -203,8 +200,8 @@ int main() {
     CK(cudaMalloc(&v, kPoolBytes));
     CK(cudaMalloc(&pages, sizeof(int) * kSeqs * kPagesPerSeq));
     CK(cudaMalloc(&sink, sizeof(unsigned)));
-    fill_kernel<<<1024, 256>>>(reinterpret_cast<uint32_t *>(k), kPoolBytes / 4, 1u);
-    fill_kernel<<<1024, 256>>>(reinterpret_cast<uint32_t *>(v), kPoolBytes / 4, 2u);
+    CK((cudaError_t)bench_fill_random(k, kPoolBytes / 2, AP_DTYPE_BF16, 2.f, 1, 0));
+    CK((cudaError_t)bench_fill_random(v, kPoolBytes / 2, AP_DTYPE_BF16, 2.f, 2, 0));
     std::vector<int> perm(kSeqs * kPagesPerSeq);
     for (size_t i = 0; i < perm.size(); i++) perm[i] = (int)i;
     int rc = 0;
