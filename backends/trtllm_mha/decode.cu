@@ -412,6 +412,15 @@ __device__ __forceinline__ void state_merge(warp_state<D> &st, float *scratch, f
     }
 }
 
+// The keys a row block of w (its rows, prefix and block set) can see, causal: 0 .. the prefix
+// plus its last row's token, at most seq_len. The split grid's CTA and the flat schedule's
+// pieces both range over them.
+__device__ __forceinline__ int cta_work_keys(const cta_work &w, const decode_args &a,
+                                             int block_rows, int seq_len) {
+    const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
+    return min(seq_len, w.prefix + last_row / a.group + 1);
+}
+
 // The CTA's share: rows [block * block_rows, ..) of (sequence, KV head) and split s of the
 // stages of keys the block's last row can see (causal): keys 0 .. prefix + last token.
 // heads: KV heads per CTA (v2h: 2, the CTA's first head kv_head = 2 blockIdx.y; one row block).
@@ -431,8 +440,7 @@ __device__ __forceinline__ bool cta_work_find(const decode_args &a, int block_ro
     if (w.block * block_rows >= w.rows || (seq_len | page_start) < 0) return false;
     w.pages = a.kv_page_indices + page_start;
     w.prefix = seq_len - w.q_len;
-    const int last_row = min(w.rows, (w.block + 1) * block_rows) - 1;
-    const int keys = min(seq_len, w.prefix + last_row / a.group + 1);
+    const int keys = cta_work_keys(w, a, block_rows, seq_len);
     const int stages = (keys + stage_keys - 1) / stage_keys;
     const int per = (stages + a.num_splits - 1) / a.num_splits;
     w.key_begin = min(keys, (int)blockIdx.x * per * stage_keys);
@@ -654,8 +662,7 @@ __device__ __forceinline__ cta_work flat_work(const flat_cursor &c, const decode
     w.rows = w.q_len * a.group;
     w.prefix = c.sq.seq_len - w.q_len;
     w.pages = a.kv_page_indices + c.sq.page_start;
-    const int last_row = min(w.rows, (w.block + 1) * S::block_rows) - 1;
-    const int keys = min(c.sq.seq_len, w.prefix + last_row / a.group + 1);
+    const int keys = cta_work_keys(w, a, S::block_rows, c.sq.seq_len);
     w.key_begin = min(keys, c.k * S::keys);
     w.key_end = min(keys, (c.k + c.steps) * S::keys);
     return w;
