@@ -63,7 +63,17 @@ static int dv_of(int dqk) {
     return dqk == 192 ? kDim : dqk;
 }
 
-static Batch make_batch(const Case &c) {
+/* The largest GQA pack_shift of a case (Params.pack_shift: the group's heads in one work tile, a
+ * power of two dividing the group), the one the kit's dispatch takes where it packs
+ * (pack_shift_for). */
+static int pack_shift_of(const Case &c) {
+    const int group = c.hq / c.hkv;
+    return __builtin_ctz(static_cast<unsigned>(group));
+}
+
+/* The batch and its plan items, work tiles of kRows >> ps tokens (ps: Params.pack_shift). */
+static Batch make_batch(const Case &c, int ps = 0) {
+    const int tile = kRows >> ps;
     Batch b;
     b.qo.push_back(0);
     b.kv.push_back(0);
@@ -73,14 +83,14 @@ static Batch make_batch(const Case &c) {
     }
     std::vector<std::pair<int, Item>> order;
     for (size_t i = 0; i < c.q_lens.size(); ++i) {
-        for (int mb = 0; mb * kRows < c.q_lens[i]; ++mb) {
+        for (int mb = 0; mb * tile < c.q_lens[i]; ++mb) {
             int end = c.kv_lens[i];
             if (c.causal) {
-                end = std::min(end, c.kv_lens[i] - c.q_lens[i] + mb * kRows + kRows);
+                end = std::min(end, c.kv_lens[i] - c.q_lens[i] + mb * tile + tile);
             }
-            /* the kit plan's item for a 128-token tile (prefill_internal.h) */
+            /* the kit plan's item for a work tile (prefill_internal.h) */
             order.push_back(
-                {-end, Item{static_cast<int32_t>(i), mb * kRows,
+                {-end, Item{static_cast<int32_t>(i), mb * tile,
                             (end + AP_KIT_PREFILL_TILE_KV - 1) / AP_KIT_PREFILL_TILE_KV, 0}});
         }
     }
@@ -122,6 +132,10 @@ static float from16(uint16_t v, bool fp16) {
     return __bfloat162float(__nv_bfloat16(x));
 }
 
+/* --time's schedule overrides: g_persistent -1 takes use_persistent's rule, else 0 / 1 (not for
+ * the paged source); g_band 0 takes band_kv_for's band, else that many K/V heads. */
+static int g_persistent = -1, g_band = 0;
+
 /* Launches one variant; returns 0 or a map error. */
 template <typename T, int kMode, int kD, bool kPaged>
 static int launch_src(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
@@ -129,7 +143,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
     constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD>::kKeys;
-    if (make_map(&mq, q, tq, hq, kD) ||
+    if (q_map(&mq, q, tq, hq, kD, p.pack_shift) ||
         (kPaged ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
                       make_paged_map(&mv, v, hkv, page, kDv, kN)
                 : make_map(&mk, k, tkv, hkv, kD, kN) || make_map(&mv, v, tkv, hkv, kDv, kN))) {
@@ -144,11 +158,14 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     }
     Params pn = p;
     pn.num_items = num_items;
-    const bool persistent = use_persistent(kD, kPaged, hq / hkv); /* the dispatch's rule */
+    const bool persistent = g_persistent < 0 || kPaged
+                                ? use_persistent(kD, kPaged, hq / hkv) /* the dispatch's rule */
+                                : g_persistent > 0;
     pn.persistent = persistent ? 1 : 0;
+    pn.band_kv = g_band > 0 ? g_band : band_kv_for(p.pack_shift);
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<launch_grid(num_items, hq, persistent), kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk,
-                                                                                           mv, pn);
+        <<<launch_grid(num_items, hq >> p.pack_shift, persistent), kThreads, Geo<kD, kPaged>::kSmem,
+           st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -193,7 +210,7 @@ template <typename T, int kD>
 static int launch_f8(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                      const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
-    if (make_map(&mq, q, tq, hq, kD) || make_map_f8(&mk, k, tkv, hkv, kD) ||
+    if (q_map(&mq, q, tq, hq, kD, p.pack_shift) || make_map_f8(&mk, k, tkv, hkv, kD) ||
         make_map_f8(&mv, v, tkv, hkv, 128)) {
         return -1;
     }
@@ -207,9 +224,9 @@ static int launch_f8(const void *q, const void *k, const void *v, int tq, int tk
     pn.num_items = num_items;
     const bool persistent = use_persistent(kD, false, hq / hkv);
     pn.persistent = persistent ? 1 : 0;
-    prefill_hopper_f8_kernel<T, kD>
-        <<<launch_grid(num_items, hq, persistent), kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv,
-                                                                                     pn);
+    pn.band_kv = band_kv_for(p.pack_shift);
+    prefill_hopper_f8_kernel<T, kD><<<launch_grid(num_items, hq >> p.pack_shift, persistent),
+                                      kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -527,7 +544,13 @@ static bool run_case(const Case &c, unsigned seed) {
     CK(cudaMalloc(&dlse, static_cast<size_t>(b.tq) * c.hq * 4 + 16));
     CK(cudaMalloc(&dqo, b.qo.size() * 4));
     CK(cudaMalloc(&dkv, b.kv.size() * 4));
+    /* the work tiles of both packings: one query head (b.items) and the group's heads (packed) */
+    const int ps_max = pack_shift_of(c);
+    const std::vector<Item> packed = make_batch(c, ps_max).items;
+    Item *dpacked;
     CK(cudaMalloc(&ditems, std::max<size_t>(b.items.size(), 1) * sizeof(Item)));
+    CK(cudaMalloc(&dpacked, std::max<size_t>(packed.size(), 1) * sizeof(Item)));
+    CK(cudaMemcpy(dpacked, packed.data(), packed.size() * sizeof(Item), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dq, hq16.data(), hq16.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dk, k_src, k_bytes, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dv, v_src, v_bytes, cudaMemcpyHostToDevice));
@@ -552,7 +575,9 @@ static bool run_case(const Case &c, unsigned seed) {
              static_cast<int32_t>(b.items.size()),
              0,
              c.fp8 ? ks : 1.f,
-             c.fp8 ? vs : 1.f};
+             c.fp8 ? vs : 1.f,
+             0,
+             0};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;
@@ -561,11 +586,14 @@ static bool run_case(const Case &c, unsigned seed) {
         p.page_shift = __builtin_ctz(static_cast<unsigned>(c.page));
         p.num_kv_heads = c.hkv;
     }
-    /* One launch into poisoned outputs: variant -1 is the fp8 kernel, else the consumer mode. */
-    auto run = [&](int variant) {
+    /* One launch into poisoned outputs: variant -1 is the fp8 kernel, else the consumer mode;
+     * ps the pack_shift (0, or ps_max with the packed items). */
+    auto run = [&](int variant, int ps) {
         CK(cudaMemset(dout, 0xff, n_out * 2));
         CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
-        const int items = static_cast<int>(b.items.size());
+        p.pack_shift = ps;
+        p.items = ps > 0 ? dpacked : ditems;
+        const int items = static_cast<int>(ps > 0 ? packed.size() : b.items.size());
         const int rc = variant < 0 ? launch_f8_any(c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq,
                                                    c.hkv, p, items, 0)
                                    : launch_any(variant, c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv,
@@ -578,20 +606,26 @@ static bool run_case(const Case &c, unsigned seed) {
         return rc == 0;
     };
     bool ok = true;
-    if (c.fp8) {
-        if (run(-1)) {
-            ok = compare(c, "fp8 kernel", dout, dlse, n_out, ref, ref_lse, 1e-2, kLseF8) && ok;
-            ok = compare(c, "fp8 vs exact q", dout, dlse, n_out, ref_x, lse_x, 1e-2, kLseF8) && ok;
-        } else {
-            ok = false;
+    for (int ps = 0; ps <= ps_max; ps += ps_max > 0 ? ps_max : 1) {
+        char what[64];
+        if (c.fp8) {
+            std::snprintf(what, sizeof what, "fp8 kernel%s", ps > 0 ? " packed" : "");
+            if (run(-1, ps)) {
+                ok = compare(c, what, dout, dlse, n_out, ref, ref_lse, 1e-2, kLseF8) && ok;
+                std::snprintf(what, sizeof what, "fp8 vs exact q%s", ps > 0 ? " packed" : "");
+                ok = compare(c, what, dout, dlse, n_out, ref_x, lse_x, 1e-2, kLseF8) && ok;
+            } else {
+                ok = false;
+            }
         }
-    }
-    for (int variant = 0; variant < (c.fp8 ? 0 : kVariants); ++variant) {
-        if (!run(variant)) {
-            ok = false;
-            continue;
+        for (int variant = 0; variant < (c.fp8 ? 0 : kVariants); ++variant) {
+            if (!run(variant, ps)) {
+                ok = false;
+                continue;
+            }
+            std::snprintf(what, sizeof what, "%s%s", kVariant[variant], ps > 0 ? " packed" : "");
+            ok = compare(c, what, dout, dlse, n_out, ref, ref_lse) && ok;
         }
-        ok = compare(c, kVariant[variant], dout, dlse, n_out, ref, ref_lse) && ok;
     }
 #ifdef HOPPER_CHECK_KIT
     ok = run_kit(c, b, g, dq, dk, dv, dqo, dkv, p, dout, dlse, n_out, scale, ref, ref_lse) && ok;
@@ -607,6 +641,7 @@ static bool run_case(const Case &c, unsigned seed) {
     cudaFree(dqo);
     cudaFree(dkv);
     cudaFree(ditems);
+    cudaFree(dpacked);
     return ok;
 }
 

@@ -5,12 +5,17 @@
 
 /* Sequences of lens tokens (Q and K/V alike), H query heads over hkv, Q/K dqk wide (V
  * dv_of(dqk)); page > 0: K/V read as a paged cache of that page size through a shuffled page
- * table. what: the shape in the printed line. */
+ * table; ps: Params.pack_shift (-1: the dispatch's, pack_shift_for). what: the shape in the
+ * printed line. */
 static void bench_lens(bool causal, const std::vector<int> &lens, const char *what, int H, int hkv,
-                       int dqk, int variant, int page = 0) {
+                       int dqk, int variant, int page = 0, int ps = -1) {
     const int D = dv_of(dqk);
     Case c{"bench", false, causal, H, hkv, lens, lens, dqk};
-    const Batch b = make_batch(c);
+    if (ps < 0) {
+        const Batch b0 = make_batch(c);
+        ps = pack_shift_for(b0.qo.data(), static_cast<int>(lens.size()), H / hkv);
+    }
+    const Batch b = make_batch(c, ps);
     const int sets = 2;
     std::vector<void *> bufs;
     const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
@@ -69,7 +74,9 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
              static_cast<int32_t>(b.items.size()),
              0,
              1.f,
-             1.f};
+             1.f,
+             ps,
+             0};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
         std::mt19937 rng(7);
@@ -118,12 +125,17 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
         sq += static_cast<double>(len) * len;
     }
     const double flops = (causal ? 1.0 : 2.0) * H * sq * (dqk + D);
-    std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s: %.3f ms %.1f TFLOP/s\n",
+    char sched[32] = "";
+    if (g_persistent >= 0 || g_band > 0) {
+        std::snprintf(sched, sizeof sched, " %s band%d", g_persistent == 0 ? "grid" : "persistent",
+                      g_band);
+    }
+    std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
                 causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant],
                 page == 16 ? " paged16"
                 : page > 0 ? " paged"
                            : "",
-                med, flops / med / 1e9);
+                1 << ps, sched, med, flops / med / 1e9);
     cudaFree(dpi);
     cudaFree(dpx);
     cudaFree(dpl);
@@ -138,10 +150,11 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
 }
 
 /* B sequences of S = 4096 tokens. */
-static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0) {
+static void bench(bool causal, int B, int H, int hkv, int dqk, int variant, int page = 0,
+                  int ps = -1) {
     char what[32];
     std::snprintf(what, sizeof what, "B%d S4096", B);
-    bench_lens(causal, std::vector<int>(B, 4096), what, H, hkv, dqk, variant, page);
+    bench_lens(causal, std::vector<int>(B, 4096), what, H, hkv, dqk, variant, page, ps);
 }
 
 /* fav-bench's varlen shape (bench/fav_bench.c fb_lengths): 64 sequences of 16..4096 tokens
@@ -168,21 +181,40 @@ static std::vector<int> varlen_mix() {
 }
 
 /* --time: the shapes of the per-work-tile overhead (issue 10's causal targets), the dispatched
- * ping-pong mode: causal H32/8 B4 S4096 D128 and D64, B16 S4096 D128, the varlen mix D128. */
+ * ping-pong mode, one query head per work tile (pack1) and the group's four (pack4, in
+ * band_kv_for's bands), two rounds:
+ * causal H32/8 B4 S4096 D128 and D64, non-causal D128, paged16 D128, D256, B16 S4096 D128, the
+ * varlen mix D128. */
 static void bench_tiles() {
-    bench(true, 4, 32, 8, 128, 2);
-    bench(true, 4, 32, 8, 64, 2);
-    bench(true, 16, 32, 8, 128, 2);
     const std::vector<int> mix = varlen_mix();
     int tokens = 0;
     for (int len : mix) {
         tokens += len;
     }
     const Case c{"mix", false, true, 32, 8, mix, mix};
-    const long long tiles = static_cast<long long>(make_batch(c).items.size()) * 32;
-    char what[64];
-    std::snprintf(what, sizeof what, "varlen64 %dtok %lldtiles", tokens, tiles);
-    bench_lens(true, mix, what, 32, 8, 128, 2);
+    /* (pack_shift, persistent override, band override): one head per tile, packed (bands of one
+     * K/V head where persistent) */
+    const int configs[2][3] = {{0, -1, 0}, {2, -1, 0}};
+    for (int round = 0; round < 2; ++round) {
+        for (const auto &cf : configs) {
+            const int ps = cf[0];
+            g_persistent = cf[1];
+            g_band = cf[2];
+            bench(true, 4, 32, 8, 128, 2, 0, ps);
+            bench(true, 4, 32, 8, 64, 2, 0, ps);
+            bench(false, 4, 32, 8, 128, 2, 0, ps);
+            bench(true, 4, 32, 8, 128, 2, 16, ps);
+            bench(true, 4, 32, 8, 256, 2, 0, ps);
+            bench(true, 16, 32, 8, 128, 2, 0, ps);
+            const long long tiles =
+                static_cast<long long>(make_batch(c, ps).items.size()) * (32 >> ps);
+            char what[64];
+            std::snprintf(what, sizeof what, "varlen64 %dtok %lldtiles", tokens, tiles);
+            bench_lens(true, mix, what, 32, 8, 128, 2, 0, ps);
+        }
+    }
+    g_persistent = -1;
+    g_band = 0;
 }
 
 #endif /* AP_BENCH_HOPPER_PREFILL_TIMING_CUH */

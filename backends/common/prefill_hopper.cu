@@ -50,6 +50,16 @@ int ap_hopper_page_shift(int32_t page_size) {
     return shift >= 3 ? shift : -1;
 }
 
+// The plan's pack_shift (its work tiles hold kRows >> shift tokens), or -1 when its tile length
+// is not one the kernel packs for this group.
+int plan_pack_shift(const ap_kit_prefill_plan *plan) {
+    const int32_t group = plan->num_kv_heads > 0 ? plan->num_qo_heads / plan->num_kv_heads : 0;
+    for (int s = 0; (1 << s) <= group && (1 << s) <= ap_hopper::kRows; ++s) {
+        if (group % (1 << s) == 0 && plan->tile_tokens == (ap_hopper::kRows >> s)) return s;
+    }
+    return -1;
+}
+
 // 1 when the current device is an sm_90 part (the kernel's sm_90a code runs there only).
 int current_device_is_sm90() {
     int device = 0, major = 0, minor = 0;
@@ -92,12 +102,13 @@ ap_status hopper_check(const ap_kit_prefill_params *p, const ap_kit_prefill_plan
         plan->head_dim_qk != p->head_dim_qk || plan->head_dim_v != p->head_dim_v ||
         plan->num_qo_heads != p->num_qo_heads || plan->num_kv_heads != p->num_kv_heads ||
         p->num_kv_heads <= 0 || p->num_qo_heads % p->num_kv_heads != 0 ||
-        plan->causal != (p->causal != 0)) {
+        plan->causal != (p->causal != 0) || plan_pack_shift(plan) < 0) {
         ap_msgbuf_add(msg,
-                      "%s: the Hopper plan (%s, head dims %d/%d, heads %d/%d, causal %d) "
-                      "does not match the call (%s, head dims %d/%d, heads %d/%d, causal %d)",
+                      "%s: the Hopper plan (%s, head dims %d/%d, heads %d/%d, causal %d, %d-token "
+                      "tiles) does not match the call (%s, head dims %d/%d, heads %d/%d, causal "
+                      "%d)",
                       who, plan->ragged ? "ragged" : "paged", plan->head_dim_qk, plan->head_dim_v,
-                      plan->num_qo_heads, plan->num_kv_heads, plan->causal,
+                      plan->num_qo_heads, plan->num_kv_heads, plan->causal, plan->tile_tokens,
                       paged ? "paged" : "ragged", p->head_dim_qk, p->head_dim_v, p->num_qo_heads,
                       p->num_kv_heads, p->causal != 0);
         return AP_ERR_INVALID_ARGUMENT;
@@ -157,6 +168,8 @@ ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_pre
     kp.num_items = plan->num_items;
     kp.k_scale = p->k_scale;
     kp.v_scale = p->v_scale;
+    kp.pack_shift = plan_pack_shift(plan); /* hopper_check: >= 0 */
+    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift);
     return kp;
 }
 
@@ -168,13 +181,13 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     ap_status st = ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>,
                                            kSmem, ready, who, msg);
     if (st != AP_OK) return st;
+    ap_hopper::Params kp = hopper_params(p, plan);
     CUtensorMap mq, mk, mv;
-    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
+    if (ap_hopper::q_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD, kp.pack_shift) != 0 ||
         hopper_kv_maps<kD>(p, plan, &mk, &mv) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    ap_hopper::Params kp = hopper_params(p, plan);
     if (kPaged) {
         kp.kv_indptr = p->kv_page_indptr;
         kp.kv_page_indices = p->kv_page_indices;
@@ -184,7 +197,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     }
     const bool persistent = ap_hopper::use_persistent(kD, kPaged, kp.group);
     kp.persistent = persistent ? 1 : 0;
-    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
+    const dim3 grid =
+        ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
@@ -201,17 +215,18 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
         ap_cuda_smem_optin_once(ap_hopper::prefill_hopper_f8_kernel<T, kD>, kSmem, ready, who, msg);
     if (st != AP_OK) return st;
     const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
+    ap_hopper::Params kp = hopper_params(p, plan);
     CUtensorMap mq, mk, mv;
-    if (ap_hopper::make_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD) != 0 ||
+    if (ap_hopper::q_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD, kp.pack_shift) != 0 ||
         ap_hopper::make_map_f8(&mk, p->k, nkv, p->num_kv_heads, kD) != 0 ||
         ap_hopper::make_map_f8(&mv, p->v, nkv, p->num_kv_heads, 128) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    ap_hopper::Params kp = hopper_params(p, plan);
     const bool persistent = ap_hopper::use_persistent(kD, false, kp.group);
     kp.persistent = persistent ? 1 : 0;
-    const dim3 grid = ap_hopper::launch_grid(plan->num_items, p->num_qo_heads, persistent);
+    const dim3 grid =
+        ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
@@ -261,7 +276,11 @@ extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_arg
         args->num_qo_heads / args->num_kv_heads > AP_KIT_PREFILL_MAX_GROUP ||
         ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())
         return 0;
-    return ap_hopper::kRows * (args->num_qo_heads / args->num_kv_heads);
+    // GQA packing by the batch's lengths (pack_shift_for): plan_build's items are then
+    // kRows >> shift tokens long (tile_rows / group)
+    const int32_t group = args->num_qo_heads / args->num_kv_heads;
+    const int shift = ap_hopper::pack_shift_for(args->qo_indptr_host, args->num_seqs, group);
+    return (ap_hopper::kRows * group) >> shift;
 }
 
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,

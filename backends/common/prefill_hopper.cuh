@@ -85,9 +85,10 @@ template <int kD, bool kOneQ = false> struct Geo {
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
- * KV tiles; the longest first) on grid.x, the query head on grid.y (so the CTAs of one wave share
- * a head's K/V in L2). The plan's tiles are tile_tokens long, a divisor of 128: the item that
- * starts a 128-token tile runs it, the others exit at once. */
+ * KV tiles; the longest first) on grid.x, the head slot (Params.pack_shift: one query head, or a
+ * group's packed heads) on grid.y (so the CTAs of one wave share a head's K/V in L2). The plan's
+ * tiles are tile_tokens long, a divisor of the work tile's kRows >> pack_shift tokens: the item
+ * that starts a work tile runs it, the others exit at once. */
 typedef ap_kit_prefill_item Item;
 
 struct Params {
@@ -112,6 +113,12 @@ struct Params {
     int32_t persistent; /* the grid is launch_grid(.., true)'s: CTAs take tiles round by round */
     float k_scale;      /* fp8 K/V (prefill_hopper_f8.cuh): real = stored * scale */
     float v_scale;
+    /* GQA packing: a work tile's 128 rows are kRows >> pack_shift tokens x (1 << pack_shift)
+     * query heads of one group, token-major (row rw: token m0 + (rw >> pack_shift), query head
+     * (slot << pack_shift) + rw % (1 << pack_shift)); the tiles run over num_qo_heads >>
+     * pack_shift head slots. 0: one query head per tile. 1 << pack_shift divides group. */
+    int32_t pack_shift;
+    int32_t band_kv; /* the persistent order's band of K/V heads (tile_at), >= 1 */
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -202,12 +209,13 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
             sh.kv_len > 0 ? ((sh.kv_len - 1) << p.page_shift) + p.kv_last_page_len[it.seq] : 0;
     }
     sh.m0 = it.q_start;
+    const int tokens = kRows >> p.pack_shift; /* the tile's tokens */
     int end = sh.kv_len;
     if (p.causal) {
-        end = min(end, sh.kv_len - sh.q_len + sh.m0 + kRows);
+        end = min(end, sh.kv_len - sh.q_len + sh.m0 + tokens);
     }
     sh.n_blocks = end > 0 ? (end + kKeys - 1) / kKeys : 0;
-    if (it.q_start % kRows != 0) {
+    if ((it.q_start & (tokens - 1)) != 0) {
         sh.n_blocks = -1; /* not a tile start: another CTA covers these tokens */
     }
     return sh;
@@ -225,8 +233,9 @@ struct Bars {
     uint64_t v_empty[kMaxStages];
 };
 
-// The CTA's Q tile (query head h), once, by one producer thread: both sources. Q load qn goes to
-// buffer qn % kQBufs, that buffer's (qn / kQBufs)-th use.
+// The CTA's Q tile (first query head h: the Q map's box holds the tile's heads), once, by one
+// producer thread: both sources. Q load qn goes to buffer qn % kQBufs, that buffer's
+// (qn / kQBufs)-th use.
 template <int kD, int kQBufs = Geo<kD>::kQBufs>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
                                           const Shape &sh, int h, int qn) {
@@ -271,17 +280,22 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
 
 #include "prefill_hopper_paged.cuh" /* the paged source's producer (kPaged) */
 
-/* Masks S of key tile n (kSn floats: tiles of 2 kSn keys) for this thread's rows r0 and r0 + 8
- * (sequence positions). */
+/* The sequence position (new token, counted from the sequence's first) of the tile's row rw. */
+__device__ __forceinline__ int row_pos(const Params &p, const Shape &sh, int rw) {
+    return sh.m0 + (rw >> p.pack_shift);
+}
+
+/* Masks S of key tile n (kSn floats: tiles of 2 kSn keys) for this thread's rows rw and rw + 8
+ * of the work tile. */
 template <int kSn>
-__device__ __forceinline__ void mask_tile(float (&s)[kSn], const Shape &sh, int causal, int n,
-                                          int r0, int lane) {
+__device__ __forceinline__ void mask_tile(float (&s)[kSn], const Shape &sh, const Params &p, int n,
+                                          int rw, int lane) {
     const int col0 = n * 2 * kSn + 2 * (lane % 4);
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         int lim = sh.kv_len - 1;
-        if (causal) {
-            lim = min(lim, sh.kv_len - sh.q_len + r0 + 8 * hr);
+        if (p.causal) {
+            lim = min(lim, sh.kv_len - sh.q_len + row_pos(p, sh, rw + 8 * hr));
         }
 #pragma unroll
         for (int j = 0; j < kSn / 4; ++j) {
@@ -382,23 +396,25 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], fl
     rescale_pack<T>(s, o, corr, move, p);
 }
 
-/* O / l into out and the LSE: ms, per row, the factor from S (m) to natural-log units
- * (sm_scale, times the Q and K scales of fp8 S); os multiplies O (1, or the V scale). */
+/* O / l into out and the LSE for this thread's rows rw and rw + 8 of the work tile of head slot
+ * h: ms, per row, the factor from S (m) to natural-log units (sm_scale, times the Q and K scales
+ * of fp8 S); os multiplies O (1, or the V scale). */
 template <typename T, int kN>
 __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
-                                         const float (&m)[2], float (&l)[2], int h, int r0,
+                                         const float (&m)[2], float (&l)[2], int h, int rw,
                                          int lane, const float (&ms)[2], float os) {
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float sum = l[hr];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int r = r0 + 8 * hr;
+        const int r = row_pos(p, sh, rw + 8 * hr);
         if (r >= sh.q_len) {
             continue;
         }
         const float inv = sum > 0.f ? os / sum : 0.f;
-        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + h;
+        const int head = (h << p.pack_shift) + ((rw + 8 * hr) & ((1 << p.pack_shift) - 1));
+        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + head;
         T *out = static_cast<T *>(p.out) + row * (2 * kN) + 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < kN / 4; ++j) {
@@ -413,18 +429,53 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
 
-/* Work tile r of this CTA: (plan item, query head). Without persistence one, the CTA's own (grid
- * items x heads). With it (use_persistent) the grid is at most one CTA per SM (launch_grid) and
- * the tiles go round by round: in round r CTA c takes tile r G + c (r even) or r G + G - 1 - c
- * (r odd), a snake that gives the CTA with a round's longest tile the next round's shortest. The
- * tiles' order (prefill_schedule.h): the query heads in bands of kBandKv K/V heads (whole
- * groups), band after band; in a band, items x the band's heads in the plan's order (longest
- * first; heads fastest, so a group's heads run together on the same K/V). The band bounds the
- * K/V sets a round reads at once: with all heads in one round, 4 sequences without GQA (H32/32)
- * had every CTA of a round stream its own K/V past L2 (366 TFLOP/s; 484 in bands; 571 with one
- * CTA per tile, which use_persistent keeps for them). A static order: no counter to reset between
- * calls, so a captured graph replays it as it is. */
+/* Work tile r of this CTA: (plan item, head slot h: query heads h << pack_shift ..). Without
+ * persistence one, the CTA's own (grid items x head slots). With it (use_persistent) the grid is
+ * at most one CTA per SM (launch_grid) and the tiles go round by round: in round r CTA c takes
+ * tile r G + c (r even) or r G + G - 1 - c (r odd), a snake that gives the CTA with a round's
+ * longest tile the next round's shortest. The tiles' order (prefill_schedule.h): the head slots
+ * in bands of Params.band_kv K/V heads (whole groups), band after band; in a band, items x the
+ * band's slots in the plan's order (longest first; slots fastest, so a group's heads run together
+ * on the same K/V). The band bounds the K/V sets a round reads at once: with all heads in one
+ * round, 4 sequences without GQA (H32/32) had every CTA of a round stream its own K/V past L2
+ * (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which use_persistent keeps for them). A
+ * static order: no counter to reset between calls, so a captured graph replays it as it is. */
 constexpr int kBandKv = 8;
+/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head
+ * (H100, 2026-11-27, causal H32/8 D128 persistent, TFLOP/s over two rounds of one call: the
+ * varlen mix 451 / 463 in bands of 1, 427 / 411 of 2, 325 / 327 of 8; B16 S4096 521 / 522, 514 /
+ * 491, 403 / 412). */
+inline int band_kv_for(int pack_shift) {
+    return pack_shift > 0 ? 1 : kBandKv;
+}
+
+/* Packing pays where it removes padding: a sequence's last 128-token work tile of one head runs
+ * 128 rows whatever its length, a packed one 128 / pack tokens. kPackPadding: the share of padded
+ * rows in one-head tiles from which a batch is packed. H100, 2026-11-27, causal H32/8 D128, two
+ * rounds of one call (TFLOP/s, one head per tile / packed in bands of one K/V head): the varlen
+ * mix (6.0% padded rows) 434 / 413 against 451 / 463; B4 S4096 (none) 580 / 572 against 555 / 552
+ * at best (bands of 8), D64 391 / 374 against 369 / 353. */
+constexpr double kPackPadding = 0.03;
+
+/* Params.pack_shift for a batch of num_seqs sequences (qo_indptr on the host) and this group:
+ * log2 of the largest power of two dividing the group where one-head tiles would pad at least
+ * kPackPadding of their rows, else 0. */
+inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group) {
+    if (group <= 1 || qo_indptr == nullptr || num_seqs <= 0) {
+        return 0;
+    }
+    long long tokens = 0, rows = 0;
+    for (int i = 0; i < num_seqs; ++i) {
+        const long long n = qo_indptr[i + 1] - qo_indptr[i];
+        tokens += n;
+        rows += (n + kRows - 1) / kRows * kRows;
+    }
+    if (rows == 0 ||
+        static_cast<double>(rows - tokens) < kPackPadding * static_cast<double>(rows)) {
+        return 0;
+    }
+    return __builtin_ctz(static_cast<unsigned>(group));
+}
 __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
     if (!kPersistent || !p.persistent) {
         item = blockIdx.x;
@@ -434,10 +485,11 @@ __device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &
     const int g = gridDim.x;
     const int c = blockIdx.x;
     const int t = r * g + ((r & 1) ? g - 1 - c : c);
-    if (t >= p.num_items * p.num_qo_heads) {
+    const int slots = p.num_qo_heads >> p.pack_shift;
+    if (t >= p.num_items * slots) {
         return false;
     }
-    ap_hopper_band_tile(t, p.num_items, p.num_qo_heads, p.group, kBandKv, &item, &h);
+    ap_hopper_band_tile(t, p.num_items, slots, p.group >> p.pack_shift, p.band_kv, &item, &h);
     return true;
 }
 
@@ -456,10 +508,11 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         if (sh.n_blocks <= 0) {
             continue; /* no load: the consumers write zeros and -inf without waiting */
         }
+        const int h0 = h << p.pack_shift; /* the tile's first query head */
         if constexpr (kPaged) {
-            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, sh, h, h / p.group, ring, qn);
+            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, sh, h0, h0 / p.group, ring, qn);
         } else {
-            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h, h / p.group, ring, qn);
+            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h0, h0 / p.group, ring, qn);
         }
         ring += sh.n_blocks;
         ++qn;
@@ -604,25 +657,35 @@ inline dim3 launch_grid(int num_items, int heads, bool persistent) {
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
- * columns x 1 head x box_rows rows (128; a K/V tile's Geo::kKeys; or a paged cache's page size),
- * 128-byte swizzle, rows past the end read as zeros. 0 on success. */
+ * columns x box_heads heads x box_rows rows (a K/V tile's Geo::kKeys, or a paged cache's page
+ * size, x 1 head; Q: a work tile's tokens x its packed heads, q_map), landing as box_rows x
+ * box_heads rows of 128 bytes, token-major, in the 128-byte swizzle; rows past the end read as
+ * zeros. 0 on success. */
 inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim,
-                    int box_rows = kRows) {
+                    int box_rows = kRows, int box_heads = 1) {
     EncodeTiledFn fn = encode_tiled_fn();
-    if (fn == nullptr || rows <= 0 || dim % 64 != 0 || box_rows < 8 || box_rows > kRows) {
+    if (fn == nullptr || rows <= 0 || dim % 64 != 0 || box_heads < 1 || box_heads > heads ||
+        box_rows * box_heads < 8 || box_rows * box_heads > kRows) {
         return -1;
     }
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
                                 static_cast<cuuint64_t>(rows)};
     const cuuint64_t strides[2] = {static_cast<cuuint64_t>(dim) * 2,
                                    static_cast<cuuint64_t>(dim) * 2 * heads};
-    const cuuint32_t box[3] = {64, 1, static_cast<cuuint32_t>(box_rows)};
+    const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(box_heads),
+                               static_cast<cuuint32_t>(box_rows)};
     const cuuint32_t estride[3] = {1, 1, 1};
     const CUresult r =
         fn(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(ptr), dims, strides, box,
            estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? 0 : -2;
+}
+
+/* The Q map of a launch: [tokens][heads][dim], boxes of one work tile (Params.pack_shift). */
+inline int q_map(CUtensorMap *map, const void *q, int64_t tokens, int heads, int dim,
+                 int pack_shift) {
+    return make_map(map, q, tokens, heads, dim, kRows >> pack_shift, 1 << pack_shift);
 }
 
 /* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim], boxes

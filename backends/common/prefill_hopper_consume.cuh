@@ -53,7 +53,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
                   kQBufs = Geo<kD, kOneQ>::kQBufs;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
-    const int r0 = sh.m0 + wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4;
+    const int rw = wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4; /* row in the tile */
     const int qb = qn % kQBufs;
     float o[Geo<kD, kOneQ>::kOn], m[2], l[2];
     state_init(o, m, l);
@@ -78,7 +78,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
             release_stage(&b->q_empty[qb]);
         }
         if (pipe_needs_mask<Geo<kD, kOneQ>::kKeys>(p, sh, n)) {
-            mask_tile(sc, sh, p.causal, n, r0, lane);
+            mask_tile(sc, sh, p, n, rw, lane);
         }
         uint32_t pf[Geo<kD, kOneQ>::kPk][4];
         const float sl2[2] = {p.scale_log2, p.scale_log2};
@@ -91,7 +91,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         release_stage(&b->v_empty[vs]);
     }
     const float ms[2] = {p.sm_scale, p.sm_scale};
-    epilogue<T>(p, sh, o, m, l, h, r0, lane, ms, 1.f);
+    epilogue<T>(p, sh, o, m, l, h, rw, lane, ms, 1.f);
 }
 
 /* The Q operand of the pipelined consumers' S = Q K^T: here the 16-bit Q tile in shared memory,
@@ -122,7 +122,7 @@ template <typename T, int kD, bool kOneQ = false> struct QSmem {
 template <bool kPingPong, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, Bars *b,
-                  int ring, int qb, int wg, int r0, int lane, float (&o)[G::kOn], float (&m)[2],
+                  int ring, int qb, int wg, int rw, int lane, float (&o)[G::kOn], float (&m)[2],
                   float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
     constexpr int kStg = G::kStg;
     const int nb = sh.n_blocks;
@@ -140,7 +140,7 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
         release_stage(&b->q_empty[qb]);
     }
     if (pipe_needs_mask<G::kKeys>(p, sh, nb - 1)) {
-        mask_tile(sc, sh, p.causal, nb - 1, r0, lane);
+        mask_tile(sc, sh, p, nb - 1, rw, lane);
     }
     softmax_tile<typename Q::PT>(sc, o, m, l, pf, q.sl2);
 }
@@ -151,7 +151,7 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
 template <bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const uint8_t *sv,
-          Bars *b, int ring, int qb, int i, int wg, int r0, int lane, float (&o)[G::kOn],
+          Bars *b, int ring, int qb, int i, int wg, int rw, int lane, float (&o)[G::kOn],
           float (&m)[2], float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
     constexpr int kStg = G::kStg, kVStg = G::kVStg;
     const int g = ring + i;
@@ -174,7 +174,7 @@ pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const
         release_stage(&b->q_empty[qb]);
     }
     if (pipe_needs_mask<G::kKeys>(p, sh, n)) {
-        mask_tile(sc, sh, p.causal, n, r0, lane);
+        mask_tile(sc, sh, p, n, rw, lane);
     }
     float corr[2];
     const bool move = softmax_stats(sc, m, l, corr, q.sl2);
@@ -213,7 +213,7 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     using G = typename Q::G;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
-    const int r0 = sh.m0 + wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4;
+    const int rw = wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4; /* row in the tile */
     float o[G::kOn], m[2], l[2];
     state_init(o, m, l);
     const int nb = sh.n_blocks;
@@ -224,15 +224,15 @@ __device__ __forceinline__ void consume_pipe(const Params &p, const Shape &sh, c
     if (nb > 0) {
         bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
         q.load(p, sq + qb * G::kQBytes, wg);
-        pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, r0, lane, o, m, l, pf);
+        pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l, pf);
     }
     for (int i = 1; i < nb; ++i) {
-        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, qb, i, wg, r0, lane, o, m, l, pf);
+        pipe_step<kSplitN, kPingPong>(p, sh, q, sk, sv, b, ring, qb, i, wg, rw, lane, o, m, l, pf);
     }
     if (nb > 0) {
         pipe_last_pv<typename Q::PT, kSplitN, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
     }
-    epilogue<T>(p, sh, o, m, l, h, r0, lane, q.ms, q.os);
+    epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
 }
 
 #endif /* AP_COMMON_PREFILL_HOPPER_CONSUME_CUH */

@@ -254,7 +254,8 @@ __device__ __forceinline__ void producer_loop_f8(const CUtensorMap *tq, const CU
         if (sh.n_blocks <= 0) {
             continue;
         }
-        produce_f8<kD>(tq, tk, tv, sq, sk, svs, bf, sh, h, h / p.group, ring, qn);
+        const int h0 = h << p.pack_shift; /* the tile's first query head */
+        produce_f8<kD>(tq, tk, tv, sq, sk, svs, bf, sh, h0, h0 / p.group, ring, qn);
         ring += sh.n_blocks;
         ++qn;
     }

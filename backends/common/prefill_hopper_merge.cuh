@@ -53,13 +53,13 @@ pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const ui
         release_stage(&b->q_empty[qb2]);
     }
     if (pipe_needs_mask<G::kKeys>(p, sh2, nb2 - 1)) {
-        mask_tile(sc, sh2, p.causal, nb2 - 1, sh2.m0 + rw, lane);
+        mask_tile(sc, sh2, p, nb2 - 1, rw, lane);
     }
     float m2[2] = {-INFINITY, -INFINITY}, l2[2] = {0.f, 0.f}, corr[2];
     softmax_stats(sc, m2, l2, corr, q.sl2);
     wg_wait0();
     release_stage(&b->v_empty[sp]);
-    epilogue<T>(p, sh, o, m, l, h, sh.m0 + rw, lane, q.ms, q.os);
+    epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
 #pragma unroll
     for (int i = 0; i < G::kOn; ++i) {
         o[i] = 0.f;
@@ -101,13 +101,12 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             const int qb = qn % G::kQBufs;
             bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
             q.load(p, sq + qb * G::kQBytes, wg);
-            pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, sh.m0 + rw, lane, o, m, l,
-                                         pf);
+            pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l, pf);
         }
         primed = false;
         for (int i = 1; i < nb; ++i) {
-            pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg,
-                                        sh.m0 + rw, lane, o, m, l, pf);
+            pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg, rw, lane,
+                                        o, m, l, pf);
         }
         int item2 = 0, h2 = 0;
         Shape sh2 = sh;
@@ -122,7 +121,7 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             if (nb > 0) {
                 pipe_last_pv<typename Q::PT, false, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
             }
-            epilogue<T>(p, sh, o, m, l, h, sh.m0 + rw, lane, q.ms, q.os);
+            epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
         }
         if (nb > 0) {
             ring += nb;

@@ -17,12 +17,16 @@ int32_t ap_kit_prefill_default_tile_rows(int32_t head_dim_qk, int32_t head_dim_v
 int32_t ap_kit_prefill_tile_rows_built(int32_t head_dim_qk, int32_t head_dim_v, int32_t rows) {
     return rows != 0 && rows == ap_kit_prefill_default_tile_rows(head_dim_qk, head_dim_v);
 }
-/* prefill_hopper.cu's choice: no Hopper device here, unless a case turns the stub on. */
+/* prefill_hopper.cu's choice: no Hopper device here, unless a case turns the stub on; then 128
+ * rows of (128 / pack) tokens x the group, pack the largest power of two dividing the group, as
+ * prefill_hopper.cuh's pack_shift_for gives for check_hopper's batch (21% of its one-head rows
+ * would be padding). */
 static int hopper_stub;
 int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
+    const int32_t group = args->num_qo_heads / args->num_kv_heads;
     return hopper_stub && args->kv_dtype == AP_DTYPE_BF16 && args->kv_indptr_host != NULL &&
                    args->head_dim_qk == 128
-               ? 128 * (args->num_qo_heads / args->num_kv_heads)
+               ? 128 * group / (group & -group)
                : 0;
 }
 ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
@@ -156,7 +160,8 @@ static void check_paged(void) {
     EXPECT(scratch[0].q_start == 288 && scratch[0].kv_tiles == (396 + 63) / 64, "paged longest");
 }
 
-/* Where the Hopper kernel takes a ragged 128/128 plan: 128-token items, totals for its maps. */
+/* Where the Hopper kernel takes a ragged 128/128 plan: items of its work tiles (group 4 packed:
+ * 32 tokens x 4 heads), totals for its maps. */
 static void check_hopper(void) {
     const int32_t qo[] = {0, 1, 18, 318, 1318}, kv[] = {0, 5, 22, 1322, 2322};
     ap_kit_prefill_plan_args args = ragged_args(4, qo, kv, 1, 32);
@@ -164,16 +169,17 @@ static void check_hopper(void) {
     args.num_kv_heads = 8;
     ap_kit_prefill_plan plan;
     hopper_stub = 1;
-    EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 0 && plan.tile_tokens != 128,
+    EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 0,
            "ragged 128/128 without kv_dtype stays on the mma.sync plan: %s (hopper %d)", msg_text,
            plan.hopper);
     args.kv_dtype = AP_DTYPE_BF16;
-    EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 1 && plan.tile_tokens == 128 &&
-               plan.tile_rows == 512 && plan.num_q_tokens == 1318 && plan.num_kv_rows == 2322,
+    EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 1 && plan.tile_tokens == 32 &&
+               plan.tile_rows == 128 && plan.num_q_tokens == 1318 && plan.num_kv_rows == 2322,
            "hopper plan: %s (hopper %d, tile_tokens %d)", msg_text, plan.hopper, plan.tile_tokens);
-    /* 1 + 1 + 3 + 8 tiles of 128 tokens, the longest first (sequence 2's last: 1300 keys) */
-    EXPECT(plan.num_items == 13 && scratch[0].seq == 2 && scratch[0].q_start == 256 &&
-               scratch[0].kv_tiles == (1300 + 63) / 64,
+    /* 1 + 1 + 10 + 32 tiles of 32 tokens, the longest first: sequence 2's last two (1288 and
+     * 1300 keys, both 21 units of 64), the earlier token first */
+    EXPECT(plan.num_items == 44 && scratch[0].seq == 2 && scratch[0].q_start == 256 &&
+               scratch[1].q_start == 288 && scratch[0].kv_tiles == (1300 + 63) / 64,
            "hopper items: %d, first seq %d q_start %d", plan.num_items, scratch[0].seq,
            scratch[0].q_start);
     args.tile_rows = 128; /* a caller's explicit tile keeps the mma.sync kernel's plan */
