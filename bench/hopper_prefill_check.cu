@@ -650,7 +650,8 @@ static bool run_case(const Case &c, unsigned seed) {
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
-     * --profile V: one causal H32/8 launch set of variant V (for ncu); --time: bench_tiles'
+     * --profile V [PS]: one causal H32/8 launch set of variant V (for ncu), pack_shift PS;
+     * --time: bench_tiles'
      * timings only (the per-work-tile overhead's shapes); --match TEXT: the checks whose name
      * holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
@@ -662,7 +663,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
-        bench(true, 4, 32, 8, 128, std::atoi(argv[2]));
+        /* --profile V [PS]: PS the pack_shift (default the dispatch's) */
+        bench(true, 4, 32, 8, 128, std::atoi(argv[2]), 0, argc > 3 ? std::atoi(argv[3]) : -1);
         return 0;
     }
     std::vector<Case> cases = quick ? quick_cases() : check_cases();

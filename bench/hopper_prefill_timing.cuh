@@ -193,8 +193,8 @@ static void bench_tiles() {
     }
     const Case c{"mix", false, true, 32, 8, mix, mix};
     /* (pack_shift, persistent override, band override): one head per tile, packed (bands of one
-     * K/V head where persistent) */
-    const int configs[2][3] = {{0, -1, 0}, {2, -1, 0}};
+     * K/V head where persistent), packed in bands of 8 */
+    const int configs[3][3] = {{0, -1, 0}, {2, -1, 0}, {2, 1, 8}};
     for (int round = 0; round < 2; ++round) {
         for (const auto &cf : configs) {
             const int ps = cf[0];

@@ -431,9 +431,10 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 
 /* Work tile r of this CTA: (plan item, head slot h: query heads h << pack_shift ..). Without
  * persistence one, the CTA's own (grid items x head slots). With it (use_persistent) the grid is
- * at most one CTA per SM (launch_grid) and the tiles go round by round: in round r CTA c takes
- * tile r G + c (r even) or r G + G - 1 - c (r odd), a snake that gives the CTA with a round's
- * longest tile the next round's shortest. The tiles' order (prefill_schedule.h): the head slots
+ * at most one CTA per SM (launch_grid) and the tiles go round by round, each band of heads on
+ * rounds of its own (ap_hopper_round_tile): in round r of a band CTA c takes its tile r G + c
+ * (r even) or r G + G - 1 - c (r odd), a snake that gives the CTA with a round's longest tile the
+ * next round's shortest. The tiles' order (prefill_schedule.h): the head slots
  * in bands of Params.band_kv K/V heads (whole groups), band after band; in a band, items x the
  * band's slots in the plan's order (longest first; slots fastest, so a group's heads run together
  * on the same K/V). The band bounds the K/V sets a round reads at once: with all heads in one
@@ -441,20 +442,24 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
  * (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which use_persistent keeps for them). A
  * static order: no counter to reset between calls, so a captured graph replays it as it is. */
 constexpr int kBandKv = 8;
-/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head
- * (H100, 2026-11-27, causal H32/8 D128 persistent, TFLOP/s over two rounds of one call: the
- * varlen mix 451 / 463 in bands of 1, 427 / 411 of 2, 325 / 327 of 8; B16 S4096 521 / 522, 514 /
- * 491, 403 / 412). */
+/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head.
+ * A packed tile holds a whole group, so bands of 8 K/V heads put every sequence's K/V of 8 heads
+ * in flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one keep all CTAs on
+ * one head's K/V (DRAM reads of B4 S4096 260 MB against 1000). H100, 2026-11-27, causal H32/8
+ * D128 persistent, two rounds of one call, TFLOP/s, bands of 1 / 8: the varlen mix 437 / 445
+ * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. */
 inline int band_kv_for(int pack_shift) {
     return pack_shift > 0 ? 1 : kBandKv;
 }
 
 /* Packing pays where it removes padding: a sequence's last 128-token work tile of one head runs
  * 128 rows whatever its length, a packed one 128 / pack tokens. kPackPadding: the share of padded
- * rows in one-head tiles from which a batch is packed. H100, 2026-11-27, causal H32/8 D128, two
- * rounds of one call (TFLOP/s, one head per tile / packed in bands of one K/V head): the varlen
- * mix (6.0% padded rows) 434 / 413 against 451 / 463; B4 S4096 (none) 580 / 572 against 555 / 552
- * at best (bands of 8), D64 391 / 374 against 369 / 353. */
+ * rows in one-head tiles from which a batch is packed. H100, 2026-11-27, causal H32/8, two rounds
+ * of one call (TFLOP/s, one head per tile / packed): the varlen mix (6.0% of one-head rows
+ * padding) 404 / 383 against 437 / 445; without padding packing neither gains nor loses beyond
+ * the noise (B4 S4096 D128 577 / 565 against 577 / 578, B16 553 / 512 against 536 / 521, D64 367
+ * / 354 against 376 / 366, paged16 483 / 470 against 484 / 476), so those batches keep one head
+ * per tile. */
 constexpr double kPackPadding = 0.03;
 
 /* Params.pack_shift for a batch of num_seqs sequences (qo_indptr on the host) and this group:
@@ -476,21 +481,23 @@ inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group) {
     }
     return __builtin_ctz(static_cast<unsigned>(group));
 }
-__device__ __forceinline__ bool tile_at(const Params &p, int r, int &item, int &h) {
+
+/* The CTA's work tile at round r or, where that round has none for it (a band's last round), the
+ * next round that has one: r moves there. false past the last. */
+__device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int &h) {
     if (!kPersistent || !p.persistent) {
         item = blockIdx.x;
         h = blockIdx.y;
         return r == 0;
     }
-    const int g = gridDim.x;
-    const int c = blockIdx.x;
-    const int t = r * g + ((r & 1) ? g - 1 - c : c);
     const int slots = p.num_qo_heads >> p.pack_shift;
-    if (t >= p.num_items * slots) {
-        return false;
+    for (;; ++r) {
+        const int k = ap_hopper_round_tile(r, blockIdx.x, gridDim.x, p.num_items, slots,
+                                           p.group >> p.pack_shift, p.band_kv, &item, &h);
+        if (k != 0) {
+            return k > 0;
+        }
     }
-    ap_hopper_band_tile(t, p.num_items, slots, p.group >> p.pack_shift, p.band_kv, &item, &h);
-    return true;
 }
 
 #include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */

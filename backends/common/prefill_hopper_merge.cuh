@@ -108,9 +108,9 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg, rw, lane,
                                         o, m, l, pf);
         }
-        int item2 = 0, h2 = 0;
+        int item2 = 0, h2 = 0, r2 = r + 1; /* the loop's next tile_at finds the same one */
         Shape sh2 = sh;
-        if (nb > 0 && tile_at(p, r + 1, item2, h2)) {
+        if (nb > 0 && tile_at(p, r2, item2, h2)) {
             sh2 = item_shape<kPaged, G::kKeys>(p, item2);
             primed = sh2.n_blocks > 0;
         }

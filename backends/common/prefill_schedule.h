@@ -24,4 +24,35 @@ AP_KIT_HD static inline void ap_hopper_band_tile(int t, int num_items, int num_q
     *head = h0 + (u - *item * nh);
 }
 
+/* The persistent grid's tile for CTA c of g in round r, each band on rounds of its own: band b
+ * (ap_hopper_band_tile's, items x nh heads) takes rounds b R .. b R + R_b - 1, R = ceil(items x
+ * band / g) the rounds of a full band and R_b those of band b, and in its round rb the CTA takes
+ * the band's tile rb g + c (rb even) or rb g + g - 1 - c (rb odd), a snake. So each band's
+ * longest-first order is balanced over the CTAs on its own, and the sum of the bands is too
+ * (running the bands back to back in one order mixed a band's last, shortest tiles with the
+ * next band's longest in a round, and the snake then left a fifth of the SM time idle at the
+ * end: H100, 2026-11-27). Returns 1 with (item, head); 0 where the band's last round has no
+ * tile for this CTA; -1 past the last round. */
+AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_items,
+                                                 int num_qo_heads, int group, int band_kv,
+                                                 int *item, int *head) {
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int bands = (num_qo_heads + band - 1) / band;
+    const long long full = ((long long)num_items * band + g - 1) / g; /* rounds of a full band */
+    const int b = full > 0 && r / full < bands ? (int)(r / full) : bands - 1;
+    const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
+    const long long rb = r - (long long)b * full;
+    const long long in_band = (long long)num_items * nh;
+    if (rb * g >= in_band) {
+        return -1; /* b is the last band here, and its rounds are over */
+    }
+    const long long t = rb * g + ((rb & 1) ? g - 1 - c : c);
+    if (t >= in_band) {
+        return 0;
+    }
+    ap_hopper_band_tile((int)((long long)b * band * num_items + t), num_items, num_qo_heads, group,
+                        band_kv, item, head);
+    return 1;
+}
+
 #endif

@@ -1,7 +1,10 @@
 /* test_prefill_schedule.c: the Hopper prefill kernel's persistent tile order
  * (backends/common/prefill_schedule.h) on the host, over many shapes: every (item, head) tile
  * exactly once; bands of whole groups, band after band, never more than band_kv K/V heads; in a
- * band the plan's items in order and, per item, the band's heads one after another. */
+ * band the plan's items in order and, per item, the band's heads one after another. And the
+ * rounds (ap_hopper_round_tile) over grids of several sizes: every tile exactly once, a round's
+ * tiles all of one band, a band's rounds in its order with the snake, the bands' rounds back to
+ * back, and no tile after a CTA's end. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,6 +67,76 @@ static void check_shape(int num_items, int num_qo_heads, int group, int band_kv)
     free(seen);
 }
 
+/* The rounds of a g-CTA grid over that order. */
+static void check_rounds(int num_items, int num_qo_heads, int group, int band_kv, int g) {
+    const int tiles = num_items * num_qo_heads;
+    unsigned char *seen = calloc((size_t)tiles + 1, 1);
+    if (seen == NULL) {
+        failures++;
+        return;
+    }
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    int bad = 0, done = 0, prev_band = 0, band_round = 0, rounds = 0;
+    /* the rounds each band needs, back to back */
+    for (int h0 = 0; h0 < num_qo_heads; h0 += band) {
+        const int nh = num_qo_heads - h0 < band ? num_qo_heads - h0 : band;
+        rounds += (num_items * nh + g - 1) / g;
+    }
+    for (int r = 0; r < rounds + 3 && bad < 3; r++) {
+        int round_band = -1, ended = 0;
+        for (int c = 0; c < g && bad < 3; c++) {
+            int item = -1, head = -1;
+            const int k = ap_hopper_round_tile(r, c, g, num_items, num_qo_heads, group, band_kv,
+                                               &item, &head);
+            if (k < 0) {
+                ended++;
+                continue;
+            }
+            if (r >= rounds) {
+                EXPECT(0, "items %d heads %d/%d band %d grid %d: round %d of %d gives %d",
+                       num_items, num_qo_heads, group, band_kv, g, r, rounds, k);
+                bad++;
+                continue;
+            }
+            if (k == 0) continue;
+            if (item < 0 || item >= num_items || head < 0 || head >= num_qo_heads ||
+                seen[item * num_qo_heads + head]++) {
+                EXPECT(0, "items %d heads %d/%d band %d grid %d: round %d CTA %d -> (%d, %d)",
+                       num_items, num_qo_heads, group, band_kv, g, r, c, item, head);
+                bad++;
+                continue;
+            }
+            done++;
+            const int b = head / band;
+            if (round_band < 0) round_band = b;
+            bad += b != round_band;
+            EXPECT(b == round_band, "round %d mixes bands %d and %d", r, round_band, b);
+            if (b != prev_band) {
+                bad += b != prev_band + 1;
+                EXPECT(b == prev_band + 1, "band %d after band %d at round %d", b, prev_band, r);
+                prev_band = b;
+                band_round = r;
+            }
+            /* the tile's index in its band: the snake of the band's round */
+            const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
+            const int rb = r - band_round;
+            const int want = rb * g + ((rb & 1) ? g - 1 - c : c);
+            bad += item * nh + (head - b * band) != want;
+            EXPECT(item * nh + (head - b * band) == want,
+                   "items %d heads %d/%d band %d grid %d: round %d CTA %d: band tile %d, not %d",
+                   num_items, num_qo_heads, group, band_kv, g, r, c, item * nh + head - b * band,
+                   want);
+        }
+        bad += (ended == 0) != (r < rounds) || (ended == g) != (r >= rounds);
+        EXPECT((ended == 0) == (r < rounds) && (ended == g) == (r >= rounds),
+               "items %d heads %d/%d band %d grid %d: round %d of %d: %d CTAs ended", num_items,
+               num_qo_heads, group, band_kv, g, r, rounds, ended);
+    }
+    EXPECT(bad > 0 || done == tiles, "items %d heads %d/%d band %d grid %d: %d tiles of %d",
+           num_items, num_qo_heads, group, band_kv, g, done, tiles);
+    free(seen);
+}
+
 int main(void) {
     static const int heads[] = {1, 2, 4, 8, 12, 20, 24, 32, 40, 64, 96, 128};
     static const int groups[] = {1, 2, 3, 4, 8, 16};
@@ -75,6 +148,8 @@ int main(void) {
                 if (heads[h] % groups[g] != 0) continue;
                 for (size_t b = 0; b < sizeof bands / sizeof bands[0]; b++) {
                     check_shape(items, heads[h], groups[g], bands[b]);
+                    for (int grid = 1; grid <= 133; grid += grid < 8 ? 3 : 62)
+                        check_rounds(items, heads[h], groups[g], bands[b], grid);
                     shapes++;
                 }
             }
@@ -82,6 +157,9 @@ int main(void) {
     check_shape(128, 32, 4, 8);
     check_shape(128, 32, 1, 8);
     check_shape(32, 128, 1, 8);
+    check_rounds(128, 32, 4, 8, 132);
+    check_rounds(512, 8, 1, 1, 132); /* packed: H32/8 as 8 head slots, bands of one */
+    check_rounds(32, 128, 1, 8, 132);
     printf("%d shapes: %s\n", shapes + 3, failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
