@@ -650,7 +650,8 @@ static bool run_case(const Case &c, unsigned seed) {
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
-     * --profile V [PS]: one causal H32/8 launch set of variant V (for ncu), pack_shift PS;
+     * --profile V [PS [mix]]: one causal H32/8 launch set of variant V (for ncu), pack_shift PS,
+     * B4 S4096 or the varlen mix;
      * --time: bench_tiles'
      * timings only (the per-work-tile overhead's shapes); --match TEXT: the checks whose name
      * holds TEXT only. */
@@ -663,8 +664,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
-        /* --profile V [PS]: PS the pack_shift (default the dispatch's) */
-        bench(true, 4, 32, 8, 128, std::atoi(argv[2]), 0, argc > 3 ? std::atoi(argv[3]) : -1);
+        /* --profile V [PS [mix]]: PS the pack_shift (-1: the dispatch's); mix: the varlen mix */
+        const int ps = argc > 3 ? std::atoi(argv[3]) : -1;
+        if (argc > 4 && std::strcmp(argv[4], "mix") == 0) {
+            bench_lens(true, varlen_mix(), "varlen64", 32, 8, 128, std::atoi(argv[2]), 0, ps);
+        } else {
+            bench(true, 4, 32, 8, 128, std::atoi(argv[2]), 0, ps);
+        }
         return 0;
     }
     std::vector<Case> cases = quick ? quick_cases() : check_cases();

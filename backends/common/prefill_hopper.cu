@@ -298,6 +298,11 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
     }
     ap_status st = hopper_check(p, plan, who, msg);
     if (st != AP_OK || plan->num_items == 0 || plan->num_q_tokens == 0) return st;
+    if ((int64_t)plan->num_items * p->num_qo_heads > INT32_MAX / 2) { // the tile order's ints
+        ap_msgbuf_add(msg, "%s: %d work items x %d query heads is too many work tiles", who,
+                      plan->num_items, p->num_qo_heads);
+        return AP_ERR_UNSUPPORTED;
+    }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     return p->q_dtype == AP_DTYPE_BF16 ? hopper_dispatch<__nv_bfloat16>(p, plan, s, who, msg)
                                        : hopper_dispatch<__half>(p, plan, s, who, msg);

@@ -86,15 +86,20 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     uint32_t pf[G::kPk][4];
     Q q;
     q.init(p);
-    int ring = 0, qn = 0, item = 0, h = 0;
+    int ring = 0, qn = 0, item = 0, h = 0, r = 0;
     bool primed = false; /* this tile's first S and softmax ran in the previous one's boundary */
-    for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<kPaged, G::kKeys>(p, item);
-        const int nb = sh.n_blocks;
-        if (nb < 0) {
-            continue; /* not a tile start: another tile covers these tokens */
-        }
-        if (!primed) {
+    /* Each tile's place and shape are found once: the lookahead that decides the boundary hands
+     * them to the next iteration (found twice, the integer division and the dependent loads of
+     * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:
+     * ncu, H100, 2026-11-27). */
+    bool have = tile_at(p, r, item, h);
+    Shape sh = {};
+    if (have) {
+        sh = item_shape<kPaged, G::kKeys>(p, item);
+    }
+    while (have) {
+        const int nb = sh.n_blocks; /* < 0: not a tile start, another tile covers these tokens */
+        if (!primed && nb >= 0) {
             state_init(o, m, l);
         }
         if (nb > 0 && !primed) {
@@ -108,25 +113,33 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg, rw, lane,
                                         o, m, l, pf);
         }
-        int item2 = 0, h2 = 0, r2 = r + 1; /* the loop's next tile_at finds the same one */
+        int item2 = 0, h2 = 0, r2 = r + 1;
+        const bool have2 = tile_at(p, r2, item2, h2);
         Shape sh2 = sh;
-        if (nb > 0 && tile_at(p, r2, item2, h2)) {
+        if (have2) {
             sh2 = item_shape<kPaged, G::kKeys>(p, item2);
-            primed = sh2.n_blocks > 0;
         }
-        if (primed) {
-            pipe_boundary<T, false, kPingPong>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h, wg, rw,
-                                               lane, o, m, l, pf);
-        } else {
-            if (nb > 0) {
-                pipe_last_pv<typename Q::PT, false, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
+        if (nb >= 0) {
+            primed = nb > 0 && have2 && sh2.n_blocks > 0;
+            if (primed) {
+                pipe_boundary<T, false, kPingPong>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h, wg,
+                                                   rw, lane, o, m, l, pf);
+            } else {
+                if (nb > 0) {
+                    pipe_last_pv<typename Q::PT, false, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
+                }
+                epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
             }
-            epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
         }
         if (nb > 0) {
             ring += nb;
             ++qn;
         }
+        have = have2;
+        r = r2;
+        item = item2;
+        h = h2;
+        sh = sh2;
     }
 }
 

@@ -36,22 +36,23 @@ AP_KIT_HD static inline void ap_hopper_band_tile(int t, int num_items, int num_q
 AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_items,
                                                  int num_qo_heads, int group, int band_kv,
                                                  int *item, int *head) {
+    /* int throughout: num_items x num_qo_heads tiles fit an int (the launch's grid rule) */
     const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
     const int bands = (num_qo_heads + band - 1) / band;
-    const long long full = ((long long)num_items * band + g - 1) / g; /* rounds of a full band */
-    const int b = full > 0 && r / full < bands ? (int)(r / full) : bands - 1;
+    const int full = (num_items * band + g - 1) / g; /* rounds of a full band */
+    const int b = full > 0 && r / full < bands ? r / full : bands - 1;
     const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
-    const long long rb = r - (long long)b * full;
-    const long long in_band = (long long)num_items * nh;
-    if (rb * g >= in_band) {
+    const int rb = r - b * full;
+    if (rb * g >= num_items * nh) {
         return -1; /* b is the last band here, and its rounds are over */
     }
-    const long long t = rb * g + ((rb & 1) ? g - 1 - c : c);
-    if (t >= in_band) {
+    const int t = rb * g + ((rb & 1) ? g - 1 - c : c);
+    if (t >= num_items * nh) {
         return 0;
     }
-    ap_hopper_band_tile((int)((long long)b * band * num_items + t), num_items, num_qo_heads, group,
-                        band_kv, item, head);
+    /* ap_hopper_band_tile(b * band * num_items + t, ...), with the band already known */
+    *item = t / nh;
+    *head = b * band + (t - *item * nh);
     return 1;
 }
 
