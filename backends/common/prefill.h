@@ -63,7 +63,7 @@ typedef struct ap_kit_prefill_plan {
     int32_t causal;
     int32_t ragged;
     const void *items;    /* device_buffer, filled by an async copy on the plan's stream */
-    int32_t hopper;       /* 1: 128-token items for the Hopper kernel (prefill_hopper.h) */
+    int32_t hopper;       /* 1: items of the Hopper kernel's work tiles (prefill_hopper.h) */
     int32_t num_q_tokens; /* qo_indptr_host[num_seqs] */
     int32_t num_kv_rows;  /* kv_indptr_host[num_seqs] (ragged source), else 0 */
 } ap_kit_prefill_plan;

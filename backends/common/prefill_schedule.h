@@ -36,7 +36,7 @@ AP_KIT_HD static inline void ap_hopper_band_tile(int t, int num_items, int num_q
 AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_items,
                                                  int num_qo_heads, int group, int band_kv,
                                                  int *item, int *head) {
-    /* int throughout: num_items x num_qo_heads tiles fit an int (the launch's grid rule) */
+    /* int throughout: ap_kit_prefill_hopper_run refuses more than INT32_MAX / 2 tiles */
     const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
     const int bands = (num_qo_heads + band - 1) / band;
     const int full = (num_items * band + g - 1) / g; /* rounds of a full band */

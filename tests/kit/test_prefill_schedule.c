@@ -121,6 +121,13 @@ static void check_rounds(int num_items, int num_qo_heads, int group, int band_kv
             const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
             const int rb = r - band_round;
             const int want = rb * g + ((rb & 1) ? g - 1 - c : c);
+            int ref_item = -1, ref_head = -1; /* the band order's own mapping of that tile */
+            ap_hopper_band_tile(b * band * num_items + want, num_items, num_qo_heads, group,
+                                band_kv, &ref_item, &ref_head);
+            bad += ref_item != item || ref_head != head;
+            EXPECT(ref_item == item && ref_head == head,
+                   "round %d CTA %d: (%d, %d), the band order says (%d, %d)", r, c, item, head,
+                   ref_item, ref_head);
             bad += item * nh + (head - b * band) != want;
             EXPECT(item * nh + (head - b * band) == want,
                    "items %d heads %d/%d band %d grid %d: round %d CTA %d: band tile %d, not %d",
