@@ -162,10 +162,12 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                                 ? use_persistent(kD, kPaged, hq / hkv) /* the dispatch's rule */
                                 : g_persistent > 0;
     pn.persistent = persistent ? 1 : 0;
-    pn.band_kv = g_band > 0 ? g_band : band_kv_for(p.pack_shift);
+    const dim3 grid = launch_grid(num_items, hq >> p.pack_shift, persistent);
+    pn.band_kv = g_band > 0 ? g_band
+                            : band_kv_for(p.pack_shift, num_items, static_cast<int>(grid.x),
+                                          (hq / hkv) >> p.pack_shift);
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<launch_grid(num_items, hq >> p.pack_shift, persistent), kThreads, Geo<kD, kPaged>::kSmem,
-           st>>>(mq, mk, mv, pn);
+        <<<grid, kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -224,9 +226,10 @@ static int launch_f8(const void *q, const void *k, const void *v, int tq, int tk
     pn.num_items = num_items;
     const bool persistent = use_persistent(kD, false, hq / hkv);
     pn.persistent = persistent ? 1 : 0;
-    pn.band_kv = band_kv_for(p.pack_shift);
-    prefill_hopper_f8_kernel<T, kD><<<launch_grid(num_items, hq >> p.pack_shift, persistent),
-                                      kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
+    const dim3 grid = launch_grid(num_items, hq >> p.pack_shift, persistent);
+    pn.band_kv =
+        band_kv_for(p.pack_shift, num_items, static_cast<int>(grid.x), (hq / hkv) >> p.pack_shift);
+    prefill_hopper_f8_kernel<T, kD><<<grid, kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 

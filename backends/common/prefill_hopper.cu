@@ -169,7 +169,6 @@ ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_pre
     kp.k_scale = p->k_scale;
     kp.v_scale = p->v_scale;
     kp.pack_shift = plan_pack_shift(plan); /* hopper_check: >= 0 */
-    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift);
     return kp;
 }
 
@@ -199,6 +198,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     kp.persistent = persistent ? 1 : 0;
     const dim3 grid =
         ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
+    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift, kp.num_items, static_cast<int>(grid.x),
+                                        kp.group >> kp.pack_shift);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
@@ -227,6 +228,8 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
     kp.persistent = persistent ? 1 : 0;
     const dim3 grid =
         ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
+    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift, kp.num_items, static_cast<int>(grid.x),
+                                        kp.group >> kp.pack_shift);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
