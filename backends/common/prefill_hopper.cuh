@@ -447,17 +447,10 @@ constexpr int kBandKv = 8;
  * in flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one keep all CTAs on
  * one head's K/V (DRAM reads of B4 S4096 260 MB against 1000). H100, 2026-11-27, causal H32/8
  * D128 persistent, two rounds of one call, TFLOP/s, bands of 1 / 8: the varlen mix 437 / 445
- * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. */
-/* A band of fewer tiles than the grid's CTAs would leave the rest of its round idle (a band is
- * on rounds of its own: a few short sequences packed in bands of one ran their 8 bands one after
- * another on a handful of CTAs, the engine's Qwen3-Embedding layer 2x slower), so the band grows
- * to at least `grid` tiles: num_items x its K/V heads x group_slots (the group's head slots). */
+ * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. Either grows where a band would hold
+ * fewer tiles than the grid has CTAs (ap_hopper_band_kv). */
 inline int band_kv_for(int pack_shift, int num_items, int grid, int group_slots) {
-    const int base = pack_shift > 0 ? 1 : kBandKv;
-    const long long per_kv =
-        static_cast<long long>(num_items) * (group_slots > 0 ? group_slots : 1);
-    const long long need = per_kv > 0 ? (grid + per_kv - 1) / per_kv : 1;
-    return need > base ? static_cast<int>(need) : base;
+    return ap_hopper_band_kv(pack_shift > 0 ? 1 : kBandKv, num_items, grid, group_slots);
 }
 
 /* Packing pays where it removes padding: a sequence's last 128-token work tile of one head runs

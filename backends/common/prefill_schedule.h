@@ -24,6 +24,17 @@ AP_KIT_HD static inline void ap_hopper_band_tile(int t, int num_items, int num_q
     *head = h0 + (u - *item * nh);
 }
 
+/* The band (K/V heads) of a launch of num_items items over a g-CTA grid, group head slots per
+ * K/V head: `base`, grown so that a band holds at least g tiles (num_items x band x group): a
+ * band runs on rounds of its own (ap_hopper_round_tile), so a band of fewer tiles than CTAs would
+ * leave the rest of each of its rounds idle (a few short sequences packed in bands of one ran 8
+ * bands in 8 rounds of a few CTAs: H100, 2026-11-27). */
+AP_KIT_HD static inline int ap_hopper_band_kv(int base, int num_items, int g, int group) {
+    const long long per_kv = (long long)num_items * (group > 0 ? group : 1);
+    const long long need = per_kv > 0 ? (g + per_kv - 1) / per_kv : 1;
+    return need > base ? (int)need : base;
+}
+
 /* The persistent grid's tile for CTA c of g in round r, each band on rounds of its own: band b
  * (ap_hopper_band_tile's, items x nh heads) takes rounds b R .. b R + R_b - 1, R = ceil(items x
  * band / g) the rounds of a full band and R_b those of band b, and in its round rb the CTA takes

@@ -144,6 +144,26 @@ static void check_rounds(int num_items, int num_qo_heads, int group, int band_kv
     free(seen);
 }
 
+/* ap_hopper_band_kv over a g-CTA grid: every band but the last holds at least g tiles (when the
+ * launch has that many), so only a band's last round can leave CTAs idle, and the rounds are at
+ * most ceil(tiles / g) + bands - 1. */
+static void check_band_growth(int num_items, int num_qo_heads, int group, int base, int g) {
+    const int band_kv = ap_hopper_band_kv(base, num_items, g, group);
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int bands = (num_qo_heads + band - 1) / band, tiles = num_items * num_qo_heads;
+    int rounds = 0;
+    for (int h0 = 0; h0 < num_qo_heads; h0 += band) {
+        const int nh = num_qo_heads - h0 < band ? num_qo_heads - h0 : band;
+        EXPECT(h0 + band >= num_qo_heads || num_items * nh >= g,
+               "items %d heads %d/%d base %d grid %d: band of %d K/V heads holds %d tiles",
+               num_items, num_qo_heads, group, base, g, band_kv, num_items * nh);
+        rounds += (num_items * nh + g - 1) / g;
+    }
+    EXPECT(band_kv >= base && rounds <= (tiles + g - 1) / g + bands - 1,
+           "items %d heads %d/%d base %d grid %d: band %d, %d rounds for %d tiles", num_items,
+           num_qo_heads, group, base, g, band_kv, rounds, tiles);
+}
+
 int main(void) {
     static const int heads[] = {1, 2, 4, 8, 12, 20, 24, 32, 40, 64, 96, 128};
     static const int groups[] = {1, 2, 3, 4, 8, 16};
@@ -164,6 +184,16 @@ int main(void) {
     check_shape(128, 32, 4, 8);
     check_shape(128, 32, 1, 8);
     check_shape(32, 128, 1, 8);
+    for (int items = 1; items <= 600; items += items < 16 ? 1 : 97)
+        for (int g = 1; g <= 132; g += 13)
+            for (int base = 1; base <= 8; base *= 8) {
+                check_band_growth(items, 8, 1, base, g); /* packed H32/8: 8 slots */
+                check_band_growth(items, 32, 4, base, g);
+                check_band_growth(items, 40, 5, base, g);
+            }
+    /* the engine's four short packed sequences: 8 items x 8 slots on 64 CTAs, one round */
+    EXPECT(ap_hopper_band_kv(1, 8, 64, 1) == 8, "engine batch band %d",
+           ap_hopper_band_kv(1, 8, 64, 1));
     check_rounds(128, 32, 4, 8, 132);
     check_rounds(512, 8, 1, 1, 132); /* packed: H32/8 as 8 head slots, bands of one */
     check_rounds(32, 128, 1, 8, 132);
