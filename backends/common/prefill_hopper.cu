@@ -291,9 +291,12 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
                                                const char *who, ap_msgbuf *msg) {
     // K/V of another type than Q (fp8) that the fp8 kernel does not serve (the paged source, head
     // dims 64 and 256), in a plan whose tiles the mma.sync kernel also runs (its built rows per
-    // CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there.
+    // CTA: MLA's qk 192 / v 128, one query head per KV head): the same items there. Only plans of
+    // one head per work tile: a packed plan's rows can match a build too, but whether a batch packs
+    // depends on its lengths, and such a call is served or refused by the model, not the batch.
     if (p != NULL && plan != NULL && p->kv_dtype != p->q_dtype &&
         !hopper_f8_serves(p->kv_dtype, p->head_dim_qk, p->head_dim_v, p->kv_indptr == NULL) &&
+        plan->tile_tokens == ap_hopper::kRows &&
         ap_kit_prefill_tile_rows_built(plan->head_dim_qk, plan->head_dim_v, plan->tile_rows)) {
         ap_kit_prefill_plan mma = *plan;
         mma.hopper = 0;
