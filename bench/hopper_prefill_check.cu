@@ -158,14 +158,11 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     }
     Params pn = p;
     pn.num_items = num_items;
-    const bool persistent = g_persistent < 0 || kPaged
-                                ? use_persistent(kD, kPaged, hq / hkv) /* the dispatch's rule */
-                                : g_persistent > 0;
-    pn.persistent = persistent ? 1 : 0;
-    const dim3 grid = launch_grid(num_items, hq >> p.pack_shift, persistent);
-    pn.band_kv = g_band > 0 ? g_band
-                            : band_kv_for(p.pack_shift, num_items, static_cast<int>(grid.x),
-                                          (hq / hkv) >> p.pack_shift);
+    /* the dispatch's schedule, or --time's overrides */
+    const dim3 grid = launch_schedule(pn, kD, kPaged, kPaged ? -1 : g_persistent);
+    if (g_band > 0) {
+        pn.band_kv = g_band;
+    }
     prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
@@ -224,11 +221,7 @@ static int launch_f8(const void *q, const void *k, const void *v, int tq, int tk
     }
     Params pn = p;
     pn.num_items = num_items;
-    const bool persistent = use_persistent(kD, false, hq / hkv);
-    pn.persistent = persistent ? 1 : 0;
-    const dim3 grid = launch_grid(num_items, hq >> p.pack_shift, persistent);
-    pn.band_kv =
-        band_kv_for(p.pack_shift, num_items, static_cast<int>(grid.x), (hq / hkv) >> p.pack_shift);
+    const dim3 grid = launch_schedule(pn, kD, false);
     prefill_hopper_f8_kernel<T, kD><<<grid, kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }

@@ -194,12 +194,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         kp.v_pages = p->v_pages;
         kp.page_shift = ap_hopper_page_shift(p->page_size);
     }
-    const bool persistent = ap_hopper::use_persistent(kD, kPaged, kp.group);
-    kp.persistent = persistent ? 1 : 0;
-    const dim3 grid =
-        ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
-    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift, kp.num_items, static_cast<int>(grid.x),
-                                        kp.group >> kp.pack_shift);
+    const dim3 grid = ap_hopper::launch_schedule(kp, kD, kPaged);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
@@ -224,12 +219,7 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    const bool persistent = ap_hopper::use_persistent(kD, false, kp.group);
-    kp.persistent = persistent ? 1 : 0;
-    const dim3 grid =
-        ap_hopper::launch_grid(plan->num_items, p->num_qo_heads >> kp.pack_shift, persistent);
-    kp.band_kv = ap_hopper::band_kv_for(kp.pack_shift, kp.num_items, static_cast<int>(grid.x),
-                                        kp.group >> kp.pack_shift);
+    const dim3 grid = ap_hopper::launch_schedule(kp, kD, false);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);

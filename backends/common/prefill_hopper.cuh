@@ -664,6 +664,18 @@ inline dim3 launch_grid(int num_items, int heads, bool persistent) {
     return dim3(static_cast<unsigned>(n > 0 ? n : 1)); /* a CTA with no tile exits at once */
 }
 
+/* A launch's schedule, from its Params (items, heads, group, pack_shift): Params.persistent
+ * (use_persistent's rule, or `force` 0 / 1), the grid over the items and head slots, and
+ * Params.band_kv for that grid. */
+inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = -1) {
+    const bool persistent = force < 0 ? use_persistent(head_dim_qk, paged, p.group) : force > 0;
+    p.persistent = persistent ? 1 : 0;
+    const dim3 grid = launch_grid(p.num_items, p.num_qo_heads >> p.pack_shift, persistent);
+    p.band_kv =
+        band_kv_for(p.pack_shift, p.num_items, static_cast<int>(grid.x), p.group >> p.pack_shift);
+    return grid;
+}
+
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
  * columns x box_heads heads x box_rows rows (a K/V tile's Geo::kKeys, or a paged cache's page
  * size, x 1 head; Q: a work tile's tokens x its packed heads, q_map), landing as box_rows x
