@@ -1,8 +1,9 @@
 /* prefill_schedule.h: the Hopper prefill kernel's persistent tile order (prefill_hopper.cuh's
- * tile_at), as plain C usable on the host (tests/kit/test_prefill_schedule.c) and the device.
- * Tiles are (plan item, query head) pairs. They come in bands of `band_kv` K/V heads (the band's
- * query heads are whole groups of `group`), band after band; in a band, the plan's items in
- * order (longest first), and for each item the band's heads, fastest. */
+ * tile_at), as plain C usable on the host (tests/kit/test_prefill_schedule.c, which holds the
+ * order's plain reference, one tile index at a time) and the device. Tiles are (plan item, query
+ * head) pairs. They come in bands of `band_kv` K/V heads (the band's query heads are whole groups
+ * of `group`), band after band; in a band, the plan's items in order (longest first), and for each
+ * item the band's heads, fastest. */
 #ifndef AP_COMMON_PREFILL_SCHEDULE_H
 #define AP_COMMON_PREFILL_SCHEDULE_H
 
@@ -11,18 +12,6 @@
 #else
 #define AP_KIT_HD
 #endif
-
-/* Tile t (0 <= t < num_items * num_qo_heads) of that order: its plan item and query head.
- * num_qo_heads is a multiple of group; band_kv >= 1. */
-AP_KIT_HD static inline void ap_hopper_band_tile(int t, int num_items, int num_qo_heads, int group,
-                                                 int band_kv, int *item, int *head) {
-    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
-    const int h0 = t / (num_items * band) * band;                       /* the band's first head */
-    const int u = t - h0 * num_items;                                   /* t's index in its band */
-    const int nh = band < num_qo_heads - h0 ? band : num_qo_heads - h0; /* the last may be short */
-    *item = u / nh;
-    *head = h0 + (u - *item * nh);
-}
 
 /* The band (K/V heads) of a launch of num_items items over a g-CTA grid, group head slots per
  * K/V head: `base`, grown so that a band holds at least g tiles (num_items x band x group): a
@@ -36,7 +25,7 @@ AP_KIT_HD static inline int ap_hopper_band_kv(int base, int num_items, int g, in
 }
 
 /* The persistent grid's tile for CTA c of g in round r, each band on rounds of its own: band b
- * (ap_hopper_band_tile's, items x nh heads) takes rounds b R .. b R + R_b - 1, R = ceil(items x
+ * (items x nh heads) takes rounds b R .. b R + R_b - 1, R = ceil(items x
  * band / g) the rounds of a full band and R_b those of band b, and in its round rb the CTA takes
  * the band's tile rb g + c (rb even) or rb g + g - 1 - c (rb odd), a snake. So each band's
  * longest-first order is balanced over the CTAs on its own, and the sum of the bands is too
@@ -61,7 +50,7 @@ AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_it
     if (t >= num_items * nh) {
         return 0;
     }
-    /* ap_hopper_band_tile(b * band * num_items + t, ...), with the band already known */
+    /* the band's tile t: items in order, the band's heads fastest */
     *item = t / nh;
     *head = b * band + (t - *item * nh);
     return 1;

@@ -1,15 +1,28 @@
 /* test_prefill_schedule.c: the Hopper prefill kernel's persistent tile order
- * (backends/common/prefill_schedule.h) on the host, over many shapes: every (item, head) tile
- * exactly once; bands of whole groups, band after band, never more than band_kv K/V heads; in a
- * band the plan's items in order and, per item, the band's heads one after another. And the
- * rounds (ap_hopper_round_tile) over grids of several sizes: every tile exactly once, a round's
- * tiles all of one band, a band's rounds in its order with the snake, the bands' rounds back to
- * back, and no tile after a CTA's end. */
+ * (backends/common/prefill_schedule.h) on the host, over many shapes: the order's reference
+ * (band_tile) gives every (item, head) tile exactly once; bands of whole groups, band after band,
+ * never more than band_kv K/V heads; in a band the plan's items in order and, per item, the band's
+ * heads one after another. And the kernel's rounds (ap_hopper_round_tile) over grids of several
+ * sizes: every tile exactly once and where the reference puts it, a round's tiles all of one
+ * band, a band's rounds in its order with the snake, the bands' rounds back to back, and no tile
+ * after a CTA's end; and the band's growth to the grid (ap_hopper_band_kv). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backends/common/prefill_schedule.h"
 #include "tests/common/test_expect.h"
+
+/* The order's reference (prefill_schedule.h): tile t (0 <= t < num_items * num_qo_heads), its plan
+ * item and query head. num_qo_heads is a multiple of group; band_kv >= 1. */
+static void band_tile(int t, int num_items, int num_qo_heads, int group, int band_kv, int *item,
+                      int *head) {
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int h0 = t / (num_items * band) * band;                       /* the band's first head */
+    const int u = t - h0 * num_items;                                   /* t's index in its band */
+    const int nh = band < num_qo_heads - h0 ? band : num_qo_heads - h0; /* the last may be short */
+    *item = u / nh;
+    *head = h0 + (u - *item * nh);
+}
 
 static void check_shape(int num_items, int num_qo_heads, int group, int band_kv) {
     const int tiles = num_items * num_qo_heads;
@@ -22,7 +35,7 @@ static void check_shape(int num_items, int num_qo_heads, int group, int band_kv)
     int prev_item = -1, prev_head = -1, band_start = 0, bad = 0;
     for (int t = 0; t < tiles && bad < 3; t++) {
         int item = -1, head = -1;
-        ap_hopper_band_tile(t, num_items, num_qo_heads, group, band_kv, &item, &head);
+        band_tile(t, num_items, num_qo_heads, group, band_kv, &item, &head);
         if (item < 0 || item >= num_items || head < 0 || head >= num_qo_heads) {
             EXPECT(0, "items %d heads %d/%d band %d: tile %d -> (%d, %d) out of range", num_items,
                    num_qo_heads, group, band_kv, t, item, head);
@@ -122,8 +135,8 @@ static void check_rounds(int num_items, int num_qo_heads, int group, int band_kv
             const int rb = r - band_round;
             const int want = rb * g + ((rb & 1) ? g - 1 - c : c);
             int ref_item = -1, ref_head = -1; /* the band order's own mapping of that tile */
-            ap_hopper_band_tile(b * band * num_items + want, num_items, num_qo_heads, group,
-                                band_kv, &ref_item, &ref_head);
+            band_tile(b * band * num_items + want, num_items, num_qo_heads, group, band_kv,
+                      &ref_item, &ref_head);
             bad += ref_item != item || ref_head != head;
             EXPECT(ref_item == item && ref_head == head,
                    "round %d CTA %d: (%d, %d), the band order says (%d, %d)", r, c, item, head,
