@@ -429,30 +429,6 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 
 #include "prefill_hopper_consume.cuh" /* the consumers over one work tile */
 
-/* Work tile r of this CTA: (plan item, head slot h: query heads h << pack_shift ..). Without
- * persistence one, the CTA's own (grid items x head slots). With it (use_persistent) the grid is
- * at most one CTA per SM (launch_grid) and the tiles go round by round, each band of heads on
- * rounds of its own (ap_hopper_round_tile): in round r of a band CTA c takes its tile r G + c
- * (r even) or r G + G - 1 - c (r odd), a snake that gives the CTA with a round's longest tile the
- * next round's shortest. The tiles' order (prefill_schedule.h): the head slots
- * in bands of Params.band_kv K/V heads (whole groups), band after band; in a band, items x the
- * band's slots in the plan's order (longest first; slots fastest, so a group's heads run together
- * on the same K/V). The band bounds the K/V sets a round reads at once: with all heads in one
- * round, 4 sequences without GQA (H32/32) had every CTA of a round stream its own K/V past L2
- * (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which use_persistent keeps for them). A
- * static order: no counter to reset between calls, so a captured graph replays it as it is. */
-constexpr int kBandKv = 8;
-/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head.
- * A packed tile holds a whole group, so bands of 8 K/V heads put every sequence's K/V of 8 heads
- * in flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one keep all CTAs on
- * one head's K/V (DRAM reads of B4 S4096 260 MB against 1000). H100, 2026-11-27, causal H32/8
- * D128 persistent, two rounds of one call, TFLOP/s, bands of 1 / 8: the varlen mix 437 / 445
- * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. Either grows where a band would hold
- * fewer tiles than the grid has CTAs (ap_hopper_band_kv). */
-inline int band_kv_for(int pack_shift, int num_items, int grid, int group_slots) {
-    return ap_hopper_band_kv(pack_shift > 0 ? 1 : kBandKv, num_items, grid, group_slots);
-}
-
 /* Packing pays where it removes padding: a sequence's last 128-token work tile of one head runs
  * 128 rows whatever its length, a packed one 128 / pack tokens. kPackPadding: the share of padded
  * rows in one-head tiles from which a batch is packed. H100, 2026-11-27, causal H32/8, two rounds
@@ -481,6 +457,30 @@ inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group) {
         return 0;
     }
     return __builtin_ctz(static_cast<unsigned>(group));
+}
+
+/* Work tile r of this CTA: (plan item, head slot h: query heads h << pack_shift ..). Without
+ * persistence one, the CTA's own (grid items x head slots). With it (use_persistent) the grid is
+ * at most one CTA per SM (launch_grid) and the tiles go round by round, each band of heads on
+ * rounds of its own (ap_hopper_round_tile): in round r of a band CTA c takes its tile r G + c
+ * (r even) or r G + G - 1 - c (r odd), a snake that gives the CTA with a round's longest tile the
+ * next round's shortest. The tiles' order (prefill_schedule.h): the head slots
+ * in bands of Params.band_kv K/V heads (whole groups), band after band; in a band, items x the
+ * band's slots in the plan's order (longest first; slots fastest, so a group's heads run together
+ * on the same K/V). The band bounds the K/V sets a round reads at once: with all heads in one
+ * round, 4 sequences without GQA (H32/32) had every CTA of a round stream its own K/V past L2
+ * (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which use_persistent keeps for them). A
+ * static order: no counter to reset between calls, so a captured graph replays it as it is. */
+constexpr int kBandKv = 8;
+/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head.
+ * A packed tile holds a whole group, so bands of 8 K/V heads put every sequence's K/V of 8 heads
+ * in flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one keep all CTAs on
+ * one head's K/V (DRAM reads of B4 S4096 260 MB against 1000). H100, 2026-11-27, causal H32/8
+ * D128 persistent, two rounds of one call, TFLOP/s, bands of 1 / 8: the varlen mix 437 / 445
+ * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. Either grows where a band would hold
+ * fewer tiles than the grid has CTAs (ap_hopper_band_kv). */
+inline int band_kv_for(int pack_shift, int num_items, int grid, int group_slots) {
+    return ap_hopper_band_kv(pack_shift > 0 ? 1 : kBandKv, num_items, grid, group_slots);
 }
 
 /* The CTA's work tile at round r or, where that round has none for it (a band's last round), the
