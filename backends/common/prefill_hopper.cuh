@@ -396,32 +396,73 @@ __device__ __forceinline__ void softmax_tile(float (&s)[kSn], float (&o)[kN], fl
     rescale_pack<T>(s, o, corr, move, p);
 }
 
+/* The transpose of a quad's 4 x 4 words: lane q of the quad holds a[k] (word k of its four) on
+ * entry and lane k's a[q] on return, in two exchanges (lanes q ^ 1, then q ^ 2), each lane sending
+ * the words whose index bit differs from its lane's. */
+__device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int lane) {
+    const bool b0 = (lane & 1) != 0, b1 = (lane & 2) != 0;
+#pragma unroll
+    for (int k = 0; k < 4; k += 2) { /* selects, not a[b0 ? k : k + 1]: that indexes local memory */
+        const uint32_t x = a[k], y = a[k + 1];
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, b0 ? x : y, 1);
+        a[k] = b0 ? got : x;
+        a[k + 1] = b0 ? y : got;
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const uint32_t x = a[k], y = a[k + 2];
+        const uint32_t got = __shfl_xor_sync(0xffffffffu, b1 ? x : y, 2);
+        a[k] = b1 ? got : x;
+        a[k + 2] = b1 ? y : got;
+    }
+}
+
 /* O / l into out and the LSE for this thread's rows rw and rw + 8 of the work tile of head slot
  * h: ms, per row, the factor from S (m) to natural-log units (sm_scale, times the Q and K scales
- * of fp8 S); os multiplies O (1, or the V scale). */
+ * of fp8 S); os multiplies O (1, or the V scale). A thread's O of a row is two columns of each
+ * 8-column block (wgmma's accumulator); with out 16-byte aligned, a quad's four threads trade
+ * their words of four blocks (quad_transpose) so each stores one block whole, one 16-byte store
+ * in place of four of 4 bytes. */
 template <typename T, int kN>
 __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const float (&o)[kN],
                                          const float (&m)[2], float (&l)[2], int h, int rw,
                                          int lane, const float (&ms)[2], float os) {
+    static_assert(kN % 16 == 0, "O: whole groups of four 8-column blocks");
+    const bool vec = (reinterpret_cast<uintptr_t>(p.out) & 15) == 0; /* uniform */
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
         float sum = l[hr];
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int r = row_pos(p, sh, rw + 8 * hr);
-        if (r >= sh.q_len) {
-            continue;
-        }
+        const bool valid = r < sh.q_len; /* one row per quad: the quad's shuffles run regardless */
         const float inv = sum > 0.f ? os / sum : 0.f;
         const int head = (h << p.pack_shift) + ((rw + 8 * hr) & ((1 << p.pack_shift) - 1));
         const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + head;
-        T *out = static_cast<T *>(p.out) + row * (2 * kN) + 2 * (lane % 4);
+        T *out = static_cast<T *>(p.out) + row * (2 * kN);
+        if (vec) {
 #pragma unroll
-        for (int j = 0; j < kN / 4; ++j) {
-            *reinterpret_cast<uint32_t *>(out + 8 * j) =
-                pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+            for (int g = 0; g < kN / 16; ++g) {
+                uint32_t a[4];
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const int j = 4 * g + k;
+                    a[k] = pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+                }
+                quad_transpose(a, lane);
+                if (valid) {
+                    *reinterpret_cast<uint4 *>(out + 8 * (4 * g + lane % 4)) =
+                        make_uint4(a[0], a[1], a[2], a[3]);
+                }
+            }
+        } else if (valid) {
+#pragma unroll
+            for (int j = 0; j < kN / 4; ++j) {
+                *reinterpret_cast<uint32_t *>(out + 8 * j + 2 * (lane % 4)) =
+                    pack2<T>(o[4 * j + 2 * hr] * inv, o[4 * j + 2 * hr + 1] * inv);
+            }
         }
-        if (p.lse != nullptr && lane % 4 == 0) {
+        if (valid && p.lse != nullptr && lane % 4 == 0) {
             p.lse[row] = sum > 0.f ? m[hr] * ms[hr] + logf(sum) : -INFINITY;
         }
     }
