@@ -249,13 +249,34 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
     }
 }
 
+/* How many of a work tile's K/V tiles before its last the producer issues the next work tile's Q
+ * (two Q buffers): issued after the tile's last K/V load instead, the next Q, read from DRAM where
+ * the K/V mostly come from L2, was still in flight at the boundary (ncu, H100, 2026-11-27, the
+ * varlen mix: 1.6% of all stall samples on that wait). The buffer it loads was released by the
+ * tile before this one's last S = Q K, so the wait it adds to the K/V loads is short. */
+#ifndef AP_HOPPER_QLEAD
+#define AP_HOPPER_QLEAD 2
+#endif
+constexpr int kQLead = AP_HOPPER_QLEAD;
+
+/* One work tile's loads: its Q (unless q_done: the previous tile's loads issued it), then its K/V
+ * tiles into the ring; with has_next, next (the CTA's next work tile with K/V tiles, first query
+ * head next_h) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or the first) of
+ * this one. */
 template <int kD>
 __device__ __forceinline__ void
 produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
-        uint8_t *sk, uint8_t *sv, Bars *b, const Shape &sh, int h, int hk, int ring, int qn) {
+        uint8_t *sk, uint8_t *sv, Bars *b, const Shape &sh, int h, int hk, int ring, int qn,
+        bool q_done = false, bool has_next = false, const Shape &next = {}, int next_h = 0) {
     using G = Geo<kD>;
-    produce_q<kD>(tq, sq, b, sh, h, qn);
+    if (!q_done) {
+        produce_q<kD>(tq, sq, b, sh, h, qn);
+    }
+    const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
+        if (has_next && i == q_at) {
+            produce_q<kD>(tq, sq, b, next, next_h, qn + 1);
+        }
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
         const int vs = (ring + i) % G::kVStg; /* the V stage: s without AP_HOPPER_QBUF */
@@ -544,27 +565,53 @@ __device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int 
 
 #include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
 
+/* The CTA's work tile at round r or after it that has K/V tiles to load (r moves there), with its
+ * shape; false past the last. Tiles without (n_blocks <= 0) load nothing: the consumers write
+ * zeros and -inf for them without waiting, or (not a tile start) skip them. */
+template <bool kPaged, int kKeys>
+__device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape &sh) {
+    int item = 0;
+    for (; tile_at(p, r, item, h); ++r) {
+        sh = item_shape<kPaged, kKeys>(p, item);
+        if (sh.n_blocks > 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
 /* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
- * last tile's (so the next tile's loads start while the consumers finish this one). */
+ * last tile's (so the next tile's loads start while the consumers finish this one). With two Q
+ * buffers (the ragged source) the next tile's Q goes out kQLead K/V tiles before this one's
+ * last (produce). */
 template <int kD, bool kPaged>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p) {
-    int ring = 0, qn = 0, item = 0, h = 0;
-    for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
-        if (sh.n_blocks <= 0) {
-            continue; /* no load: the consumers write zeros and -inf without waiting */
-        }
+    constexpr int kKeys = Geo<kD>::kKeys;
+    constexpr bool kAhead = !kPaged && Geo<kD>::kQBufs == 2;
+    int ring = 0, qn = 0, h = 0, r = 0;
+    Shape sh = {};
+    bool have = next_load<kPaged, kKeys>(p, r, h, sh), q_done = false;
+    while (have) {
         const int h0 = h << p.pack_shift; /* the tile's first query head */
+        int h2 = 0, r2 = r + 1;
+        Shape sh2 = {};
+        const bool have2 = next_load<kPaged, kKeys>(p, r2, h2, sh2);
         if constexpr (kPaged) {
             produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, sh, h0, h0 / p.group, ring, qn);
         } else {
-            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h0, h0 / p.group, ring, qn);
+            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h0, h0 / p.group, ring, qn, q_done,
+                        kAhead && have2, sh2, h2 << p.pack_shift);
         }
+        q_done = kAhead && have2;
         ring += sh.n_blocks;
         ++qn;
+        have = have2;
+        r = r2;
+        h = h2;
+        sh = sh2;
     }
 }
 
