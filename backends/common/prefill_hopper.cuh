@@ -131,20 +131,24 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-template <typename T, int kD>
+/* S = Q K^T over a K tile: its kKeys keys, or (kHalf, 128-key tiles) the first 64 only, into
+ * the first half of s (the rest untouched). */
+template <typename T, int kD, bool kHalf = false>
 __device__ __forceinline__ void qk_gemm(float (&s)[Geo<kD>::kSn], const uint8_t *q,
                                         const uint8_t *k) {
+    static_assert(!kHalf || Geo<kD>::kKeys == 128, "half K tiles: of 128 keys");
     const uint64_t dq = make_desc(q, 16, 1024);
     const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
         const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
         const uint64_t db = desc_add(dk, (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32);
-        if constexpr (Geo<kD>::kKeys == 64) {
+        if constexpr (Geo<kD>::kKeys == 64 || kHalf) {
+            float(&s64)[32] = *reinterpret_cast<float(*)[32]>(&s[0]);
             if constexpr (std::is_same<T, __half>::value) {
-                wgmma_ss_n64_f16(s, da, db, kk > 0);
+                wgmma_ss_n64_f16(s64, da, db, kk > 0);
             } else {
-                wgmma_ss_n64_bf16(s, da, db, kk > 0);
+                wgmma_ss_n64_bf16(s64, da, db, kk > 0);
             }
         } else if constexpr (std::is_same<T, __half>::value) {
             wgmma_ss_n128_f16(s, da, db, kk > 0);
@@ -172,8 +176,9 @@ __device__ __forceinline__ void pv_step(float *o, const uint32_t (&a)[4], uint64
 
 /* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048 in
  * each 64-column chunk of V (kPk * 2048 bytes). kN: O's floats per thread (kDv / 2): 32, one n64
- * wgmma per step; 64, one n128 (or two n64 with kSplitN); 128, two n128. */
-template <typename T, bool kSplitN, int kN, int kPk>
+ * wgmma per step; 64, one n128 (or two n64 with kSplitN); 128, two n128. kHalf: the first half
+ * of the k-steps only (P of a half K tile: its other keys' P is 0). */
+template <typename T, bool kSplitN, int kN, int kPk, bool kHalf = false>
 __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk][4],
                                         const uint8_t *v) {
     static_assert(kN == 32 || kN == 64 || kN == 128, "V is 64, 128 or 256 wide");
@@ -181,7 +186,7 @@ __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk]
     constexpr int kCols = kN == 32 || kSplitN ? 64 : 128; /* O columns per wgmma */
     const uint64_t dv = make_desc(v, kChunk, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kPk; ++kk) {
+    for (int kk = 0; kk < (kHalf ? kPk / 2 : kPk); ++kk) {
 #pragma unroll
         for (int hn = 0; hn < 2 * kN / kCols; ++hn) {
             const uint32_t off = hn * (kCols / 64) * kChunk + kk * 2048;

@@ -112,14 +112,44 @@ template <typename T, int kD, bool kOneQ = false> struct QSmem {
     __device__ __forceinline__ void load(const Params &, const uint8_t *sq, int wg) {
         q = sq + wg * 64 * 128;
     }
+    /* kHalf: the K tile's first 64 keys only (pipe_half), into the first half of s */
+    template <bool kHalf = false>
     __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
-        qk_gemm<T, kD>(s, q, k);
+        qk_gemm<T, kD, kHalf>(s, q, k);
     }
 };
 
+/* Whether the first K/V tile of a work tile (its highest, n_blocks - 1: the producer loads them
+ * from the diagonal down) holds no key past its first half that a row of the tile may see: from
+ * kKeys / 2 on, all its keys lie past the causal bound of the tile's last token, or past kv_len.
+ * The merged consumers (prefill_hopper_merge.cuh: 128-key tiles of 16-bit Q in shared memory)
+ * then run its S and P V over those 64 keys only, half the tensor time: a packed tile of 32
+ * tokens starting 0 or 32 tokens into a 128-key tile is one, as is a sequence's last tile where
+ * it ends 1..64 keys into a K tile. The stages that take it are instances of their own (kHalf
+ * template arguments), chosen by a branch around the whole stage: a branch between a stage's
+ * wgmma instructions made ptxas serialize them all (C7515 / C7520; H100, 2026-11-27: every
+ * shape 25% slower). */
+template <int kKeys> __device__ __forceinline__ bool pipe_half(const Params &p, const Shape &sh) {
+    int end = sh.kv_len;
+    if (p.causal) {
+        end = min(end, sh.kv_len - sh.q_len + sh.m0 + (kRows >> p.pack_shift));
+    }
+    return kKeys == 128 && end - (sh.n_blocks - 1) * kKeys <= kKeys / 2;
+}
+
+/* kHalf: the S of a half K tile (pipe_half) has its upper 64 keys' scores at -inf. */
+template <bool kHalf, int kSn> __device__ __forceinline__ void half_mask(float (&s)[kSn]) {
+    if constexpr (kHalf) {
+#pragma unroll
+        for (int i = kSn / 2; i < kSn; ++i) {
+            s[i] = -INFINITY;
+        }
+    }
+}
+
 /* The pipeline's first tile: S_0 = Q K_0 in this warpgroup's turn, masked, then softmax into the
- * running state and P_0 (pf). */
-template <bool kPingPong, class Q, class G = typename Q::G>
+ * running state and P_0 (pf). kHalf: K_0 is a half tile (pipe_half). */
+template <bool kPingPong, bool kHalf = false, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, Bars *b,
                   int ring, int qb, int wg, int rw, int lane, float (&o)[G::kOn], float (&m)[2],
@@ -131,10 +161,15 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
     bar_wait(&b->k_full[s], (ring / kStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    q.qk(sc, sk + s * G::kKBytes);
+    if constexpr (kHalf) {
+        q.template qk<true>(sc, sk + s * G::kKBytes);
+    } else {
+        q.qk(sc, sk + s * G::kKBytes);
+    }
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait0();
+    half_mask<kHalf>(sc);
     release_stage(&b->k_empty[s]);
     if (nb == 1) {
         release_stage(&b->q_empty[qb]);
@@ -147,8 +182,9 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
 
 /* Step i of the pipeline: S_i = Q K_i and O += P_(i-1) V_(i-1) issued back to back in this
  * warpgroup's turn; the statistics of S_i while P V runs; then stage i-1 is released and S_i
- * becomes P_i. The last step's S done, Q is released. */
-template <bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
+ * becomes P_i. The last step's S done, Q is released. kPvHalf: P_(i-1) is a half tile's
+ * (pipe_half: i is 1), whose P V takes the first half of the k-steps. */
+template <bool kSplitN, bool kPingPong, bool kPvHalf = false, class Q, class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const uint8_t *sv,
           Bars *b, int ring, int qb, int i, int wg, int rw, int lane, float (&o)[G::kOn],
@@ -165,7 +201,7 @@ pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const
     wg_fence();
     q.qk(sc, sk + s * G::kKBytes);
     wg_commit();
-    pv_gemm<typename Q::PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
+    pv_gemm<typename Q::PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait1();
@@ -183,9 +219,10 @@ pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const
     rescale_pack<typename Q::PT>(sc, o, corr, move, pf);
 }
 
-/* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1); then the turn goes to the other warpgroup
- * (warpgroup 1's hand-over is taken by warpgroup 0's next tile, or its final wait). */
-template <typename PT, bool kSplitN, bool kPingPong, class G>
+/* The pipeline's last GEMM: O += P_(nb-1) V_(nb-1) (kPvHalf: of a half tile); then the turn goes
+ * to the other warpgroup (warpgroup 1's hand-over is taken by warpgroup 0's next tile, or its
+ * final wait). */
+template <typename PT, bool kSplitN, bool kPingPong, class G, bool kPvHalf = false>
 __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int ring, int nb, int wg,
                                              float (&o)[G::kOn], const uint32_t (&pf)[G::kPk][4]) {
     constexpr int kVStg = G::kVStg;
@@ -194,7 +231,7 @@ __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int rin
     bar_wait(&b->v_full[sp], (g / kVStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    pv_gemm<PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
+    pv_gemm<PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait0();

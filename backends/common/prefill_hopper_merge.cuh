@@ -20,8 +20,10 @@
  * state after its first tile, as pipe_first_scores leaves them. The barrier waits are those of
  * pipe_last_pv and pipe_first_scores, in one turn: the producer issued r + 1's Q and first K
  * without waiting for anything this turn releases (its Q buffer was freed by tile r - 1, its K
- * stage by r's step nb - kStg + 1), so both can be waited for before the turn. */
-template <typename T, bool kSplitN, bool kPingPong, class Q, class G = typename Q::G>
+ * stage by r's step nb - kStg + 1), so both can be waited for before the turn. kPvHalf: r's last
+ * P V is of a half K tile (pipe_half; r has one K/V tile); kHalf: r + 1's first K tile is one. */
+template <typename T, bool kSplitN, bool kPingPong, bool kPvHalf, bool kHalf, class Q,
+          class G = typename Q::G>
 __device__ __forceinline__ void
 pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const uint8_t *sq,
               const uint8_t *sk, const uint8_t *sv, Bars *b, int ring, int qn, int h, int wg,
@@ -42,12 +44,17 @@ pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const ui
     bar_wait(&b->v_full[sp], (g / kVStg) & 1);
     turn_take<kPingPong>(wg);
     wg_fence();
-    q.qk(sc, sk + s2 * G::kKBytes);
+    if constexpr (kHalf) {
+        q.template qk<true>(sc, sk + s2 * G::kKBytes);
+    } else {
+        q.qk(sc, sk + s2 * G::kKBytes);
+    }
     wg_commit();
-    pv_gemm<typename Q::PT, kSplitN>(o, pf, sv + sp * G::kVBytes);
+    pv_gemm<typename Q::PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
     turn_give<kPingPong>(wg);
     wg_wait1();
+    half_mask<kHalf>(sc);
     release_stage(&b->k_empty[s2]);
     if (nb2 == 1) {
         release_stage(&b->q_empty[qb2]);
@@ -71,6 +78,41 @@ pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const ui
     rescale_pack<typename Q::PT>(sc, o, corr, false, pf); /* O is 0: nothing to rescale */
 }
 
+/* AP_HOPPER_HALF 1 (the default): the merged consumers at head dim 128 run half K tiles
+ * (pipe_half) as such; 0: never. H100, 2026-11-27 (call 52), --time, two invocations x two
+ * rounds, TFLOP/s, off / on: the varlen mix packed 465-489 / 483-499, every other shape within
+ * the noise; at head dim 64 the doubled stage code cost 1-4% (causal B4 S4096 361 / 356 and 362 /
+ * 348), so it stays off there. A variant without the half P V in the boundary (fewer instances)
+ * lost D64 12% and gained nothing more. */
+#ifndef AP_HOPPER_HALF
+#define AP_HOPPER_HALF 1
+#endif
+
+/* pipe_boundary's instance for (pv_half, half): r's last P V of a half K tile, r + 1's first K
+ * tile a half one. */
+template <typename T, bool kPingPong, class Q, class G = typename Q::G>
+__device__ __forceinline__ void
+pipe_boundary_any(bool pv_half, bool half, const Params &p, const Shape &sh, const Shape &sh2, Q &q,
+                  const uint8_t *sq, const uint8_t *sk, const uint8_t *sv, Bars *b, int ring,
+                  int qn, int h, int wg, int rw, int lane, float (&o)[G::kOn], float (&m)[2],
+                  float (&l)[2], uint32_t (&pf)[G::kPk][4]) {
+    if (pv_half) {
+        if (half) {
+            pipe_boundary<T, false, kPingPong, true, true>(p, sh, sh2, q, sq, sk, sv, b, ring, qn,
+                                                           h, wg, rw, lane, o, m, l, pf);
+        } else {
+            pipe_boundary<T, false, kPingPong, true, false>(p, sh, sh2, q, sq, sk, sv, b, ring, qn,
+                                                            h, wg, rw, lane, o, m, l, pf);
+        }
+    } else if (half) {
+        pipe_boundary<T, false, kPingPong, false, true>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h,
+                                                        wg, rw, lane, o, m, l, pf);
+    } else {
+        pipe_boundary<T, false, kPingPong, false, false>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h,
+                                                         wg, rw, lane, o, m, l, pf);
+    }
+}
+
 /* The consumer warpgroups over the CTA's work tiles (consumer_loop's kMode 1 / 2 with
  * AP_HOPPER_QBUF 2): as consume_pipe per tile, except that a tile followed by one with K/V tiles
  * ends in pipe_boundary, which also starts the next one (`primed`). Both warpgroups take the same
@@ -88,6 +130,8 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     q.init(p);
     int ring = 0, qn = 0, item = 0, h = 0, r = 0;
     bool primed = false; /* this tile's first S and softmax ran in the previous one's boundary */
+    bool half = false;   /* this tile's first K tile is a half one (pipe_half) */
+    constexpr bool kHalfOn = AP_HOPPER_HALF != 0 && G::kDv == 128;
     /* Each tile's place and shape are found once: the lookahead that decides the boundary hands
      * them to the next iteration (found twice, the integer division and the dependent loads of
      * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:
@@ -106,10 +150,22 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             const int qb = qn % G::kQBufs;
             bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
             q.load(p, sq + qb * G::kQBytes, wg);
-            pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l, pf);
+            half = kHalfOn && pipe_half<G::kKeys>(p, sh);
+            if (half) {
+                pipe_first_scores<kPingPong, true>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l,
+                                                   pf);
+            } else {
+                pipe_first_scores<kPingPong>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l, pf);
+            }
         }
         primed = false;
-        for (int i = 1; i < nb; ++i) {
+        int i = 1;
+        if (half && nb > 1) { /* P_0 V of the half K tile: a step of its own */
+            pipe_step<false, kPingPong, true>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, 1, wg, rw,
+                                              lane, o, m, l, pf);
+            i = 2;
+        }
+        for (; i < nb; ++i) {
             pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg, rw, lane,
                                         o, m, l, pf);
         }
@@ -122,10 +178,15 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
         if (nb >= 0) {
             primed = nb > 0 && have2 && sh2.n_blocks > 0;
             if (primed) {
-                pipe_boundary<T, false, kPingPong>(p, sh, sh2, q, sq, sk, sv, b, ring, qn, h, wg,
-                                                   rw, lane, o, m, l, pf);
+                const bool half2 = kHalfOn && pipe_half<G::kKeys>(p, sh2);
+                pipe_boundary_any<T, kPingPong>(nb == 1 && half, half2, p, sh, sh2, q, sq, sk, sv,
+                                                b, ring, qn, h, wg, rw, lane, o, m, l, pf);
+                half = half2;
             } else {
-                if (nb > 0) {
+                if (nb == 1 && half) {
+                    pipe_last_pv<typename Q::PT, false, kPingPong, G, true>(sv, b, ring, nb, wg, o,
+                                                                            pf);
+                } else if (nb > 0) {
                     pipe_last_pv<typename Q::PT, false, kPingPong, G>(sv, b, ring, nb, wg, o, pf);
                 }
                 epilogue<T>(p, sh, o, m, l, h, rw, lane, q.ms, q.os);
