@@ -624,13 +624,16 @@ static bool run_case(const Case &c, unsigned seed) {
             std::snprintf(what, sizeof what, "%s%s", kVariant[variant], ps > 0 ? " packed" : "");
             ok = compare(c, what, dout, dlse, n_out, ref, ref_lse) && ok;
         }
-        if (!c.fp8 && run(kVariants - 1, ps, 8)) {
-            std::snprintf(what, sizeof what, "%s%s, out+8", kVariant[kVariants - 1],
-                          ps > 0 ? " packed" : "");
-            ok =
-                compare(c, what, static_cast<uint8_t *>(dout) + 8, dlse, n_out, ref, ref_lse) && ok;
-        } else if (!c.fp8) {
-            ok = false;
+        if (!c.fp8) { /* the production variant with out off a 16-byte boundary */
+            if (run(kVariants - 1, ps, 8)) {
+                std::snprintf(what, sizeof what, "%s%s, out+8", kVariant[kVariants - 1],
+                              ps > 0 ? " packed" : "");
+                ok =
+                    compare(c, what, static_cast<uint8_t *>(dout) + 8, dlse, n_out, ref, ref_lse) &&
+                    ok;
+            } else {
+                ok = false;
+            }
         }
     }
     p.out = dout;
