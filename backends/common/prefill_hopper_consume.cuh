@@ -128,7 +128,9 @@ template <typename T, int kD, bool kOneQ = false> struct QSmem {
  * it ends 1..64 keys into a K tile. The stages that take it are instances of their own (kHalf
  * template arguments), chosen by a branch around the whole stage: a branch between a stage's
  * wgmma instructions made ptxas serialize them all (C7515 / C7520; H100, 2026-11-27: every
- * shape 25% slower). */
+ * shape 25% slower). Its end is item_shape's, computed again: one helper for both (the same
+ * values) left the D128 kernel too few registers for the wgmma pipeline (ptxas C7511, every wgmma
+ * serialized; caught by kit-wgmma-serial), and a field in Shape costs a register across the loop. */
 template <int kKeys> __device__ __forceinline__ bool pipe_half(const Params &p, const Shape &sh) {
     int end = sh.kv_len;
     if (p.causal) {
