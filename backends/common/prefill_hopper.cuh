@@ -51,6 +51,7 @@ constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
+constexpr int kBarsBytes = 256; /* shared memory for Bars (its static_assert) */
 
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
@@ -81,7 +82,8 @@ template <int kD, bool kOneQ = false> struct Geo {
         AP_HOPPER_QBUF && !kOneQ && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
             ? AP_HOPPER_QBUF_VSTAGES
             : kStg;
-    static constexpr int kSmem = kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + 128;
+    static constexpr int kSmem =
+        kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + kBarsBytes;
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -199,6 +201,45 @@ struct Shape {
     int q_start, q_len, kv_start, kv_len, m0, n_blocks;
 };
 
+/* AP_HOPPER_TILEDESC 1 (the default): the producer hands each loaded tile's place and shape to the
+ * merged consumers with its Q (TileDesc, next_tile); 0: they find it themselves from the plan.
+ * compute-sanitizer's racecheck does not see an mbarrier order shared-memory accesses: on the
+ * default build it reports every Bars::desc access as a hazard (H100, 2026-11-27), so the
+ * racecheck runs take a 0 build; the protocol is checked by backends/common/emu/hopper_ring_sim.py
+ * (meson test kit-hopper-ring-sim), which models the slots, the Q lead and the end. */
+#ifndef AP_HOPPER_TILEDESC
+#define AP_HOPPER_TILEDESC 1
+#endif
+constexpr bool kTileDesc = AP_HOPPER_TILEDESC != 0;
+
+/* A work tile with K/V tiles as the producer hands it to the merged consumers
+ * (prefill_hopper_merge.cuh) with its Q (Bars::desc): its round r (tile_at's), head slot h and
+ * shape; r = -1 marks the end (no loaded tile after the previous one). */
+struct alignas(16) TileDesc {
+    int r, h;
+    Shape sh;
+};
+
+/* A TileDesc into and out of Bars::desc by volatile (relaxed) accesses, the producer's as two
+ * 16-byte stores, the consumers' as the fields they read (kv_start is the producer's alone):
+ * the mbarriers order them (the q_full arrival after the store releases it, the consumers' wait
+ * before the load acquires it; the q_empty wait before the next store follows every load), and
+ * compute-sanitizer's racecheck, which does not see an mbarrier order plain shared-memory
+ * accesses, reported every plain one as a hazard (H100, 2026-11-27). The loads are scalar: the
+ * same record read by 16-byte loads, or as eight words, made ptxas serialize the consumers'
+ * wgmma (C7511), as plain stores read by a struct copy did not. */
+__device__ __forceinline__ void desc_store(TileDesc *at, const TileDesc &d) {
+    asm volatile("st.volatile.shared.v4.s32 [%0], {%1, %2, %3, %4};\n"
+                 "st.volatile.shared.v4.s32 [%0+16], {%5, %6, %7, %8};\n" ::"r"(smem_u32(at)),
+                 "r"(d.r), "r"(d.h), "r"(d.sh.q_start), "r"(d.sh.q_len), "r"(d.sh.kv_start),
+                 "r"(d.sh.kv_len), "r"(d.sh.m0), "r"(d.sh.n_blocks)
+                 : "memory");
+}
+__device__ __forceinline__ TileDesc desc_load(const TileDesc *at) {
+    const volatile int *w = &at->r;
+    return TileDesc{w[0], w[1], {w[2], w[3], 0, w[5], w[6], w[7]}};
+}
+
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
  * n_blocks: K/V tiles of kKeys. */
 template <bool kPaged, int kKeys>
@@ -236,17 +277,26 @@ struct Bars {
     uint64_t v_full[kMaxStages];
     uint64_t k_empty[kMaxStages];
     uint64_t v_empty[kMaxStages];
+    /* Q load qn's work tile (slot qn % kQBufs; two Q buffers, the ragged source), stored by the
+     * producer between its q_empty wait and its q_full arrival (desc_store) */
+    TileDesc desc[kMaxQBufs];
 };
+static_assert(sizeof(Bars) <= kBarsBytes, "Geo::kSmem's room for the barriers");
 
 // The CTA's Q tile (first query head h: the Q map's box holds the tile's heads), once, by one
 // producer thread: both sources. Q load qn goes to buffer qn % kQBufs, that buffer's
 // (qn / kQBufs)-th use.
 template <int kD, int kQBufs = Geo<kD>::kQBufs>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
-                                          const Shape &sh, int h, int qn) {
+                                          const Shape &sh, int h, int qn,
+                                          const TileDesc *desc = nullptr) {
     const int qb = qn % kQBufs;
     uint8_t *q = sq + qb * Geo<kD>::kQBytes;
     bar_wait(&b->q_empty[qb], ((qn / kQBufs) & 1) ^ 1);
+    if (desc != nullptr) {
+        desc_store(&b->desc[qb], *desc); /* published by the arrival below (release; the
+                                           * consumers' wait acquires) */
+    }
     bar_expect_tx(&b->q_full[qb], Geo<kD>::kQBytes);
 #pragma unroll
     for (int c = 0; c < Geo<kD>::kChunks; ++c) {
@@ -264,23 +314,28 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
 #endif
 constexpr int kQLead = AP_HOPPER_QLEAD;
 
-/* One work tile's loads: its Q (unless q_done: the previous tile's loads issued it), then its K/V
- * tiles into the ring; with has_next, next (the CTA's next work tile with K/V tiles, first query
- * head next_h) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or the first) of
- * this one. */
+/* One work tile's loads (cur: its round, head slot and shape): its Q (unless q_done: the previous
+ * tile's loads issued it), then its K/V tiles into the ring; with has_next, next (the CTA's next
+ * work tile with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or
+ * the first) of this one. With two Q buffers each Q load carries its tile's TileDesc. */
 template <int kD>
 __device__ __forceinline__ void
 produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
-        uint8_t *sk, uint8_t *sv, Bars *b, const Shape &sh, int h, int hk, int ring, int qn,
-        bool q_done = false, bool has_next = false, const Shape &next = {}, int next_h = 0) {
+        uint8_t *sk, uint8_t *sv, Bars *b, const TileDesc &cur, int pack_shift, int group, int ring,
+        int qn, bool q_done = false, bool has_next = false, const TileDesc &next = {}) {
     using G = Geo<kD>;
+    constexpr bool kDesc = kTileDesc && G::kQBufs == 2;
+    const Shape &sh = cur.sh;
+    const int h = cur.h << pack_shift; /* the tile's first query head */
+    const int hk = h / group;
     if (!q_done) {
-        produce_q<kD>(tq, sq, b, sh, h, qn);
+        produce_q<kD>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
     }
     const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
         if (has_next && i == q_at) {
-            produce_q<kD>(tq, sq, b, next, next_h, qn + 1);
+            produce_q<kD>(tq, sq, b, next.sh, next.h << pack_shift, qn + 1,
+                          kDesc ? &next : nullptr);
         }
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
@@ -596,27 +651,32 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
                                               uint8_t *sv, Bars *b, const Params &p) {
     constexpr int kKeys = Geo<kD>::kKeys;
     constexpr bool kAhead = !kPaged && Geo<kD>::kQBufs == 2;
-    int ring = 0, qn = 0, h = 0, r = 0;
-    Shape sh = {};
-    bool have = next_load<kPaged, kKeys>(p, r, h, sh), q_done = false;
+    int ring = 0, qn = 0;
+    TileDesc cur = {0, 0, {}};
+    bool have = next_load<kPaged, kKeys>(p, cur.r, cur.h, cur.sh), q_done = false;
     while (have) {
-        const int h0 = h << p.pack_shift; /* the tile's first query head */
-        int h2 = 0, r2 = r + 1;
-        Shape sh2 = {};
-        const bool have2 = next_load<kPaged, kKeys>(p, r2, h2, sh2);
+        TileDesc next = {cur.r + 1, 0, {}};
+        const bool have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
         if constexpr (kPaged) {
-            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, sh, h0, h0 / p.group, ring, qn);
+            const int h0 = cur.h << p.pack_shift; /* the tile's first query head */
+            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, cur.sh, h0, h0 / p.group, ring, qn);
         } else {
-            produce<kD>(tq, tk, tv, sq, sk, sv, b, sh, h0, h0 / p.group, ring, qn, q_done,
-                        kAhead && have2, sh2, h2 << p.pack_shift);
+            produce<kD>(tq, tk, tv, sq, sk, sv, b, cur, p.pack_shift, p.group, ring, qn, q_done,
+                        kAhead && have2, next);
         }
         q_done = kAhead && have2;
-        ring += sh.n_blocks;
+        ring += cur.sh.n_blocks;
         ++qn;
         have = have2;
-        r = r2;
-        h = h2;
-        sh = sh2;
+        cur = next;
+    }
+    if constexpr (kAhead && kTileDesc) {
+        /* the end: Q load qn's slot says so (r = -1), published by a bare arrival on its q_full
+         * (no Q tile); the merged consumers' last lookahead waits for it */
+        const int qb = qn % 2;
+        bar_wait(&b->q_empty[qb], ((qn / 2) & 1) ^ 1);
+        desc_store(&b->desc[qb], TileDesc{-1, 0, {}});
+        bar_arrive(&b->q_full[qb]);
     }
 }
 

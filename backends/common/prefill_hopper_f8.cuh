@@ -48,7 +48,7 @@ template <int kD> struct GeoF8 {
     static constexpr int kVStg = kStg; /* one ring depth for K and V; one Q buffer (Geo's) */
     static constexpr int kQBufs = 1;
     static constexpr int kSmem =
-        kQBytes + kStg * (kKBytes + kVBytes) + kVsStages * kVsBytes + 1024 + 256;
+        kQBytes + kStg * (kKBytes + kVBytes) + kVsStages * kVsBytes + 1024 + kBarsBytes;
 };
 
 constexpr int kConvWarps = 3; /* warps 1..3 of the producer warpgroup turn fp8 V into f16 */
@@ -58,6 +58,7 @@ struct BarsF8 {
     uint64_t vs_full[2];  /* a staging slot's TMA landed */
     uint64_t vs_empty[2]; /* the converters are done with a staging slot */
 };
+static_assert(sizeof(BarsF8) <= kBarsBytes, "GeoF8::kSmem's room for the barriers");
 
 /* Whether Q's lo term sits in shared memory (this warpgroup's rows of the Q tile, over the 16-bit
  * values it came from) rather than in registers: at head dim 192 the 48 registers of both terms

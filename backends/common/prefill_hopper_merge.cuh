@@ -113,6 +113,45 @@ pipe_boundary_any(bool pv_half, bool half, const Params &p, const Shape &sh, con
     }
 }
 
+/* The CTA's work tile after round r (tile_at from r + 1: r2, h2) and its shape; false past the
+ * last. qn_next: the Q load of the next tile with K/V tiles, whose TileDesc the producer published
+ * with that Q (or the end) on its q_full: that tile's round and shape come from there, and only a
+ * tile without K/V tiles in between (or after the last) is found by tile_at and item_shape. Found
+ * by the plan item and then its indptrs, two dependent loads, the boundary waited on their latency
+ * (ncu, H100, 2026-11-27, the varlen mix: ~2% of all stall samples); the handoff gained 4-6% there
+ * (docs/ARCHITECTURE.md). The q_full wait is the one pipe_boundary makes: that Q load was issued
+ * kQLead K/V tiles before this tile's last (or the producer is past its last).
+ * AP_HOPPER_TILEDESC 0: the tile and its shape from tile_at and item_shape alone (no TileDesc). */
+template <bool kPaged, int kKeys>
+__device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int qn_next, int &r2,
+                                          int &h2, Shape &sh2) {
+    if constexpr (!kTileDesc) {
+        int item2 = 0;
+        r2 = r + 1;
+        if (!tile_at(p, r2, item2, h2)) {
+            return false;
+        }
+        sh2 = item_shape<kPaged, kKeys>(p, item2);
+        return true;
+    }
+    const int qb = qn_next % 2;
+    bar_wait(&b->q_full[qb], (qn_next / 2) & 1);
+    const TileDesc d = desc_load(&b->desc[qb]);
+    if (d.r == r + 1) {
+        r2 = d.r;
+        h2 = d.h;
+        sh2 = d.sh;
+        return true;
+    }
+    r2 = r + 1;
+    int item2 = 0;
+    if (!tile_at(p, r2, item2, h2)) {
+        return false;
+    }
+    sh2 = r2 == d.r ? d.sh : item_shape<kPaged, kKeys>(p, item2);
+    return true;
+}
+
 /* The consumer warpgroups over the CTA's work tiles (consumer_loop's kMode 1 / 2 with
  * AP_HOPPER_QBUF 2): as consume_pipe per tile, except that a tile followed by one with K/V tiles
  * ends in pipe_boundary, which also starts the next one (`primed`). Both warpgroups take the same
@@ -128,7 +167,8 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     uint32_t pf[G::kPk][4];
     Q q;
     q.init(p);
-    int ring = 0, qn = 0, item = 0, h = 0, r = 0;
+    static_assert(!kPaged && G::kQBufs == 2, "the producer's TileDesc: two Q buffers, ragged");
+    int ring = 0, qn = 0, h = 0, r = 0;
     bool primed = false; /* this tile's first S and softmax ran in the previous one's boundary */
     bool half = false;   /* this tile's first K tile is a half one (pipe_half) */
     /* the ping-pong consumers of the default build only: the overlapped ones and the 2-stage or
@@ -139,12 +179,9 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     /* Each tile's place and shape are found once: the lookahead that decides the boundary hands
      * them to the next iteration (found twice, the integer division and the dependent loads of
      * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:
-     * ncu, H100, 2026-11-27). */
-    bool have = tile_at(p, r, item, h);
+     * ncu, H100, 2026-11-27); next_tile reads them from the producer's TileDesc. */
     Shape sh = {};
-    if (have) {
-        sh = item_shape<kPaged, G::kKeys>(p, item);
-    }
+    bool have = next_tile<kPaged, G::kKeys>(p, b, -1, 0, r, h, sh);
     while (have) {
         const int nb = sh.n_blocks; /* < 0: not a tile start, another tile covers these tokens */
         if (!primed && nb >= 0) {
@@ -173,12 +210,9 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             pipe_step<false, kPingPong>(p, sh, q, sk, sv, b, ring, qn % G::kQBufs, i, wg, rw, lane,
                                         o, m, l, pf);
         }
-        int item2 = 0, h2 = 0, r2 = r + 1;
-        const bool have2 = tile_at(p, r2, item2, h2);
-        Shape sh2 = sh;
-        if (have2) {
-            sh2 = item_shape<kPaged, G::kKeys>(p, item2);
-        }
+        int h2 = 0, r2 = 0;
+        Shape sh2 = {};
+        const bool have2 = next_tile<kPaged, G::kKeys>(p, b, r, nb > 0 ? qn + 1 : qn, r2, h2, sh2);
         if (nb >= 0) {
             primed = nb > 0 && have2 && sh2.n_blocks > 0;
             if (primed) {
@@ -202,7 +236,6 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
         }
         have = have2;
         r = r2;
-        item = item2;
         h = h2;
         sh = sh2;
     }

@@ -4,7 +4,12 @@
 # depths and the merged tile boundaries (AP_HOPPER_QBUF 2, the default), with mbarrier phases and
 # TMA completions in random order and delay, over random work-tile lists; checks no deadlock,
 # that every read sees the tile it expects and that no buffer is overwritten while read. Also
-# (3,3,1,off): the one-Q-buffer schedule. Plain Python; meson test kit-hopper-ring-sim.
+# (3,3,1,off): the one-Q-buffer schedule. With two Q buffers and merged boundaries, as the kernel:
+# the producer issues the next loaded tile's Q kQLead K/V tiles before this one's last, writes that
+# tile into the Q buffer's TileDesc slot (Bars::desc) between its q_empty wait and its q_full
+# arrival, and after its last tile marks the end there with a bare q_full arrival; the consumers'
+# lookahead after every tile (next_tile) waits for the next loaded tile's q_full and must read
+# exactly that tile (or the end) from the slot. Plain Python; meson test kit-hopper-ring-sim.
 # Run: python3 backends/common/emu/hopper_ring_sim.py [seeds]
 import random, sys
 
@@ -20,6 +25,7 @@ class MBar:
         return (s.phase & 1) != parity
 class Named:
     def __init__(s): s.arrivals=0; s.gen=0
+kQLead=2  # prefill_hopper.cuh's AP_HOPPER_QLEAD
 def run(tiles, kStg, kVStg, kQB, merge, seed):
     rng=random.Random(seed)
     qf=[MBar(1) for _ in range(kQB)]; qe=[MBar(2) for _ in range(kQB)]
@@ -30,23 +36,36 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
     named={1:[0,0],2:[0,0]}  # id -> [arrivals in current gen, gen]
     pending_tma=[]
     out={}
+    desc=[None]*kQB  # Bars::desc: the TileDesc slots (desc_store / desc_load)
+    tiledesc = merge and kQB==2
+    loaded=[t for t,nb in enumerate(tiles) if nb>0]
     def nb_arrive(i):
         named[i][0]+=1
         if named[i][0]==2: named[i][0]=0; named[i][1]+=1
+    def produce_q(t,qn):
+        qb=qn%kQB
+        while not qe[qb].done(((qn//kQB)&1)^1): yield
+        if tiledesc: desc[qb]=t
+        qf[qb].expect_arrive(1); pending_tma.append(('q',qb,(t,),qf[qb]))
     def producer():
-        ring=0; qn=0
-        for t,nb in enumerate(tiles):
-            if nb<=0: continue
-            qb=qn%kQB
-            while not qe[qb].done(((qn//kQB)&1)^1): yield
-            qf[qb].expect_arrive(1); pending_tma.append(('q',qb,(t,),qf[qb]))
+        ring=0; qn=0; q_done=False
+        for j,t in enumerate(loaded):
+            nb=tiles[t]; nxt=loaded[j+1] if j+1<len(loaded) else None
+            if not q_done: yield from produce_q(t,qn)
+            q_at=max(nb-kQLead,0)
             for i in range(nb):
+                if tiledesc and nxt is not None and i==q_at: yield from produce_q(nxt,qn+1)
                 g=ring+i; s=g%kStg; vs=g%kVStg
                 while not ke[s].done(((g//kStg)&1)^1): yield
                 kf[s].expect_arrive(1); pending_tma.append(('k',s,(t,i),kf[s]))
                 while not ve[vs].done(((g//kVStg)&1)^1): yield
                 vf[vs].expect_arrive(1); pending_tma.append(('v',vs,(t,i),vf[vs]))
+            q_done = tiledesc and nxt is not None
             ring+=nb; qn+=1
+        if tiledesc:  # the end: a bare arrival on the next Q load's q_full
+            qb=qn%kQB
+            while not qe[qb].done(((qn//kQB)&1)^1): yield
+            desc[qb]='end'; qf[qb].arrive()
     def hold(wg,kind,idx,expect):
         buf={'q':qbuf,'k':kbuf,'v':vbuf}[kind]
         assert buf[idx]==expect, (wg,kind,idx,buf[idx],expect)
@@ -65,12 +84,22 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
         def give(): nb_arrive(2-wg)
         def wait(bar,par):
             while not bar.done(par): yield
+        def lookahead(t,qn_next):
+            # next_tile: with a tile after t, wait for the next loaded tile's q_full and read its
+            # slot: that tile, or the end past the last
+            if not tiledesc or t+1>=T: return
+            qb=qn_next%kQB
+            yield from wait(qf[qb],(qn_next//kQB)&1)
+            want=next((u for u in loaded if u>t),'end')
+            assert desc[qb]==want, ('TileDesc', wg, t, qn_next, desc[qb], want)
         if wg==1: give_init=nb_arrive(1)
         ring=0; qn=0; primed=False; turns=0
         T=len(tiles)
         for t in range(T):
             nb=tiles[t]
-            if nb<0: continue
+            if nb<0:
+                yield from lookahead(t,qn)
+                continue
             if nb>0 and not primed:
                 qb=qn%kQB
                 yield from wait(qf[qb],(qn//kQB)&1); hold(wg,'q',qb,(t,))
@@ -87,6 +116,7 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
                 yield; unhold(wg,'k',s,(t,i)); ke[s].arrive()
                 if i==nb-1: unhold(wg,'q',qb,(t,)); qe[qb].arrive()
                 yield; unhold(wg,'v',sp,(t,i-1)); ve[sp].arrive()
+            yield from lookahead(t, qn+1 if nb>0 else qn)
             nxt = t+1 if t+1<T else None
             if merge and nb>0 and nxt is not None and tiles[nxt]>0:
                 nb2=tiles[nxt]; g=ring+nb-1; sp=g%kVStg; g2=ring+nb; s2=g2%kStg; qn2=qn+1; qb2=qn2%kQB
