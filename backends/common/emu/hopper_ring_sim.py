@@ -85,9 +85,9 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
         def wait(bar,par):
             while not bar.done(par): yield
         def lookahead(t,qn_next):
-            # next_tile: with a tile after t, wait for the next loaded tile's q_full and read its
-            # slot: that tile, or the end past the last
-            if not tiledesc or t+1>=T: return
+            # next_tile: wait for the next loaded tile's q_full and read its slot: that tile, or
+            # the end past the last (the kernel waits before it asks tile_at whether any is left)
+            if not tiledesc: return
             qb=qn_next%kQB
             yield from wait(qf[qb],(qn_next//kQB)&1)
             want=next((u for u in loaded if u>t),'end')
