@@ -113,6 +113,13 @@ pipe_boundary_any(bool pv_half, bool half, const Params &p, const Shape &sh, con
     }
 }
 
+/* Q load qn_next's TileDesc, once its q_full completed. */
+__device__ __forceinline__ TileDesc next_desc(Bars *b, int qn_next) {
+    const int qb = qn_next % 2;
+    bar_wait(&b->q_full[qb], (qn_next / 2) & 1);
+    return desc_load(&b->desc[qb]);
+}
+
 /* The CTA's work tile after round r (tile_at from r + 1: r2, h2) and its shape; false past the
  * last. qn_next: the Q load of the next tile with K/V tiles, whose TileDesc the producer published
  * with that Q (or the end) on its q_full: that tile's round and shape come from there, and only a
@@ -121,23 +128,13 @@ pipe_boundary_any(bool pv_half, bool half, const Params &p, const Shape &sh, con
  * (ncu, H100, 2026-11-27, the varlen mix: ~2% of all stall samples); the handoff gained 4-6% there
  * (docs/ARCHITECTURE.md). The q_full wait is the one pipe_boundary makes: that Q load was issued
  * kQLead K/V tiles before this tile's last (or the producer is past its last).
- * AP_HOPPER_TILEDESC 0: the tile and its shape from tile_at and item_shape alone (no TileDesc). */
+ * AP_HOPPER_TILEDESC 0: the tile and its shape from tile_at and item_shape alone (no TileDesc;
+ * d.r = -1 matches no round). */
 template <bool kPaged, int kKeys>
 __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int qn_next, int &r2,
                                           int &h2, Shape &sh2) {
-    if constexpr (!kTileDesc) {
-        int item2 = 0;
-        r2 = r + 1;
-        if (!tile_at(p, r2, item2, h2)) {
-            return false;
-        }
-        sh2 = item_shape<kPaged, kKeys>(p, item2);
-        return true;
-    }
-    const int qb = qn_next % 2;
-    bar_wait(&b->q_full[qb], (qn_next / 2) & 1);
-    const TileDesc d = desc_load(&b->desc[qb]);
-    if (d.r == r + 1) {
+    const TileDesc d = kTileDesc ? next_desc(b, qn_next) : TileDesc{-1, 0, {}};
+    if (kTileDesc && d.r == r + 1) {
         r2 = d.r;
         h2 = d.h;
         sh2 = d.sh;
