@@ -3,7 +3,9 @@
  * 128 / 256, fp8 K/V, a varlen batch against the dense one of its token count, and the
  * embedding path with and without skip-KV (per layer, plan included). CUDA events, warm-up,
  * median of --runs; two input sets rotated (each past the L2).
- *   fav-bench [--runs N] [--only TEXT] [--json FILE] [--list FILE] [--plugin-dir DIR]... */
+ *   fav-bench [--runs N] [--only TEXT] [--json FILE] [--list FILE] [--option KEY=VALUE]...
+ *             [--plugin-dir DIR]...
+ * --option passes an fa_varlen option to the timed cases' instances (e.g. schedule=rounds). */
 #include <cuda_runtime_api.h>
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,10 @@ static const fb_case fb_cases[] = {
 
 static int fb_runs = 100;
 static FILE *fb_json;
+/* --option KEY=VALUE: fa_varlen's options for the timed instances (e.g. schedule=rounds) */
+#define FB_MAX_OPTIONS 4
+static ap_option_kv fb_extra[FB_MAX_OPTIONS];
+static size_t fb_num_extra;
 static int fb_first_row = 1;
 
 static int fb_ok(cudaError_t e, const char *what) {
@@ -294,7 +300,9 @@ static void fb_case_run(ap_registry *reg, const ap_device *dev, const fb_case *c
     const ap_options o = {.struct_size = sizeof o,
                           .prefix_cache = AP_OPTION_UNSET,
                           .chunked_prefill = AP_OPTION_UNSET,
-                          .cuda_graphs = AP_OPTION_UNSET};
+                          .cuda_graphs = AP_OPTION_UNSET,
+                          .extra = fb_extra,
+                          .num_extra = fb_num_extra};
     if (ap_instance_open(reg, "fa_varlen", &m, &o, dev, &r.inst) != AP_OK) {
         fb_row(c->name, ap_last_error(), 0, 0, 0, "");
         return;
@@ -506,9 +514,14 @@ int main(int argc, char **argv) {
             list_path = argv[++i];
         else if (strcmp(argv[i], "--plugin-dir") == 0 && i + 1 < argc && num_dirs < 8)
             dirs[num_dirs++] = argv[++i];
-        else {
+        else if (strcmp(argv[i], "--option") == 0 && i + 1 < argc &&
+                 fb_num_extra < FB_MAX_OPTIONS && strchr(argv[i + 1], '=') != NULL) {
+            char *kv = argv[++i], *eq = strchr(kv, '=');
+            *eq = '\0';
+            fb_extra[fb_num_extra++] = (ap_option_kv){kv, eq + 1};
+        } else {
             fprintf(stderr, "usage: fav-bench [--runs N] [--only TEXT] [--json FILE] "
-                            "[--list FILE] [--plugin-dir DIR]...\n");
+                            "[--list FILE] [--option KEY=VALUE]... [--plugin-dir DIR]...\n");
             return 2;
         }
     }

@@ -133,8 +133,28 @@ static float from16(uint16_t v, bool fp16) {
 }
 
 /* --time's schedule overrides: g_persistent -1 takes use_persistent's rule, else 0 / 1 (not for
- * the paged source); g_band 0 takes band_kv_for's band, else that many K/V heads. */
-static int g_persistent = -1, g_band = 0;
+ * the paged source); g_band 0 takes band_kv_for's band, else that many K/V heads; g_dynamic -1
+ * takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the kernel has it. g_min_kv_tiles: the fewest KV tiles of an item of the
+ * batch launched (its last), which use_dynamic asks for (set by the caller of launch). */
+static int g_persistent = -1, g_band = 0, g_dynamic = -1;
+static int32_t g_min_kv_tiles = 0;
+static bool g_last_dynamic = false; /* whether launch_src's last launch took the dynamic schedule */
+
+/* The dynamic schedule's two counters (at 0, and left at 0 by every launch), once. */
+static int32_t *tile_counters() {
+    static int32_t *counters = nullptr;
+    if (counters == nullptr) {
+        CK(cudaMalloc(&counters, 16));
+        CK(cudaMemset(counters, 0, 16));
+        CK(cudaDeviceSynchronize());
+    }
+    return counters;
+}
+
+/* The fewest KV tiles of the items (the plan's order puts them last). */
+static int32_t min_kv_tiles(const std::vector<Item> &items) {
+    return items.empty() ? 0 : items.back().kv_tiles;
+}
 
 /* Launches one variant; returns 0 or a map error. */
 template <typename T, int kMode, int kD, bool kPaged>
@@ -163,6 +183,9 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     if (g_band > 0) {
         pn.band_kv = g_band;
     }
+    use_dynamic<kD, kMode, kPaged>(pn, tile_counters(), g_dynamic == 0 ? 0 : g_min_kv_tiles,
+                                   g_dynamic == 1);
+    g_last_dynamic = pn.dynamic != 0;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
@@ -394,6 +417,7 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
     a.device_buffer = dbuf;
     a.buffer_bytes = bytes;
     a.kv_dtype = c.fp8 ? AP_DTYPE_FP8_E4M3 : c.fp16 ? AP_DTYPE_F16 : AP_DTYPE_BF16;
+    a.tile_counters = tile_counters();
     ap_kit_prefill_plan plan = {};
     ap_status st = ap_kit_prefill_plan_build(&a, nullptr, &plan, "check", &msg);
     bool ok = st == AP_OK && plan.hopper == 1;
@@ -429,7 +453,14 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
         CK(cudaMemset(dlse, 0xff, ref_lse.size() * 4));
         st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
         CK(cudaDeviceSynchronize());
-        ok = st == AP_OK &&
+        int32_t left[2] = {-1, -1};
+        CK(cudaMemcpy(left, tile_counters(), sizeof left, cudaMemcpyDeviceToHost));
+        if (left[0] != 0 || left[1] != 0) {
+            std::printf("FAIL %-28s kit entry: the tile counters left at %d, %d\n", c.name, left[0],
+                        left[1]);
+            CK(cudaMemset(tile_counters(), 0, 16));
+        }
+        ok = st == AP_OK && left[0] == 0 && left[1] == 0 &&
              compare(c, "kit entry", dout, dlse, n_out, ref, ref_lse, 1e-2, c.fp8 ? kLseF8 : 1e-3);
     }
     if (!ok) {
@@ -573,6 +604,8 @@ static bool run_case(const Case &c, unsigned seed) {
              c.fp8 ? ks : 1.f,
              c.fp8 ? vs : 1.f,
              0,
+             0,
+             nullptr,
              0};
     if (c.page > 0) {
         p.kv_indptr = dpi;
@@ -585,21 +618,33 @@ static bool run_case(const Case &c, unsigned seed) {
     /* One launch into poisoned outputs: variant -1 is the fp8 kernel, else the consumer mode;
      * ps the pack_shift (0, or ps_max with the packed items); out_off, bytes from dout to where
      * out starts (8: not 16-byte aligned, the epilogue's 4-byte stores). */
-    auto run = [&](int variant, int ps, int out_off = 0) {
+    /* sched: g_dynamic for the launch (-1 the rule, 0 the rounds). After the launch the dynamic
+     * schedule's counters must be back at 0 (whichever schedule ran). */
+    auto run = [&](int variant, int ps, int out_off = 0, int sched = -1) {
         CK(cudaMemset(dout, 0xff, n_out * 2 + 16));
         CK(cudaMemset(dlse, 0xff, static_cast<size_t>(b.tq) * c.hq * 4));
         p.out = static_cast<uint8_t *>(dout) + out_off;
         p.pack_shift = ps;
         p.items = ps > 0 ? dpacked : ditems;
         const int items = static_cast<int>(ps > 0 ? packed.size() : b.items.size());
+        g_min_kv_tiles = min_kv_tiles(ps > 0 ? packed : b.items);
+        g_dynamic = sched;
         const int rc = variant < 0 ? launch_f8_any(c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv, c.hq,
                                                    c.hkv, p, items, 0)
                                    : launch_any(variant, c.dqk, c.fp16, dq, dk, dv, b.tq, b.tkv,
                                                 c.hq, c.hkv, p, items, 0);
+        g_dynamic = -1;
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         if (rc != 0) {
             std::printf("FAIL %-28s tensor map error %d\n", c.name, rc);
+        }
+        int32_t left[2] = {-1, -1};
+        CK(cudaMemcpy(left, tile_counters(), sizeof left, cudaMemcpyDeviceToHost));
+        if (left[0] != 0 || left[1] != 0) {
+            std::printf("FAIL %-28s the tile counters left at %d, %d\n", c.name, left[0], left[1]);
+            CK(cudaMemset(tile_counters(), 0, 16));
+            return false;
         }
         return rc == 0;
     };
@@ -631,6 +676,18 @@ static bool run_case(const Case &c, unsigned seed) {
                 ok =
                     compare(c, what, static_cast<uint8_t *>(dout) + 8, dlse, n_out, ref, ref_lse) &&
                     ok;
+            } else {
+                ok = false;
+            }
+            /* the production variant on the other schedule where the kernel has both: the
+             * rounds where its rule took the dynamic one, else the dynamic one (forced) */
+            const bool rule_dynamic = g_last_dynamic;
+            if (run(kVariants - 1, ps, 0, rule_dynamic ? 0 : 1)) {
+                if (rule_dynamic || g_last_dynamic) {
+                    std::snprintf(what, sizeof what, "%s%s, %s", kVariant[kVariants - 1],
+                                  ps > 0 ? " packed" : "", g_last_dynamic ? "dynamic" : "rounds");
+                    ok = compare(c, what, dout, dlse, n_out, ref, ref_lse) && ok;
+                }
             } else {
                 ok = false;
             }

@@ -16,6 +16,7 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
         ps = pack_shift_for(b0.qo.data(), static_cast<int>(lens.size()), H / hkv);
     }
     const Batch b = make_batch(c, ps);
+    g_min_kv_tiles = min_kv_tiles(b.items);
     const int sets = 2;
     std::vector<void *> bufs;
     const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
@@ -76,6 +77,8 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
              1.f,
              1.f,
              ps,
+             0,
+             nullptr,
              0};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
@@ -125,10 +128,14 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
         sq += static_cast<double>(len) * len;
     }
     const double flops = (causal ? 1.0 : 2.0) * H * sq * (dqk + D);
-    char sched[32] = "";
+    char sched[48] = "";
     if (g_persistent >= 0 || g_band > 0) {
         std::snprintf(sched, sizeof sched, " %s band%d", g_persistent == 0 ? "grid" : "persistent",
                       g_band);
+    }
+    if (g_last_dynamic || g_dynamic >= 0) { /* the launches' schedule where it had a choice */
+        std::snprintf(sched + std::strlen(sched), sizeof sched - std::strlen(sched), " %s",
+                      g_last_dynamic ? "dynamic" : "rounds");
     }
     std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
                 causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant],
@@ -182,7 +189,8 @@ static std::vector<int> varlen_mix() {
 
 /* --time: the shapes of the per-work-tile overhead (issue 10's causal targets), the dispatched
  * ping-pong mode, one query head per work tile (pack1) and the group's four (pack4, in
- * band_kv_for's bands), two rounds:
+ * band_kv_for's bands), each on the dispatch's schedule and on the other one where the kernel has
+ * both (pack1: dynamic, g_dynamic 1; pack4: the rounds, g_dynamic 0), two rounds:
  * causal H32/8 B4 S4096 D128 and D64, non-causal D128, paged16 D128, D256, B16 S4096 D128, the
  * varlen mix D128. */
 static void bench_tiles() {
@@ -192,14 +200,16 @@ static void bench_tiles() {
         tokens += len;
     }
     const Case c{"mix", false, true, 32, 8, mix, mix};
-    /* (pack_shift, persistent override, band override): one head per tile, packed (bands of one
-     * K/V head where persistent), packed in bands of 8 */
-    const int configs[3][3] = {{0, -1, 0}, {2, -1, 0}, {2, 1, 8}};
+    /* (pack_shift, persistent override, band override, schedule): one head per tile (the rule:
+     * rounds; and dynamic), packed (bands of one K/V head where persistent; the rule: dynamic;
+     * and rounds) */
+    const int configs[4][4] = {{0, -1, 0, -1}, {0, -1, 0, 1}, {2, -1, 0, -1}, {2, -1, 0, 0}};
     for (int round = 0; round < 2; ++round) {
         for (const auto &cf : configs) {
             const int ps = cf[0];
             g_persistent = cf[1];
             g_band = cf[2];
+            g_dynamic = cf[3];
             bench(true, 4, 32, 8, 128, 2, 0, ps);
             bench(true, 4, 32, 8, 64, 2, 0, ps);
             bench(false, 4, 32, 8, 128, 2, 0, ps);
@@ -215,6 +225,7 @@ static void bench_tiles() {
     }
     g_persistent = -1;
     g_band = 0;
+    g_dynamic = -1;
 }
 
 #endif /* AP_BENCH_HOPPER_PREFILL_TIMING_CUH */

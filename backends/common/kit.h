@@ -125,9 +125,14 @@ typedef struct ap_kit_plan_buffer {
     size_t bytes;
     void *copied;     /* event: the last copy out of `host` has finished */
     int copy_pending; /* 1 while a recorded copy may still read `host` */
+    /* device, two int32 past `bytes` (16-byte aligned), 0 from the allocation on and never
+     * uploaded over: the Hopper prefill's dynamic schedule (prefill.h, tile_counters), whose
+     * launches leave them at 0 */
+    int32_t *tile_counters;
 } ap_kit_plan_buffer;
 
-/* Allocates `bytes` of each side and the event; on failure the buffer is left for _free. */
+/* Allocates `bytes` of each side (the device side 16 bytes more, tile_counters at 0) and the
+ * event; on failure the buffer is left for _free. */
 ap_status ap_kit_plan_buffer_alloc(ap_kit_plan_buffer *buffer, size_t bytes, const char *who,
                                    ap_msgbuf *msg);
 /* Waits for a pending copy, then frees everything (the device must be current). */

@@ -66,8 +66,18 @@ extern "C" ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *
 extern "C" ap_status ap_kit_plan_buffer_alloc(ap_kit_plan_buffer *buffer, size_t bytes,
                                               const char *who, ap_msgbuf *msg) {
     buffer->bytes = bytes;
+    const size_t at = (bytes + 15) & ~static_cast<size_t>(15); /* the tile counters */
     ap_status st = ap_kit_pinned_alloc(bytes, &buffer->host, who, msg);
-    if (st == AP_OK) st = ap_kit_device_alloc(bytes, &buffer->dev, who, msg);
+    if (st == AP_OK) st = ap_kit_device_alloc(at + 16, &buffer->dev, who, msg);
+    if (st == AP_OK) {
+        /* a pageable source: the copy is done when cudaMemcpy returns, before any stream of
+         * the caller's can launch a kernel that reads the counters */
+        static const int32_t zeros[4] = {0, 0, 0, 0};
+        buffer->tile_counters = reinterpret_cast<int32_t *>(static_cast<char *>(buffer->dev) + at);
+        st = ap_cuda_status(
+            cudaMemcpy(buffer->tile_counters, zeros, sizeof zeros, cudaMemcpyHostToDevice), who,
+            "cudaMemcpy of the plan buffer's tile counters", msg);
+    }
     if (st == AP_OK) st = ap_kit_event_create(&buffer->copied, who, msg);
     return st;
 }

@@ -48,6 +48,9 @@ typedef struct ap_kit_prefill_plan_args {
     ap_dtype kv_dtype;      /* the calls' K/V dtype: BF16 / F16 let the Hopper kernel take the
                              * plan where it serves the shape (prefill_hopper.h); AP_DTYPE_NONE
                              * (unset) keeps the mma.sync kernel's plan */
+    int32_t *tile_counters; /* device, two int32 at 0 (ap_kit_plan_buffer's), or NULL: the
+                             * Hopper kernel's dynamic schedule, which leaves them at 0; the
+                             * plan's launches must not run concurrently */
 } ap_kit_prefill_plan_args;
 
 /* The work list of one batch, shared by every layer: one item per (sequence, query tile), the
@@ -62,10 +65,12 @@ typedef struct ap_kit_prefill_plan {
     int32_t num_kv_heads;
     int32_t causal;
     int32_t ragged;
-    const void *items;    /* device_buffer, filled by an async copy on the plan's stream */
-    int32_t hopper;       /* 1: items of the Hopper kernel's work tiles (prefill_hopper.h) */
-    int32_t num_q_tokens; /* qo_indptr_host[num_seqs] */
-    int32_t num_kv_rows;  /* kv_indptr_host[num_seqs] (ragged source), else 0 */
+    const void *items;      /* device_buffer, filled by an async copy on the plan's stream */
+    int32_t hopper;         /* 1: items of the Hopper kernel's work tiles (prefill_hopper.h) */
+    int32_t num_q_tokens;   /* qo_indptr_host[num_seqs] */
+    int32_t num_kv_rows;    /* kv_indptr_host[num_seqs] (ragged source), else 0 */
+    int32_t *tile_counters; /* the args' */
+    int32_t min_kv_tiles;   /* the fewest KV tiles of an item (the last one's), 0 if none */
 } ap_kit_prefill_plan;
 
 /* One layer's call. Exactly one source: kv_indptr set (ragged: k, v) or not (paged). */

@@ -195,6 +195,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         kp.page_shift = ap_hopper_page_shift(p->page_size);
     }
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, kPaged);
+    ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters, plan->min_kv_tiles);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);

@@ -51,7 +51,8 @@ constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 constexpr int kMaxStages = kStages > 2 ? kStages : 2;
-constexpr int kBarsBytes = 256; /* shared memory for Bars (its static_assert) */
+constexpr int kBarsBytes = 512; /* shared memory for Bars (its static_assert) */
+constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars::sched) */
 
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
@@ -121,6 +122,13 @@ struct Params {
      * pack_shift head slots. 0: one query head per tile. 1 << pack_shift divides group. */
     int32_t pack_shift;
     int32_t band_kv; /* the persistent order's band of K/V heads (tile_at), >= 1 */
+    /* The dynamic schedule (use_dynamic; the persistent grid of the merged consumers): the CTAs'
+     * producers take the tiles of ap_hopper_queue_tile's order one at a time from
+     * tile_counter[0] (claim_load) instead of rounds; tile_counter[1] counts the CTAs done
+     * taking, and the last one sets both back to 0, so every launch finds them at 0 (a plan
+     * buffer's, ap_kit_plan_buffer; a graph replays it as it is). */
+    int32_t *tile_counter;
+    int32_t dynamic;
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -239,6 +247,11 @@ __device__ __forceinline__ TileDesc desc_load(const TileDesc *at) {
     const volatile int *w = &at->r;
     return TileDesc{w[0], w[1], {w[2], w[3], 0, w[5], w[6], w[7]}};
 }
+/* The whole record (the producer's, from the scheduler warp's ring: kv_start too). */
+__device__ __forceinline__ TileDesc desc_load_all(const TileDesc *at) {
+    const volatile int *w = &at->r;
+    return TileDesc{w[0], w[1], {w[2], w[3], w[4], w[5], w[6], w[7]}};
+}
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
  * n_blocks: K/V tiles of kKeys. */
@@ -280,6 +293,11 @@ struct Bars {
     /* Q load qn's work tile (slot qn % kQBufs; two Q buffers, the ragged source), stored by the
      * producer between its q_empty wait and its q_full arrival (desc_store) */
     TileDesc desc[kMaxQBufs];
+    /* the scheduler warp's ring (scheduler_tiles, sched_take): its n-th tile in slot
+     * n % kSchedSlots, published by s_full, given back by s_empty (one arrival each) */
+    uint64_t s_full[kSchedSlots];
+    uint64_t s_empty[kSchedSlots];
+    TileDesc sched[kSchedSlots];
 };
 static_assert(sizeof(Bars) <= kBarsBytes, "Geo::kSmem's room for the barriers");
 
@@ -625,11 +643,63 @@ __device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int 
 
 #include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
 
+/* AP_HOPPER_DYNAMIC 1 (the default): launches of the persistent grid whose consumers are the
+ * merged ones and whose plan has no tile without K/V tiles take the dynamic schedule (use_dynamic,
+ * claim_load); 0: the rounds of tile_at always. */
+#ifndef AP_HOPPER_DYNAMIC
+#define AP_HOPPER_DYNAMIC 1
+#endif
+
+/* Whether the kernel (kD, kMode, kPaged) has the scheduler warp (scheduler_loop): the merged
+ * consumers (two Q buffers, the ragged source, kMode 1 / 2) with the producer's TileDesc, which
+ * carries every tile to them. */
+template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool sched_built() {
+    return kTileDesc && AP_HOPPER_QBUF >= 2 && kMode != 0 && !kPaged && Geo<kD>::kQBufs == 2;
+}
+
+/* Whether the kernel can run the dynamic schedule: its scheduler warp claims the tiles. */
+template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool dynamic_built() {
+    return AP_HOPPER_DYNAMIC != 0 && kPersistent && sched_built<kD, kMode, kPaged>();
+}
+
+/* The dynamic schedule's next tile with K/V tiles (h, sh), claimed from Params.tile_counter;
+ * false once the claims pass the last tile, after which this CTA takes no more: it counts itself
+ * done (tile_counter[1]), and the last CTA done sets both counters back to 0 (a CTA's claims
+ * come one after another, each one's result read before the next is issued, so every claim of
+ * the launch came before the last count). The host takes this schedule only for plans without a
+ * tile of no K/V tile (use_dynamic): the consumers learn their tiles from the producer's TileDesc
+ * alone, and such a tile would have no Q load to carry it. */
+template <bool kPaged, int kKeys>
+__device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
+    const int slots = p.num_qo_heads >> p.pack_shift;
+    for (;;) {
+        const int t = atomicAdd(p.tile_counter, 1);
+        int item = 0;
+        if (ap_hopper_queue_tile(t, p.num_items, slots, p.group >> p.pack_shift, p.band_kv, &item,
+                                 &h) < 0) {
+            __threadfence();
+            if (atomicAdd(p.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+                p.tile_counter[0] = 0;
+                p.tile_counter[1] = 0;
+            }
+            return false;
+        }
+        sh = item_shape<kPaged, kKeys>(p, item);
+        if (sh.n_blocks > 0) {
+            return true;
+        }
+    }
+}
+
 /* The CTA's work tile at round r or after it that has K/V tiles to load (r moves there), with its
  * shape; false past the last. Tiles without (n_blocks <= 0) load nothing: the consumers write
- * zeros and -inf for them without waiting, or (not a tile start) skip them. */
-template <bool kPaged, int kKeys>
+ * zeros and -inf for them without waiting, or (not a tile start) skip them. kDynamic:
+ * claim_load's tile instead (r: the CTA's count of loaded tiles). */
+template <bool kPaged, int kKeys, bool kDynamic = false>
 __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape &sh) {
+    if constexpr (kDynamic) {
+        return claim_load<kPaged, kKeys>(p, h, sh);
+    }
     int item = 0;
     for (; tile_at(p, r, item, h); ++r) {
         sh = item_shape<kPaged, kKeys>(p, item);
@@ -640,12 +710,55 @@ __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape
     return false;
 }
 
+/* The scheduler warp's lane (kernels with sched_built): the CTA's work tiles with K/V tiles, in
+ * order, into the ring of kSchedSlots TileDescs (Bars::sched; s_full / s_empty), the end as r =
+ * -1; each found before its slot is waited for. It takes the tile lookups (dependent global loads:
+ * a claim, the plan item, its indptrs) off the producer, which waited on them between one tile's
+ * loads and the next while the consumers waited for those loads (H100, 2026-11-27: the dynamic
+ * schedule's claim there cost the varlen mix 5% and B4 S4096 1.5%; the lookup moved after a
+ * tile's first K/V loads cost the dense shapes 2-4%). kDynamic: claim_load's tiles, else the
+ * rounds'. */
+template <int kD, bool kDynamic>
+__device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
+    TileDesc d = {0, 0, {}};
+    for (int n = 0;; ++n) {
+        const bool have = next_load<false, Geo<kD>::kKeys, kDynamic>(p, d.r, d.h, d.sh);
+        const int s = n % kSchedSlots;
+        bar_wait(&b->s_empty[s], ((n / kSchedSlots) & 1) ^ 1);
+        desc_store(&b->sched[s], have ? d : TileDesc{-1, 0, {}});
+        bar_arrive(&b->s_full[s]); /* releases the stores */
+        if (!have) {
+            return;
+        }
+        ++d.r; /* the rounds: the next search's first; dynamic: the count */
+    }
+}
+
+template <int kD, int kMode>
+__device__ __forceinline__ void scheduler_loop(Bars *b, const Params &p) {
+    if (dynamic_built<kD, kMode, false>() && p.dynamic) {
+        scheduler_tiles<kD, dynamic_built<kD, kMode, false>()>(b, p);
+    } else {
+        scheduler_tiles<kD, false>(b, p);
+    }
+}
+
+/* The scheduler's n-th tile (r < 0: the end); its slot goes back once read. */
+__device__ __forceinline__ TileDesc sched_take(Bars *b, int n) {
+    const int s = n % kSchedSlots;
+    bar_wait(&b->s_full[s], (n / kSchedSlots) & 1);
+    const TileDesc d = desc_load_all(&b->sched[s]);
+    bar_arrive(&b->s_empty[s]); /* after the loads (release) */
+    return d;
+}
+
 /* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
  * last tile's (so the next tile's loads start while the consumers finish this one). With two Q
  * buffers (the ragged source) the next tile's Q goes out kQLead K/V tiles before this one's
- * last (produce). */
-template <int kD, bool kPaged>
+ * last (produce). kSched: the tiles come from the scheduler warp (sched_take), else the producer
+ * finds them (next_load). */
+template <int kD, bool kPaged, bool kSched>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p) {
@@ -653,10 +766,22 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
     constexpr bool kAhead = !kPaged && Geo<kD>::kQBufs == 2;
     int ring = 0, qn = 0;
     TileDesc cur = {0, 0, {}};
-    bool have = next_load<kPaged, kKeys>(p, cur.r, cur.h, cur.sh), q_done = false;
+    bool have = false, q_done = false;
+    if constexpr (kSched) { /* the scheduler's tile n is Q load n: every one has K/V tiles */
+        cur = sched_take(b, 0);
+        have = cur.r >= 0;
+    } else {
+        have = next_load<kPaged, kKeys>(p, cur.r, cur.h, cur.sh);
+    }
     while (have) {
         TileDesc next = {cur.r + 1, 0, {}};
-        const bool have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
+        bool have2 = false;
+        if constexpr (kSched) {
+            next = sched_take(b, qn + 1);
+            have2 = next.r >= 0;
+        } else {
+            have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
+        }
         if constexpr (kPaged) {
             const int h0 = cur.h << p.pack_shift; /* the tile's first query head */
             produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, cur.sh, h0, h0 / p.group, ring, qn);
@@ -736,6 +861,10 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
         bar_init(&b->k_empty[s], 8);
         bar_init(&b->v_empty[s], 8);
     }
+    for (int s = 0; s < kSchedSlots; ++s) {
+        bar_init(&b->s_full[s], 1);
+        bar_init(&b->s_empty[s], 1);
+    }
 }
 
 /* kMode 0: one warpgroup GEMM then softmax, in turn; 1: the next tile's S GEMM and this one's
@@ -776,8 +905,11 @@ __global__ void __launch_bounds__(kThreads, 1)
          * producer at 32 beside consumers at 240 deadlocked them). 24 / 240 before the
          * persistent loop: the paged producer warp spilled at 24. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        constexpr bool kSched = sched_built<kD, kMode, kPaged>();
         if (threadIdx.x < (kPaged ? 32 : 1)) {
-            producer_loop<kD, kPaged>(&tq, &tk, &tv, sq, sk, sv, b, p);
+            producer_loop<kD, kPaged, kSched>(&tq, &tk, &tv, sq, sk, sv, b, p);
+        } else if (kSched && threadIdx.x == 32) {
+            scheduler_loop<kD, kMode>(b, p);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -827,6 +959,26 @@ inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = 
     p.band_kv =
         band_kv_for(p.pack_shift, p.num_items, static_cast<int>(grid.x), p.group >> p.pack_shift);
     return grid;
+}
+
+/* Params.tile_counter and Params.dynamic of a launch (after launch_schedule): the dynamic
+ * schedule where the kernel has it, the grid is the persistent one, the plan gave the counters
+ * (two int32 at 0, left at 0 by every launch), none of its items has no K/V tile (min_kv_tiles >
+ * 0) and the batch is packed (Params.pack_shift > 0: sequences short or ragged enough to pad
+ * one-head tiles), unless `any` (measurements). The rounds hand out the same tiles in the same
+ * order, each CTA its share fixed in advance; the counter lets a CTA that finishes early take
+ * more. H100, 2026-11-27 (hopper_prefill_check --time, three rounds, medians, TFLOP/s, rounds /
+ * dynamic): the varlen mix packed 504 / 523, B16 S4096 packed 554 / 554, but B4 S4096 D128 one
+ * head per tile 613 / 598 and packed 615 / 591, D64 packed 371 / 348; through fa_varlen the
+ * varlen mix 489-502 / 518-519. ncu of the varlen mix on the rounds had put 4.4% of the SMs' time
+ * idle at the kernel's end. */
+template <int kD, int kMode, bool kPaged>
+inline void use_dynamic(Params &p, int32_t *tile_counter, int32_t min_kv_tiles, bool any = false) {
+    p.tile_counter = tile_counter;
+    p.dynamic = dynamic_built<kD, kMode, kPaged>() && p.persistent != 0 &&
+                        tile_counter != nullptr && min_kv_tiles > 0 && (any || p.pack_shift > 0)
+                    ? 1
+                    : 0;
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64

@@ -172,5 +172,7 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
     plan->hopper = hopper_rows != 0;
     plan->num_q_tokens = args->num_seqs > 0 ? args->qo_indptr_host[args->num_seqs] : 0;
     plan->num_kv_rows = ragged && args->num_seqs > 0 ? args->kv_indptr_host[args->num_seqs] : 0;
+    plan->tile_counters = args->tile_counters;
+    plan->min_kv_tiles = count > 0 ? items[count - 1].kv_tiles : 0; /* sorted: the fewest last */
     return AP_OK;
 }

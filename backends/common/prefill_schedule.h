@@ -56,4 +56,22 @@ AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_it
     return 1;
 }
 
+/* The order's tile t itself (the dynamic schedule: prefill_hopper.cuh's claim_load, whose CTAs
+ * take the tiles one at a time from a counter in this order): band after band, in a band the
+ * items in order and the band's heads fastest, as ap_hopper_round_tile's bands without its
+ * rounds. Returns 1 with (item, head), -1 for t outside 0 .. num_items x num_qo_heads - 1. */
+AP_KIT_HD static inline int ap_hopper_queue_tile(int t, int num_items, int num_qo_heads, int group,
+                                                 int band_kv, int *item, int *head) {
+    if (t < 0 || t >= num_items * num_qo_heads) {
+        return -1;
+    }
+    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int b = t / (num_items * band);
+    const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
+    const int u = t - b * band * num_items; /* t's index in its band */
+    *item = u / nh;
+    *head = b * band + (u - *item * nh);
+    return 1;
+}
+
 #endif

@@ -59,6 +59,7 @@ struct ap_backend {
     ap_model model;
     int32_t device_ordinal;
     fav_kv_mode kv_mode;
+    int rounds;                /* option schedule: rounds (no tile counters for the plan) */
     ap_kit_plan_buffer buffer; /* slots, then the prefill's work items: one upload per batch */
     size_t item_bytes;         /* the work items' capacity */
     fav_plan plan;
@@ -68,6 +69,7 @@ struct ap_backend {
 ap_status fav_validate(const ap_model *model, const ap_options *options, const ap_device *device,
                        ap_msgbuf *reasons);
 fav_kv_mode fav_kv_mode_of(const ap_model *model, const ap_options *options);
+int fav_option_rounds(const ap_options *options);
 
 /* plan.c */
 size_t fav_plan_item_bytes(const ap_model *m);

@@ -138,6 +138,9 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
         /* the model's K/V type: a 16-bit one lets the kit plan for its Hopper kernel where it
          * serves the shape; raw fp8 k/v then need a model whose kv_dtype says fp8_e4m3 */
         .kv_dtype = m->kv_dtype,
+        /* the Hopper kernel's dynamic schedule (this instance's launches run one at a time),
+         * unless the schedule option says rounds */
+        .tile_counters = b->rounds ? NULL : b->buffer.tile_counters,
     };
     return ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
 }

@@ -45,6 +45,7 @@ static ap_status fav_create(const ap_model *model, const ap_options *options,
     if (b == NULL) return st;
     b->device_ordinal = device->ordinal;
     b->kv_mode = fav_kv_mode_of(model, options);
+    b->rounds = fav_option_rounds(options);
     b->item_bytes = fav_plan_item_bytes(&b->model);
     st = ap_kit_set_device(device->ordinal, FAV_NAME, msg);
     if (st == AP_OK)

@@ -63,10 +63,21 @@ fav_kv_mode fav_kv_mode_of(const ap_model *model, const ap_options *options) {
                : FAV_KV_CACHED;
 }
 
+/* The `fa_varlen.schedule` option: 1 for rounds (the Hopper kernel's static schedule), else 0
+ * (dynamic, where the kernel has it). */
+int fav_option_rounds(const ap_options *options) {
+    const char *value = ap_kit_option(options, "schedule");
+    return value != NULL && strcmp(value, "rounds") == 0;
+}
+
 /* Backend options:
  *   embedding_skip_kv: auto | on | off   auto: skip the cache for an embedding model with prefix
  *                                        caching off; on: the same, refused where it cannot
  *                                        hold; off: always the cached path
+ *   schedule: dynamic | rounds           dynamic (the default): the Hopper prefill's
+ *                                        persistent CTAs take a packed batch's work tiles from
+ *                                        a counter (prefill_hopper.cuh, use_dynamic); rounds:
+ *                                        always in rounds fixed in advance (a measurement knob)
  * cuda_graphs is refused: the plan reads the host mirrors. */
 static void fav_validate_options(const ap_model *m, const ap_options *options, ap_msgbuf *reasons,
                                  int *refused) {
@@ -85,9 +96,16 @@ static void fav_validate_options(const ap_model *m, const ap_options *options, a
     for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
         const char *key = options->extra[i].key != NULL ? options->extra[i].key : "(null)";
         const char *value = options->extra[i].value != NULL ? options->extra[i].value : "(null)";
-        if (strcmp(key, "embedding_skip_kv") != 0) {
+        if (strcmp(key, "schedule") == 0) {
+            if (strcmp(value, "dynamic") != 0 && strcmp(value, "rounds") != 0) {
+                *refused = 1;
+                ap_msgbuf_add(reasons, FAV_NAME ": option schedule is '%s', not dynamic or rounds",
+                              value);
+            }
+        } else if (strcmp(key, "embedding_skip_kv") != 0) {
             *refused = 1;
-            ap_msgbuf_add(reasons, FAV_NAME ": unknown option '%s' (known: embedding_skip_kv)",
+            ap_msgbuf_add(reasons,
+                          FAV_NAME ": unknown option '%s' (known: embedding_skip_kv, schedule)",
                           key);
         } else if (strcmp(value, "auto") != 0 && strcmp(value, "on") != 0 &&
                    strcmp(value, "off") != 0) {

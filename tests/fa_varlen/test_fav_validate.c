@@ -101,6 +101,23 @@ static void test_options(void) {
     ap_test_expect_verdict(vt, "unknown", &m, &o, &d, "unknown option 'skip'");
     o = options_with(0, NULL, 0), o.cuda_graphs = 1;
     ap_test_expect_verdict(vt, "graphs", &m, &o, &d, "CUDA graphs are not supported");
+    /* the Hopper prefill's schedule: dynamic (the default) or rounds */
+    ap_option_kv rounds = {"schedule", "rounds"}, dynamic = {"schedule", "dynamic"};
+    ap_option_kv bad_sched = {"schedule", "static"};
+    ap_option_kv both[2] = {{"schedule", "rounds"}, {"embedding_skip_kv", "off"}};
+    o = options_with(0, &rounds, 1);
+    ap_test_expect_verdict(vt, "schedule rounds", &m, &o, &d, NULL);
+    EXPECT(fav_option_rounds(&o) == 1, "schedule rounds: read as rounds");
+    o = options_with(0, &dynamic, 1);
+    ap_test_expect_verdict(vt, "schedule dynamic", &m, &o, &d, NULL);
+    EXPECT(fav_option_rounds(&o) == 0, "schedule dynamic: not rounds");
+    o = options_with(0, both, 2);
+    ap_test_expect_verdict(vt, "schedule and skip", &m, &o, &d, NULL);
+    EXPECT(fav_option_rounds(&o) == 1 && fav_kv_mode_of(&m, &o) == FAV_KV_CACHED,
+           "schedule rounds beside skip off");
+    EXPECT(fav_option_rounds(NULL) == 0, "no options: dynamic");
+    o = options_with(0, &bad_sched, 1);
+    ap_test_expect_verdict(vt, "bad schedule", &m, &o, &d, "'static', not dynamic or rounds");
 }
 
 /* The embedding mode's decision, and what each mode asks of the host's cache. */

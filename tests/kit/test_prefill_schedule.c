@@ -5,7 +5,8 @@
  * heads one after another. And the kernel's rounds (ap_hopper_round_tile) over grids of several
  * sizes: every tile exactly once and where the reference puts it, a round's tiles all of one
  * band, a band's rounds in its order with the snake, the bands' rounds back to back, and no tile
- * after a CTA's end; and the band's growth to the grid (ap_hopper_band_kv). */
+ * after a CTA's end; the dynamic schedule's tile by index (ap_hopper_queue_tile) equal to the
+ * reference's, none past the last; and the band's growth to the grid (ap_hopper_band_kv). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -34,8 +35,15 @@ static void check_shape(int num_items, int num_qo_heads, int group, int band_kv)
     const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
     int prev_item = -1, prev_head = -1, band_start = 0, bad = 0;
     for (int t = 0; t < tiles && bad < 3; t++) {
-        int item = -1, head = -1;
+        int item = -1, head = -1, q_item = -1, q_head = -1;
         band_tile(t, num_items, num_qo_heads, group, band_kv, &item, &head);
+        /* the dynamic schedule's tile t: the order itself */
+        const int q =
+            ap_hopper_queue_tile(t, num_items, num_qo_heads, group, band_kv, &q_item, &q_head);
+        bad += q != 1 || q_item != item || q_head != head;
+        EXPECT(q == 1 && q_item == item && q_head == head,
+               "items %d heads %d/%d band %d: queue tile %d -> %d (%d, %d), the order (%d, %d)",
+               num_items, num_qo_heads, group, band_kv, t, q, q_item, q_head, item, head);
         if (item < 0 || item >= num_items || head < 0 || head >= num_qo_heads) {
             EXPECT(0, "items %d heads %d/%d band %d: tile %d -> (%d, %d) out of range", num_items,
                    num_qo_heads, group, band_kv, t, item, head);
@@ -71,6 +79,14 @@ static void check_shape(int num_items, int num_qo_heads, int group, int band_kv)
         prev_item = item;
         prev_head = head;
     }
+    int item = -1, head = -1;
+    EXPECT(
+        ap_hopper_queue_tile(tiles, num_items, num_qo_heads, group, band_kv, &item, &head) == -1 &&
+            ap_hopper_queue_tile(tiles + 7, num_items, num_qo_heads, group, band_kv, &item,
+                                 &head) == -1 &&
+            ap_hopper_queue_tile(-1, num_items, num_qo_heads, group, band_kv, &item, &head) == -1,
+        "items %d heads %d/%d band %d: a queue tile past the last", num_items, num_qo_heads, group,
+        band_kv);
     for (int i = 0; i < tiles && bad == 0; i++)
         if (!seen[i]) {
             EXPECT(0, "items %d heads %d/%d band %d: (%d, %d) never", num_items, num_qo_heads,
