@@ -185,7 +185,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     }
     use_dynamic<kD, kMode, kPaged>(pn, tile_counters(), g_dynamic == 0 ? 0 : g_min_kv_tiles,
                                    g_dynamic == 1);
-    g_last_dynamic = pn.dynamic != 0;
+    g_last_dynamic = pn.queue_items > 0;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;

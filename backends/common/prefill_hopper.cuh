@@ -122,13 +122,14 @@ struct Params {
      * pack_shift head slots. 0: one query head per tile. 1 << pack_shift divides group. */
     int32_t pack_shift;
     int32_t band_kv; /* the persistent order's band of K/V heads (tile_at), >= 1 */
-    /* The dynamic schedule (use_dynamic; the persistent grid of the merged consumers): the CTAs'
-     * producers take the tiles of ap_hopper_queue_tile's order one at a time from
-     * tile_counter[0] (claim_load) instead of rounds; tile_counter[1] counts the CTAs done
-     * taking, and the last one sets both back to 0, so every launch finds them at 0 (a plan
-     * buffer's, ap_kit_plan_buffer; a graph replays it as it is). */
+    /* The dynamic schedule (use_dynamic; the persistent grid of the merged consumers): queue_items
+     * > 0, the plan's items (num_items is then 0, so the rounds, tile_at, give no tile); the
+     * scheduler warps take the tiles of ap_hopper_queue_tile's order one at a time from
+     * tile_counter[0] (claim_load); tile_counter[1] counts the CTAs done taking, and the last one
+     * sets both back to 0, so every launch finds them at 0 (a plan buffer's, ap_kit_plan_buffer; a
+     * graph replays it as it is). */
     int32_t *tile_counter;
-    int32_t dynamic;
+    int32_t queue_items;
 };
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
@@ -675,7 +676,7 @@ __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
     for (;;) {
         const int t = atomicAdd(p.tile_counter, 1);
         int item = 0;
-        if (ap_hopper_queue_tile(t, p.num_items, slots, p.group >> p.pack_shift, p.band_kv, &item,
+        if (ap_hopper_queue_tile(t, p.queue_items, slots, p.group >> p.pack_shift, p.band_kv, &item,
                                  &h) < 0) {
             __threadfence();
             if (atomicAdd(p.tile_counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
@@ -736,7 +737,7 @@ __device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
 
 template <int kD, int kMode>
 __device__ __forceinline__ void scheduler_loop(Bars *b, const Params &p) {
-    if (dynamic_built<kD, kMode, false>() && p.dynamic) {
+    if (dynamic_built<kD, kMode, false>() && p.queue_items > 0) {
         scheduler_tiles<kD, dynamic_built<kD, kMode, false>()>(b, p);
     } else {
         scheduler_tiles<kD, false>(b, p);
@@ -961,7 +962,7 @@ inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = 
     return grid;
 }
 
-/* Params.tile_counter and Params.dynamic of a launch (after launch_schedule): the dynamic
+/* Params.tile_counter and Params.queue_items of a launch (after launch_schedule): the dynamic
  * schedule where the kernel has it, the grid is the persistent one, the plan gave the counters
  * (two int32 at 0, left at 0 by every launch), none of its items has no K/V tile (min_kv_tiles >
  * 0) and the batch is packed (Params.pack_shift > 0: sequences short or ragged enough to pad
@@ -975,10 +976,12 @@ inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = 
 template <int kD, int kMode, bool kPaged>
 inline void use_dynamic(Params &p, int32_t *tile_counter, int32_t min_kv_tiles, bool any = false) {
     p.tile_counter = tile_counter;
-    p.dynamic = dynamic_built<kD, kMode, kPaged>() && p.persistent != 0 &&
-                        tile_counter != nullptr && min_kv_tiles > 0 && (any || p.pack_shift > 0)
-                    ? 1
-                    : 0;
+    p.queue_items = 0;
+    if (dynamic_built<kD, kMode, kPaged>() && p.persistent != 0 && tile_counter != nullptr &&
+        min_kv_tiles > 0 && (any || p.pack_shift > 0)) {
+        p.queue_items = p.num_items;
+        p.num_items = 0; /* the consumers' tile_at: no tile (they follow the producer's TileDesc) */
+    }
 }
 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64

@@ -129,9 +129,9 @@ __device__ __forceinline__ TileDesc next_desc(Bars *b, int qn_next) {
  * (docs/ARCHITECTURE.md). The q_full wait is the one pipe_boundary makes: that Q load was issued
  * kQLead K/V tiles before this tile's last (or the producer is past its last).
  * AP_HOPPER_TILEDESC 0: the tile and its shape from tile_at and item_shape alone (no TileDesc;
- * d.r = -1 matches no round). The dynamic schedule (Params.dynamic, claim_load): the producer's
- * rounds are its count of loaded tiles, so every tile's TileDesc is round r + 1 and the end's
- * marker the end. */
+ * d.r = -1 matches no round). The dynamic schedule (Params.queue_items, claim_load): the
+ * producer's rounds are its count of loaded tiles, so every tile's TileDesc is round r + 1, and
+ * at the end's marker tile_at finds no tile (num_items is 0 there). */
 template <bool kPaged, int kKeys>
 __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int qn_next, int &r2,
                                           int &h2, Shape &sh2) {
@@ -141,9 +141,6 @@ __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int q
         h2 = d.h;
         sh2 = d.sh;
         return true;
-    }
-    if (kTileDesc && p.dynamic) {
-        return false; /* the end: the dynamic schedule's tiles come from the producer alone */
     }
     r2 = r + 1;
     int item2 = 0;
