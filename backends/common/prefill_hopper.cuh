@@ -123,8 +123,8 @@ struct Params {
     int32_t pack_shift;
     int32_t band_kv; /* the persistent order's band of K/V heads (tile_at), >= 1 */
     /* The dynamic schedule (use_dynamic; the persistent grid of the merged consumers): queue_items
-     * > 0, the plan's items (num_items is then 0, so the rounds, tile_at, give no tile); the
-     * scheduler warps take the tiles of ap_hopper_queue_tile's order one at a time from
+     * > 0, the plan's items (num_items is then 0, so the rounds, tile_at, give no tile); each
+     * CTA's scheduler warp takes the tiles of ap_hopper_queue_tile's order one at a time from
      * tile_counter[0] (claim_load); tile_counter[1] counts the CTAs done taking, and the last one
      * sets both back to 0, so every launch finds them at 0 (a plan buffer's, ap_kit_plan_buffer; a
      * graph replays it as it is). */
