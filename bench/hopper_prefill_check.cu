@@ -717,8 +717,8 @@ static bool run_case(const Case &c, unsigned seed) {
 
 int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
-     * --profile V [PS [mix]]: one causal H32/8 launch set of variant V (for ncu), pack_shift PS,
-     * B4 S4096 or the varlen mix;
+     * --profile V [PS [mix|dense [rounds|dynamic]]]: one causal H32/8 launch set of variant V
+     * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
      * --time: bench_tiles'
      * timings only (the per-work-tile overhead's shapes); --match TEXT: the checks whose name
      * holds TEXT only. */
@@ -731,8 +731,14 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
-        /* --profile V [PS [mix]]: PS the pack_shift (-1: the dispatch's); mix: the varlen mix */
+        /* --profile V [PS [mix|dense [rounds|dynamic]]]: PS the pack_shift (-1: the dispatch's);
+         * mix: the varlen mix, else B4 S4096; the schedule (default: the dispatch's) */
         const int ps = argc > 3 ? std::atoi(argv[3]) : -1;
+        if (argc > 5) {
+            g_dynamic = std::strcmp(argv[5], "dynamic") == 0  ? 1
+                        : std::strcmp(argv[5], "rounds") == 0 ? 0
+                                                              : -1;
+        }
         if (argc > 4 && std::strcmp(argv[4], "mix") == 0) {
             bench_lens(true, varlen_mix(), "varlen64", 32, 8, 128, std::atoi(argv[2]), 0, ps);
         } else {
