@@ -644,13 +644,6 @@ __device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int 
 
 #include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
 
-/* AP_HOPPER_DYNAMIC 1 (the default): launches of the persistent grid whose consumers are the
- * merged ones and whose plan has no tile without K/V tiles take the dynamic schedule (use_dynamic,
- * claim_load); 0: the rounds of tile_at always. */
-#ifndef AP_HOPPER_DYNAMIC
-#define AP_HOPPER_DYNAMIC 1
-#endif
-
 /* Whether the kernel (kD, kMode, kPaged) has the scheduler warp (scheduler_loop): the merged
  * consumers (two Q buffers, the ragged source, kMode 1 / 2) with the producer's TileDesc, which
  * carries every tile to them. */
@@ -658,9 +651,10 @@ template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool sch
     return kTileDesc && AP_HOPPER_QBUF >= 2 && kMode != 0 && !kPaged && Geo<kD>::kQBufs == 2;
 }
 
-/* Whether the kernel can run the dynamic schedule: its scheduler warp claims the tiles. */
+/* Whether the kernel can run the dynamic schedule (use_dynamic decides per launch; the runtime
+ * option `fa_varlen.schedule: rounds` turns it off): its scheduler warp claims the tiles. */
 template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool dynamic_built() {
-    return AP_HOPPER_DYNAMIC != 0 && kPersistent && sched_built<kD, kMode, kPaged>();
+    return kPersistent && sched_built<kD, kMode, kPaged>();
 }
 
 /* The dynamic schedule's next tile with K/V tiles (h, sh), claimed from Params.tile_counter;
@@ -737,11 +731,13 @@ __device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
 
 template <int kD, int kMode>
 __device__ __forceinline__ void scheduler_loop(Bars *b, const Params &p) {
-    if (dynamic_built<kD, kMode, false>() && p.queue_items > 0) {
-        scheduler_tiles<kD, dynamic_built<kD, kMode, false>()>(b, p);
-    } else {
-        scheduler_tiles<kD, false>(b, p);
+    if constexpr (dynamic_built<kD, kMode, false>()) {
+        if (p.queue_items > 0) {
+            scheduler_tiles<kD, true>(b, p);
+            return;
+        }
     }
+    scheduler_tiles<kD, false>(b, p);
 }
 
 /* The scheduler's n-th tile (r < 0: the end); its slot goes back once read. */
