@@ -72,6 +72,23 @@ __device__ __forceinline__ void tma_load(const CUtensorMap *map, void *dst, uint
                  : "memory");
 }
 
+/* An L2 policy for data read once: evict it first (createpolicy, the whole access). */
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+/* tma_load with an L2 cache policy (l2_evict_first). */
+__device__ __forceinline__ void tma_load_hint(const CUtensorMap *map, void *dst, uint64_t *bar,
+                                              int col, int head, int row, uint64_t policy) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 ".L2::cache_hint [%0], [%1, {%3, %4, %5}], [%2], %6;\n" ::"r"(smem_u32(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(col), "r"(head),
+                 "r"(row), "l"(policy)
+                 : "memory");
+}
+
 /* wgmma shared-memory descriptor, 128-byte swizzle: lbo / sbo in bytes. */
 __device__ __forceinline__ uint64_t make_desc(const void *p, uint32_t lbo, uint32_t sbo) {
     uint64_t d = (smem_u32(p) & 0x3FFFF) >> 4;
