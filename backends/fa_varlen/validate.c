@@ -93,27 +93,12 @@ static void fav_validate_options(const ap_model *m, const ap_options *options, a
         ap_msgbuf_add(reasons, FAV_NAME ": CUDA graphs are not supported (init_metadata reads the "
                                         "host mirrors)");
     }
-    for (size_t i = 0; i < options->num_extra && options->extra != NULL; i++) {
-        const char *key = options->extra[i].key != NULL ? options->extra[i].key : "(null)";
-        const char *value = options->extra[i].value != NULL ? options->extra[i].value : "(null)";
-        if (strcmp(key, "schedule") == 0) {
-            if (strcmp(value, "dynamic") != 0 && strcmp(value, "rounds") != 0) {
-                *refused = 1;
-                ap_msgbuf_add(reasons, FAV_NAME ": option schedule is '%s', not dynamic or rounds",
-                              value);
-            }
-        } else if (strcmp(key, "embedding_skip_kv") != 0) {
-            *refused = 1;
-            ap_msgbuf_add(reasons,
-                          FAV_NAME ": unknown option '%s' (known: embedding_skip_kv, schedule)",
-                          key);
-        } else if (strcmp(value, "auto") != 0 && strcmp(value, "on") != 0 &&
-                   strcmp(value, "off") != 0) {
-            *refused = 1;
-            ap_msgbuf_add(
-                reasons, FAV_NAME ": option embedding_skip_kv is '%s', not auto, on or off", value);
-        }
-    }
+    static const ap_kit_option_rule rules[] = {
+        {"embedding_skip_kv", "auto|on|off", NULL, NULL},
+        {"schedule", "dynamic|rounds", NULL, NULL},
+    };
+    if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], FAV_NAME, reasons))
+        *refused = 1;
     if (fav_option_skip(options) != FAV_SKIP_ON) return;
     if (!m->embedding) {
         *refused = 1;
