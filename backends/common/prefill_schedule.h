@@ -24,6 +24,21 @@ AP_KIT_HD static inline int ap_hopper_band_kv(int base, int num_items, int g, in
     return need > base ? (int)need : base;
 }
 
+/* The order's bands: a full band's query heads (band_kv K/V heads' groups, at most all), band
+ * b's own (the last may hold fewer), and band b's tile u as (item, head): items in order, the
+ * band's heads fastest. */
+AP_KIT_HD static inline int ap_hopper_band_heads(int num_qo_heads, int group, int band_kv) {
+    return group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+}
+AP_KIT_HD static inline int ap_hopper_band_nh(int b, int band, int num_qo_heads) {
+    return num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
+}
+AP_KIT_HD static inline void ap_hopper_band_tile(int b, int band, int nh, int u, int *item,
+                                                 int *head) {
+    *item = u / nh;
+    *head = b * band + (u - *item * nh);
+}
+
 /* The persistent grid's tile for CTA c of g in round r, each band on rounds of its own: band b
  * (items x nh heads) takes rounds b R .. b R + R_b - 1, R = ceil(items x
  * band / g) the rounds of a full band and R_b those of band b, and in its round rb the CTA takes
@@ -37,11 +52,11 @@ AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_it
                                                  int num_qo_heads, int group, int band_kv,
                                                  int *item, int *head) {
     /* int throughout: ap_kit_prefill_hopper_run refuses more than INT32_MAX / 2 tiles */
-    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int band = ap_hopper_band_heads(num_qo_heads, group, band_kv);
     const int bands = (num_qo_heads + band - 1) / band;
     const int full = (num_items * band + g - 1) / g; /* rounds of a full band */
     const int b = full > 0 && r / full < bands ? r / full : bands - 1;
-    const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
+    const int nh = ap_hopper_band_nh(b, band, num_qo_heads);
     const int rb = r - b * full;
     if (rb * g >= num_items * nh) {
         return -1; /* b is the last band here, and its rounds are over */
@@ -50,9 +65,7 @@ AP_KIT_HD static inline int ap_hopper_round_tile(int r, int c, int g, int num_it
     if (t >= num_items * nh) {
         return 0;
     }
-    /* the band's tile t: items in order, the band's heads fastest */
-    *item = t / nh;
-    *head = b * band + (t - *item * nh);
+    ap_hopper_band_tile(b, band, nh, t, item, head);
     return 1;
 }
 
@@ -65,12 +78,10 @@ AP_KIT_HD static inline int ap_hopper_queue_tile(int t, int num_items, int num_q
     if (t < 0 || t >= num_items * num_qo_heads) {
         return -1;
     }
-    const int band = group * band_kv < num_qo_heads ? group * band_kv : num_qo_heads;
+    const int band = ap_hopper_band_heads(num_qo_heads, group, band_kv);
     const int b = t / (num_items * band);
-    const int nh = num_qo_heads - b * band < band ? num_qo_heads - b * band : band;
-    const int u = t - b * band * num_items; /* t's index in its band */
-    *item = u / nh;
-    *head = b * band + (u - *item * nh);
+    ap_hopper_band_tile(b, band, ap_hopper_band_nh(b, band, num_qo_heads), t - b * band * num_items,
+                        item, head);
     return 1;
 }
 
