@@ -134,8 +134,9 @@ static float from16(uint16_t v, bool fp16) {
 
 /* --time's schedule overrides: g_persistent -1 takes use_persistent's rule, else 0 / 1 (not for
  * the paged source); g_band 0 takes band_kv_for's band, else that many K/V heads; g_dynamic -1
- * takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the kernel has it. g_min_kv_tiles: the fewest KV tiles of an item of the
- * batch launched (its last), which use_dynamic asks for (set by the caller of launch). */
+ * takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the kernel has it.
+ * g_min_kv_tiles: the fewest KV tiles of an item of the batch launched (its last), which
+ * use_dynamic asks for (set by the caller of launch). */
 static int g_persistent = -1, g_band = 0, g_dynamic = -1;
 static int32_t g_min_kv_tiles = 0;
 static bool g_last_dynamic = false; /* whether launch_src's last launch took the dynamic schedule */
@@ -149,6 +150,20 @@ static int32_t *tile_counters() {
         CK(cudaDeviceSynchronize());
     }
     return counters;
+}
+
+/* Whether the dynamic schedule's counters are back at 0 after a launch (every launch, on either
+ * schedule, must leave them so); else a FAIL line for case `name` (`where`: a prefix naming the
+ * path) and the counters reset for the next launch. */
+static bool counters_at_zero(const char *name, const char *where) {
+    int32_t left[2] = {-1, -1};
+    CK(cudaMemcpy(left, tile_counters(), sizeof left, cudaMemcpyDeviceToHost));
+    if (left[0] == 0 && left[1] == 0) {
+        return true;
+    }
+    std::printf("FAIL %-28s %sthe tile counters left at %d, %d\n", name, where, left[0], left[1]);
+    CK(cudaMemset(tile_counters(), 0, 16));
+    return false;
 }
 
 /* The fewest KV tiles of the items (the plan's order puts them last). */
@@ -453,14 +468,8 @@ static bool run_kit(const Case &c, const Batch &b, const Paged &g, const void *d
         CK(cudaMemset(dlse, 0xff, ref_lse.size() * 4));
         st = ap_kit_prefill_run(&p, &plan, nullptr, "check", &msg);
         CK(cudaDeviceSynchronize());
-        int32_t left[2] = {-1, -1};
-        CK(cudaMemcpy(left, tile_counters(), sizeof left, cudaMemcpyDeviceToHost));
-        if (left[0] != 0 || left[1] != 0) {
-            std::printf("FAIL %-28s kit entry: the tile counters left at %d, %d\n", c.name, left[0],
-                        left[1]);
-            CK(cudaMemset(tile_counters(), 0, 16));
-        }
-        ok = st == AP_OK && left[0] == 0 && left[1] == 0 &&
+        const bool zero = counters_at_zero(c.name, "kit entry: ");
+        ok = st == AP_OK && zero &&
              compare(c, "kit entry", dout, dlse, n_out, ref, ref_lse, 1e-2, c.fp8 ? kLseF8 : 1e-3);
     }
     if (!ok) {
@@ -639,11 +648,7 @@ static bool run_case(const Case &c, unsigned seed) {
         if (rc != 0) {
             std::printf("FAIL %-28s tensor map error %d\n", c.name, rc);
         }
-        int32_t left[2] = {-1, -1};
-        CK(cudaMemcpy(left, tile_counters(), sizeof left, cudaMemcpyDeviceToHost));
-        if (left[0] != 0 || left[1] != 0) {
-            std::printf("FAIL %-28s the tile counters left at %d, %d\n", c.name, left[0], left[1]);
-            CK(cudaMemset(tile_counters(), 0, 16));
+        if (!counters_at_zero(c.name, "")) {
             return false;
         }
         return rc == 0;
