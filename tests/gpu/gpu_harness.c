@@ -8,6 +8,7 @@
 #include "gpu_case_run.h"
 #include "gpu_cases.h"
 #include "gpu_rand.h"
+#include "gpu_registry.h"
 
 #define GPU_EXIT_SKIP 77 /* meson's "skipped" */
 #define GPU_MAX_CASES 128
@@ -57,25 +58,9 @@ static int gpu_args_parse(int argc, char **argv, gpu_args *args) {
     return args->backend != NULL;
 }
 
-/* A backend that is not registered is skipped only when no file for it failed to load: a
- * plugin that was built but does not load is a failure, not a skip. */
-static int gpu_backend_load_failed(const ap_registry *registry, const char *backend) {
-    int failed = 0;
-    for (size_t i = 0; i < ap_registry_file_count(registry); i++) {
-        ap_file_record record;
-        if (ap_registry_file(registry, i, &record) != AP_OK || record.status == AP_OK) continue;
-        int named = record.backend != NULL ? strcmp(record.backend, backend) == 0
-                                           : strstr(record.path, backend) != NULL;
-        if (named) {
-            fprintf(stderr, "%s: %s: %s\n", record.path, ap_status_name(record.status),
-                    record.message);
-            failed = 1;
-        }
-    }
-    return failed;
-}
-
-/* Open the registry and check that both backends are there. Returns an exit code, or -1. */
+/* Open the registry and check that both backends are there. Returns an exit code, or -1. A
+ * backend that is not registered is skipped only when no file for it failed to load: a plugin
+ * that was built but does not load is a failure, not a skip. */
 static int gpu_registry_open(const gpu_args *args, ap_registry **out) {
     ap_registry_options options = {
         .struct_size = sizeof options,

@@ -13,6 +13,7 @@
 #include "backends/numeric/host_numeric.h"
 #include "gpu_mem.h"
 #include "gpu_rand.h"
+#include "gpu_registry.h"
 #include "paged_layout.h"
 
 #define MH_BACKEND "trtllm_mha"
@@ -611,6 +612,29 @@ static const mh_case mh_named[] = {
                "0:1,61:2,61:3,60:3,4995:3", NULL, 0),
 };
 
+/* The backend, the reference and the device, each said apart when missing. Returns an exit code,
+ * or -1 to carry on. A plugin that is built but does not load, or a missing cpu_ref (nothing to
+ * judge by), fails; no trtllm_mha plugin at all, or no usable GPU, skips. */
+static int mh_open(mh_ctx *ctx) {
+    if (ap_registry_find(ctx->registry, MH_BACKEND) == NULL) {
+        if (gpu_backend_load_failed(ctx->registry, MH_BACKEND)) return 1;
+        printf("SKIP: %s is not built or not found\n", MH_BACKEND);
+        return MH_EXIT_SKIP;
+    }
+    if (ap_registry_find(ctx->registry, "cpu_ref") == NULL) {
+        gpu_backend_load_failed(ctx->registry, "cpu_ref");
+        fprintf(stderr, "cpu_ref, the reference, is not loaded: nothing to compare with\n");
+        return 1;
+    }
+    if (ap_device_query(0, &ctx->device) != AP_OK || ctx->device.unusable_reason[0] != '\0') {
+        printf("SKIP: no usable GPU: %s\n", ctx->device.unusable_reason[0] != '\0'
+                                                ? ctx->device.unusable_reason
+                                                : ap_last_error());
+        return MH_EXIT_SKIP;
+    }
+    return mh_cuda(cudaStreamCreate(&ctx->stream), "cudaStreamCreate") ? -1 : 1;
+}
+
 int main(int argc, char **argv) {
     mh_ctx ctx = {0};
     const char *dirs[8];
@@ -650,13 +674,10 @@ int main(int argc, char **argv) {
     }
     ap_registry_scan(ctx.registry);
     ap_device_cpu(&ctx.cpu, "");
-    if (ap_registry_find(ctx.registry, MH_BACKEND) == NULL ||
-        ap_registry_find(ctx.registry, "cpu_ref") == NULL ||
-        ap_device_query(0, &ctx.device) != AP_OK || ctx.device.unusable_reason[0] != '\0' ||
-        !mh_cuda(cudaStreamCreate(&ctx.stream), "cudaStreamCreate")) {
-        printf("SKIP: %s or cpu_ref not built, or no usable GPU\n", MH_BACKEND);
+    int code = mh_open(&ctx);
+    if (code >= 0) {
         ap_registry_destroy(ctx.registry);
-        return MH_EXIT_SKIP;
+        return code;
     }
     mh_case cases[112];
     size_t n = mh_cases_sweep(cases, 112);
