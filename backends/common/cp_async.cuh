@@ -14,23 +14,6 @@ __device__ __forceinline__ void ap_cp_async_16(uint32_t dst, const void *src, bo
                  : "memory");
 }
 
-// An L2 policy for data read once: evict it first (createpolicy, sm_80+).
-__device__ __forceinline__ uint64_t ap_l2_evict_first() {
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-
-// ap_cp_async_16 with an L2 cache policy (ap_l2_evict_first).
-__device__ __forceinline__ void ap_cp_async_16_hint(uint32_t dst, const void *src, bool valid,
-                                                    uint64_t policy) {
-    int src_bytes = valid ? 16 : 0;
-    asm volatile(
-        "cp.async.cg.shared.global.L2::cache_hint.L2::128B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-        "l"(src), "r"(src_bytes), "l"(policy)
-        : "memory");
-}
-
 // Copy BYTES (4, 8 or 16) bytes, cached in L1 (cp.async.cg takes only 16): small rows such as
 // NVFP4's block scales. With `valid` false `dst` is zero-filled, as above.
 template <int BYTES>

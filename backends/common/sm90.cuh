@@ -72,7 +72,14 @@ __device__ __forceinline__ void tma_load(const CUtensorMap *map, void *dst, uint
                  : "memory");
 }
 
-/* tma_load with an L2 cache policy (ap_l2_evict_first, cp_async.cuh). */
+/* An L2 policy for data read once: evict it first (createpolicy, the whole access). */
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+/* tma_load with an L2 cache policy (l2_evict_first). */
 __device__ __forceinline__ void tma_load_hint(const CUtensorMap *map, void *dst, uint64_t *bar,
                                               int col, int head, int row, uint64_t policy) {
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"

@@ -105,7 +105,6 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
     constexpr int kRowChunks = kRowBytes / 16;
     const uint8_t *src = static_cast<const uint8_t *>(p.kv_pages) + (valid ? slot : 0) * kRowBytes;
     const uint32_t base = ap_smem_addr(stage);
-    const uint64_t policy = ap_l2_evict_first(); // the cache is read once
     static_assert(kRowChunks % 4 == 0, "four threads share a row's chunks");
     if constexpr (SWZ8) {
         // chunk part + 4 i: fp8_off's XOR touches the low two bits only, so one source and one
@@ -113,13 +112,12 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
         const uint32_t dst = base + fp8_off(row, part);
         const uint8_t *src0 = src + part * 16;
 #pragma unroll
-        for (int i = 0; i < kRowChunks / 4; i++)
-            ap_cp_async_16_hint(dst + 64 * i, src0 + 64 * i, valid, policy);
+        for (int i = 0; i < kRowChunks / 4; i++) ap_cp_async_16(dst + 64 * i, src0 + 64 * i, valid);
     } else {
 #pragma unroll
         for (int c = part; c < kRowChunks; c += 4) {
             const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
-            ap_cp_async_16_hint(dst, src + c * 16, valid, policy);
+            ap_cp_async_16(dst, src + c * 16, valid);
         }
     }
 }

@@ -87,7 +87,7 @@ __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
 __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, const Seq &sq,
                         uint8_t *k, Bars *b, int t_begin, int t_end) {
     const int npages = (sq.kv_len + p.page_size - 1) / p.page_size;
-    const uint64_t policy = ap_l2_evict_first(); // the tiles: read once per row block
+    const uint64_t policy = l2_evict_first(); // the tiles: read once per row block
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, st = i & 1;
         if (i >= 2) bar_wait(&b->empty[st], ((i >> 1) + 1) & 1);
