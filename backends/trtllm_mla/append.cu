@@ -55,7 +55,7 @@ __device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
     uint32_t w[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) w[i] = ap_pack2<__nv_bfloat16>(x[2 * i], x[2 * i + 1]);
-    *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    __stcs(reinterpret_cast<uint4 *>(dst), make_uint4(w[0], w[1], w[2], w[3]));
 }
 
 __device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
@@ -64,7 +64,7 @@ __device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float
     for (int i = 0; i < 8; i++)
         w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
                      << (8 * (i & 3));
-    *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+    __stcs(reinterpret_cast<uint2 *>(dst), make_uint2(w[0], w[1]));
 }
 
 // Writes 8 rotated-or-copied values to the cache row `dst_row` at value offset d.
