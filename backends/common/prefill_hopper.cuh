@@ -244,14 +244,10 @@ __device__ __forceinline__ void desc_store(TileDesc *at, const TileDesc &d) {
                  "r"(d.sh.kv_len), "r"(d.sh.m0), "r"(d.sh.n_blocks)
                  : "memory");
 }
-__device__ __forceinline__ TileDesc desc_load(const TileDesc *at) {
+/* kAll: the whole record (the producer's, from the scheduler warp's ring: kv_start too). */
+template <bool kAll = false> __device__ __forceinline__ TileDesc desc_load(const TileDesc *at) {
     const volatile int *w = &at->r;
-    return TileDesc{w[0], w[1], {w[2], w[3], 0, w[5], w[6], w[7]}};
-}
-/* The whole record (the producer's, from the scheduler warp's ring: kv_start too). */
-__device__ __forceinline__ TileDesc desc_load_all(const TileDesc *at) {
-    const volatile int *w = &at->r;
-    return TileDesc{w[0], w[1], {w[2], w[3], w[4], w[5], w[6], w[7]}};
+    return TileDesc{w[0], w[1], {w[2], w[3], kAll ? w[4] : 0, w[5], w[6], w[7]}};
 }
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
@@ -744,7 +740,7 @@ __device__ __forceinline__ void scheduler_loop(Bars *b, const Params &p) {
 __device__ __forceinline__ TileDesc sched_take(Bars *b, int n) {
     const int s = n % kSchedSlots;
     bar_wait(&b->s_full[s], (n / kSchedSlots) & 1);
-    const TileDesc d = desc_load_all(&b->sched[s]);
+    const TileDesc d = desc_load<true>(&b->sched[s]);
     bar_arrive(&b->s_empty[s]); /* after the loads (release) */
     return d;
 }
