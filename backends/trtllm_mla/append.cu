@@ -11,10 +11,11 @@
 //    load): the c part (512 values) of latent rows, quantized into their cache slots, and, when q
 //    is latent-width and not rotated in place, q's first 512 values into q_out. A lane takes units
 //    lane and lane + 32 of each row (a warp's load covers 512 contiguous bytes).
-//  - rope CTAs: 8 lanes (one per unit of the 64 rotated values) take a group of at most rope_rows
-//    rope rows of one token: its k_pe (rope row 0) and its q heads' rope parts (rows 1 .. H). The
-//    group's cos/sin are loaded once for all its rows; under neox a lane gets its partner unit
-//    (4 units away) from lane ^ 4 by shuffle, so every lane loads and writes only its own unit.
+//  - rope CTAs: 8 lanes (one per unit of the 64 rotated values) take a group of at most 4 or 6
+//    (rope_rows_per_thread) rope rows of one token: its k_pe (rope row 0) and its q heads' rope
+//    parts (rows 1 .. H). The group's cos/sin are loaded once for all its rows; under neox a lane
+//    gets its partner unit (4 units away) from lane ^ 4 by shuffle, so every lane loads and
+//    writes only its own unit.
 // Every thread issues all its 16-byte loads (and its positions and slots) before any math.
 #include <cuda_runtime.h>
 
@@ -36,7 +37,7 @@ constexpr int kCopyRowsPerCta = kThreads / 32 * kCopyRowsPerWarp;
 // Rope rows per thread, at most: 6 interleaved (8 CTAs a SM at 64 registers, no spill; H16 fp8
 // append 2495 -> 2530 GB/s of GPU time against 4 rows at 10 CTAs, H100 call 85), 4 neox (6 rows
 // spill 20 bytes there).
-template <bool NEOX> constexpr int rope_rows() {
+template <bool NEOX> constexpr int rope_rows_per_thread() {
     return NEOX ? 4 : 6;
 }
 constexpr int kRopeGroupsPerCta = kThreads / 8; // 8 lanes per group of rope rows
@@ -86,7 +87,7 @@ struct append_grid {
     uint64_t copy_rows;        // T latent rows, then T * H q rows (latent-width q out of place)
     uint64_t rope_groups;      // T * groups_per_token
     uint32_t rope_rows;        // per token: k_pe, then one row per q head when q is given
-    uint32_t groups_per_token; // ceil(rope_rows / rope_rows<NEOX>()); group i takes rows
+    uint32_t groups_per_token; // ceil(rope_rows / rope_rows_per_thread); group i takes rows
                                // [i * rope_rows / groups, (i + 1) * rope_rows / groups)
     uint32_t copy_ctas, ctas;
 };
@@ -198,7 +199,7 @@ __device__ __forceinline__ void rope_part(const mla_append_params &p, const appe
         pos = __ldg(p.positions + t * p.positions_stride);
         if (r_lo == 0) slot = __ldg(p.out_loc + t * p.out_loc_stride);
     }
-    constexpr int kRopeRows = rope_rows<NEOX>();
+    constexpr int kRopeRows = rope_rows_per_thread<NEOX>();
     uint4 x[kRopeRows];
 #pragma unroll
     for (int k = 0; k < kRopeRows; k++) {
@@ -287,7 +288,8 @@ extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr
     append_grid g;
     g.copy_rows = T + (q_copy ? T * static_cast<uint64_t>(p->num_heads) : 0);
     g.rope_rows = 1 + (p->q != NULL ? static_cast<uint32_t>(p->num_heads) : 0);
-    const uint32_t per_thread = p->is_neox ? rope_rows<true>() : rope_rows<false>();
+    const uint32_t per_thread =
+        p->is_neox ? rope_rows_per_thread<true>() : rope_rows_per_thread<false>();
     g.groups_per_token = (g.rope_rows + per_thread - 1) / per_thread;
     g.rope_groups = T * g.groups_per_token;
     const uint64_t copy_ctas = (g.copy_rows + kCopyRowsPerCta - 1) / kCopyRowsPerCta;
