@@ -104,8 +104,9 @@ template <> struct kv_write8<ap_nvfp4> {
         const uint8_t s = ap_nvfp4_block_scale(amax, has_nan, scale, &inv);
         const uint32_t codes = ap_nvfp4_codes8(x, inv, has_nan);
         if (!write) return;
-        *reinterpret_cast<uint32_t *>(pages + elem / 2) = codes;
-        if ((elem & (AP_NVFP4_BLOCK - 1)) == 0) scales[elem / AP_NVFP4_BLOCK] = s;
+        __stcs(reinterpret_cast<unsigned int *>(pages + elem / 2), codes);
+        if ((elem & (AP_NVFP4_BLOCK - 1)) == 0)
+            __stcs(reinterpret_cast<unsigned char *>(scales + elem / AP_NVFP4_BLOCK), s);
     }
 };
 

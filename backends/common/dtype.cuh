@@ -76,7 +76,8 @@ __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
     return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
-// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write.
+// 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write,
+// streaming (st.global.cs: the appends' rows are not read back by the kernel that writes them).
 template <typename KV> struct ap_store8 {
     __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
         uint32_t w[4];
@@ -86,7 +87,7 @@ template <typename KV> struct ap_store8 {
             w[i] = static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&lo)) |
                    (static_cast<uint32_t>(*reinterpret_cast<const uint16_t *>(&hi)) << 16);
         }
-        *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+        __stcs(reinterpret_cast<uint4 *>(dst), make_uint4(w[0], w[1], w[2], w[3]));
     }
 };
 // fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
@@ -98,7 +99,7 @@ template <> struct ap_store8<ap_fp8_e4m3> {
         for (int i = 0; i < 8; i++)
             w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
                          << (8 * (i & 3));
-        *reinterpret_cast<uint2 *>(dst) = make_uint2(w[0], w[1]);
+        __stcs(reinterpret_cast<uint2 *>(dst), make_uint2(w[0], w[1]));
     }
 };
 
