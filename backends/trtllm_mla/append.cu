@@ -57,29 +57,15 @@ template <int N> __device__ __forceinline__ void load_f(const float *p, bool vec
     for (int i = 0; i < N; i++) out[i] = __ldg(p + i);
 }
 
-__device__ __forceinline__ void store8_bf16(uint8_t *dst, const float x[8]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) w[i] = ap_pack2<__nv_bfloat16>(x[2 * i], x[2 * i + 1]);
-    __stcs(reinterpret_cast<uint4 *>(dst), make_uint4(w[0], w[1], w[2], w[3]));
-}
-
-__device__ __forceinline__ void store8_fp8(uint8_t *dst, const float x[8], float scale) {
-    uint32_t w[2] = {0u, 0u};
-#pragma unroll
-    for (int i = 0; i < 8; i++)
-        w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                     << (8 * (i & 3));
-    __stcs(reinterpret_cast<uint2 *>(dst), make_uint2(w[0], w[1]));
-}
-
-// Writes 8 rotated-or-copied values to the cache row `dst_row` at value offset d.
+// Writes 8 rotated-or-copied values to slot's cache row at value offset d (the kit's ap_store8).
 __device__ __forceinline__ void store_latent(const mla_append_params &p, int64_t slot, int d,
                                              const float x[8]) {
     if (p.kv_dtype == AP_DTYPE_FP8_E4M3)
-        store8_fp8(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x, p.k_scale);
+        ap_store8<ap_fp8_e4m3>::run(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x,
+                                    p.k_scale);
     else
-        store8_bf16(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2, x);
+        ap_store8<__nv_bfloat16>::run(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2,
+                                      x, 1.0f);
 }
 
 // The grid's shape, from the host: which CTAs copy and which rotate, and how rope rows group.
@@ -164,7 +150,7 @@ __device__ __forceinline__ void copy_part(const mla_append_params &p, const appe
             } else {
                 __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
                                      static_cast<int64_t>(h) * p.qo_stride_h + d;
-                store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
+                ap_store8<__nv_bfloat16>::run(reinterpret_cast<uint8_t *>(dst), v, 1.0f);
             }
         }
     }
@@ -248,7 +234,7 @@ __device__ __forceinline__ void rope_part(const mla_append_params &p, const appe
             __nv_bfloat16 *dst = static_cast<__nv_bfloat16 *>(p.q_out) + t * p.qo_stride_t +
                                  static_cast<int64_t>(r - 1) * p.qo_stride_h +
                                  (p.q_dim - MLA_ROPE) + 8 * c;
-            store8_bf16(reinterpret_cast<uint8_t *>(dst), v);
+            ap_store8<__nv_bfloat16>::run(reinterpret_cast<uint8_t *>(dst), v, 1.0f);
         }
     }
 }
