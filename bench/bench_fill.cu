@@ -1,4 +1,8 @@
-/* bench_fill.cu: a grid-stride kernel filling benchmark inputs with random values (never zeros). */
+/* bench_fill.cu: a grid-stride kernel filling benchmark inputs with random values (never zeros),
+ * the GPU sleep the peers' timing uses, and the benchmarks' event timer. */
+#include <cstdio>
+#include <cstdlib>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -70,4 +74,45 @@ __global__ static void bench_sleep_kernel(int64_t cycles) {
 extern "C" int bench_gpu_sleep(int64_t cycles, void *stream) {
     bench_sleep_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(cycles);
     return (int)cudaGetLastError();
+}
+
+static int bench_cmp_float(const void *a, const void *b) {
+    const float x = *static_cast<const float *>(a), y = *static_cast<const float *>(b);
+    return x < y ? -1 : x > y;
+}
+
+extern "C" double bench_event_median(bench_event_fn fn, void *ctx, int sets, int runs, int warmup,
+                                     int64_t sleep_cycles, double *min_ms) {
+    for (int i = 0; i < warmup; i++)
+        if (!fn(ctx, i % sets)) return -1;
+    cudaDeviceSynchronize();
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    float *ms = static_cast<float *>(malloc(sizeof(float) * static_cast<size_t>(runs)));
+    int ok = ms != NULL;
+    cudaError_t err = cudaSuccess;
+    for (int i = 0; ok && i < runs; i++) {
+        if (sleep_cycles > 0) err = static_cast<cudaError_t>(bench_gpu_sleep(sleep_cycles, 0));
+        ok = err == cudaSuccess;
+        if (!ok) break;
+        cudaEventRecord(e0, 0);
+        ok = fn(ctx, i % sets);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    if (ok && (err = cudaGetLastError()) != cudaSuccess) ok = 0;
+    if (err != cudaSuccess)
+        fprintf(stderr, "CUDA error in timed calls: %s\n", cudaGetErrorString(err));
+    double med = -1;
+    if (ok) {
+        qsort(ms, static_cast<size_t>(runs), sizeof(float), bench_cmp_float);
+        med = ms[runs / 2];
+        *min_ms = ms[0];
+    }
+    free(ms);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return med;
 }

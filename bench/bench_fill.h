@@ -1,4 +1,5 @@
-/* bench_fill.h: fill device buffers with random values of an attention dtype, on the GPU. */
+/* bench_fill.h: fill device buffers with random values of an attention dtype, on the GPU; the GPU
+ * sleep and the CUDA-event timer of mla-bench, nvfp4-bench and fav-bench. */
 #ifndef AP_BENCH_FILL_H
 #define AP_BENCH_FILL_H
 
@@ -21,6 +22,18 @@ int bench_fill_random(void *data, size_t count, ap_dtype dtype, float bound, uin
  * `stream`, so that the host's cost of enqueueing the next call is hidden (the peers' timing:
  * FlashInfer's fi_bench.py sleeps ~1.3 ms before each timed call). Returns the cudaError_t. */
 int bench_gpu_sleep(int64_t cycles, void *stream);
+
+/* One call of a benchmark on input set `set`; returns 0 on failure (it says why). */
+typedef int (*bench_event_fn)(void *ctx, int set);
+
+/* Median ms of `runs` calls fn(ctx, i % sets), each between two CUDA events on the default stream,
+ * after `warmup` untimed calls (set i % sets) and a device synchronisation. With `sleep_cycles`
+ * > 0 each timed call is enqueued behind bench_gpu_sleep(sleep_cycles), so the host's cost of the
+ * call is hidden and the events time the GPU's work alone; without, the GPU is idle when the call
+ * starts and the timing counts that cost. *min_ms: the fastest call. Returns -1 when a call or a
+ * CUDA call fails (a CUDA failure printed on stderr). */
+double bench_event_median(bench_event_fn fn, void *ctx, int sets, int runs, int warmup,
+                          int64_t sleep_cycles, double *min_ms);
 
 #ifdef __cplusplus
 }

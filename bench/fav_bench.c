@@ -14,6 +14,7 @@
 
 #include "attnplug.h"
 #include "backends/numeric/host_numeric.h"
+#include "bench_fill.h"
 #include "tests/gpu/gpu_rand.h"
 
 #define FB_SETS 2
@@ -96,35 +97,11 @@ static int32_t *fb_upload_ints(const int32_t *host, size_t n) {
     return dev;
 }
 
-static int fb_cmp(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* Median ms of fb_runs calls of fn(ctx, set), each between two events, sets rotated. */
+/* Median ms of fb_runs calls of fn(ctx, set), each between two events, sets rotated
+ * (bench_event_median). */
 typedef int (*fb_fn)(void *ctx, int set);
 static double fb_time(fb_fn fn, void *ctx, double *min_ms) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 5; i++)
-        if (!fn(ctx, i % FB_SETS)) return -1;
-    cudaDeviceSynchronize();
-    float *ms = malloc(sizeof(float) * (size_t)fb_runs);
-    for (int i = 0; i < fb_runs; i++) {
-        cudaEventRecord(e0, 0);
-        if (!fn(ctx, i % FB_SETS)) return -1;
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    qsort(ms, (size_t)fb_runs, sizeof(float), fb_cmp);
-    const double med = ms[fb_runs / 2];
-    *min_ms = ms[0];
-    free(ms);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return fb_ok(cudaGetLastError(), "timed calls") ? med : -1;
+    return bench_event_median(fn, ctx, FB_SETS, fb_runs, 5, 0, min_ms);
 }
 
 static void fb_row(const char *name, const char *status, double ms, double min_ms, double tflops,

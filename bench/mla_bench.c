@@ -61,40 +61,15 @@ static int mb_fill(void *dev, size_t bytes, int fp8, uint64_t *rng) {
     return ok;
 }
 
-static int mb_cmp(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median ms of `runs` calls of fn(set), timed one by one with events, sets rotated. With `sleep`,
  * each call is enqueued behind ~1.3 ms of GPU sleep, so the host's cost of the call (core checks,
  * glue, launches) is hidden as in FlashInfer's fi_bench.py; without, the GPU is idle when the call
- * starts and the timing counts that cost. */
+ * starts and the timing counts that cost (bench_event_median). */
 #define MB_SLEEP_CYCLES 2500000
 typedef int (*mb_fn)(void *ctx, int set);
 static double mb_time(mb_fn fn, void *ctx, int sets, double *min_ms, int sleep) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 10 + sets; i++)
-        if (!fn(ctx, i % sets)) return -1;
-    cudaDeviceSynchronize();
-    float *ms = malloc(sizeof(float) * (size_t)mb_runs);
-    for (int i = 0; i < mb_runs; i++) {
-        if (sleep && !mb_ok((cudaError_t)bench_gpu_sleep(MB_SLEEP_CYCLES, 0), "sleep")) return -1;
-        cudaEventRecord(e0, 0);
-        if (!fn(ctx, i % sets)) return -1;
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    qsort(ms, (size_t)mb_runs, sizeof(float), mb_cmp);
-    double med = ms[mb_runs / 2];
-    *min_ms = ms[0];
-    free(ms);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return mb_ok(cudaGetLastError(), "timed calls") ? med : -1;
+    return bench_event_median(fn, ctx, sets, mb_runs, 10 + sets, sleep ? MB_SLEEP_CYCLES : 0,
+                              min_ms);
 }
 
 /* Mean ms per call of `calls` back-to-back calls (the small pack: host launch cost included). */

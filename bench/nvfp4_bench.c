@@ -13,43 +13,16 @@
 static int nb_runs = 100;
 static const char *nb_backend = "flashinfer_like";
 
-typedef int (*nb_fn)(void *ctx);
-
-static int nb_cmp(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Median ms of nb_runs calls, each between two events; 10 warm-up calls first. With `sleep`,
  * each call is enqueued behind ~1.3 ms of GPU sleep, so the host's cost of the call (core checks,
- * launch) is hidden and the events time the GPU's work alone (mla-bench's sleep rows). */
+ * launch) is hidden and the events time the GPU's work alone (mla-bench's sleep rows;
+ * bench_event_median). */
 #define NB_SLEEP_CYCLES 2500000
-static double nb_time_sleep(nb_fn fn, void *ctx, double *min_ms, int sleep) {
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    for (int i = 0; i < 10; i++)
-        if (!fn(ctx)) return -1;
-    cudaDeviceSynchronize();
-    float *ms = malloc(sizeof(float) * (size_t)nb_runs);
-    for (int i = 0; i < nb_runs; i++) {
-        if (sleep && bench_gpu_sleep(NB_SLEEP_CYCLES, 0) != 0) return -1;
-        cudaEventRecord(e0, 0);
-        if (!fn(ctx)) return -1;
-        cudaEventRecord(e1, 0);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms[i], e0, e1);
-    }
-    qsort(ms, (size_t)nb_runs, sizeof(float), nb_cmp);
-    double med = ms[nb_runs / 2];
-    *min_ms = ms[0];
-    free(ms);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return cudaGetLastError() == cudaSuccess ? med : -1;
+static double nb_time_sleep(bench_event_fn fn, void *ctx, double *min_ms, int sleep) {
+    return bench_event_median(fn, ctx, 1, nb_runs, 10, sleep ? NB_SLEEP_CYCLES : 0, min_ms);
 }
 
-static double nb_time(nb_fn fn, void *ctx, double *min_ms) {
+static double nb_time(bench_event_fn fn, void *ctx, double *min_ms) {
     return nb_time_sleep(fn, ctx, min_ms, 0);
 }
 
@@ -83,7 +56,8 @@ typedef struct nb_copy {
     size_t bytes;
 } nb_copy;
 
-static int nb_copy_call(void *ctx) {
+static int nb_copy_call(void *ctx, int set) {
+    (void)set; /* one input set */
     nb_copy *c = ctx;
     return cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, 0) == cudaSuccess;
 }
@@ -159,7 +133,8 @@ typedef struct nb_append {
     ap_append_kv_args args;
 } nb_append;
 
-static int nb_append_call(void *ctx) {
+static int nb_append_call(void *ctx, int set) {
+    (void)set; /* one input set */
     nb_append *a = ctx;
     ap_status st = ap_instance_append_kv(a->inst, &a->layer, &a->args, 0);
     if (st != AP_OK) fprintf(stderr, "append: %s\n", ap_last_error());
@@ -250,7 +225,8 @@ typedef struct nb_extend {
     ap_forward_args args;
 } nb_extend;
 
-static int nb_extend_call(void *ctx) {
+static int nb_extend_call(void *ctx, int set) {
+    (void)set; /* one input set */
     nb_extend *e = ctx;
     ap_status st = ap_instance_forward_extend(e->inst, &e->layer, &e->args, 0);
     if (st != AP_OK) fprintf(stderr, "extend: %s\n", ap_last_error());
