@@ -10,7 +10,6 @@
 #include "gpu_rand.h"
 #include "gpu_registry.h"
 
-#define GPU_EXIT_SKIP 77 /* meson's "skipped" */
 #define GPU_MAX_CASES 128
 #define GPU_MAX_DIRS 8
 
@@ -72,20 +71,7 @@ static int gpu_registry_open(const gpu_args *args, ap_registry **out) {
         return 1;
     }
     if (ap_registry_scan(*out) != AP_OK) fprintf(stderr, "scan: %s\n", ap_last_error());
-    if (ap_registry_find(*out, args->backend) == NULL) {
-        if (gpu_backend_load_failed(*out, args->backend)) return 1;
-        printf("SKIP: backend %s is not built or not found\n", args->backend);
-        return GPU_EXIT_SKIP;
-    }
-    return -1;
-}
-
-/* cpu_ref is the oracle: without it nothing can be judged, which is a failure, not a skip. */
-static int gpu_reference_present(const ap_registry *registry) {
-    if (ap_registry_find(registry, "cpu_ref") != NULL) return -1;
-    gpu_backend_load_failed(registry, "cpu_ref");
-    fprintf(stderr, "cpu_ref, the reference, is not loaded: nothing to compare with\n");
-    return 1;
+    return gpu_backend_present(*out, args->backend);
 }
 
 /* The device the backend runs on. Returns an exit code, or -1 to carry on. */
@@ -97,12 +83,8 @@ static int gpu_device_open(gpu_ctx *ctx) {
         ctx->device = ctx->cpu;
         return -1;
     }
-    if (ap_device_query(0, &ctx->device) != AP_OK || ctx->device.unusable_reason[0] != '\0') {
-        printf("SKIP: no usable GPU: %s\n", ctx->device.unusable_reason[0] != '\0'
-                                                ? ctx->device.unusable_reason
-                                                : ap_last_error());
-        return GPU_EXIT_SKIP;
-    }
+    const int code = gpu_device_usable(&ctx->device);
+    if (code >= 0) return code;
     cudaStream_t stream = NULL;
     if (cudaSetDevice(ctx->device.ordinal) != cudaSuccess ||
         cudaStreamCreate(&stream) != cudaSuccess) {

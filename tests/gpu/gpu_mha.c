@@ -17,7 +17,6 @@
 #include "paged_layout.h"
 
 #define MH_BACKEND "trtllm_mha"
-#define MH_EXIT_SKIP 77
 
 /* --option KEY=VALUE: trtllm_mha's own options for every case (e.g. nvfp4_keys_m=v1), after the
  * case's own split_kv=off. */
@@ -612,26 +611,13 @@ static const mh_case mh_named[] = {
                "0:1,61:2,61:3,60:3,4995:3", NULL, 0),
 };
 
-/* The backend, the reference and the device, each said apart when missing. Returns an exit code,
- * or -1 to carry on. A plugin that is built but does not load, or a missing cpu_ref (nothing to
- * judge by), fails; no trtllm_mha plugin at all, or no usable GPU, skips. */
+/* The backend, the reference and the device, each said apart when missing (gpu_registry.h),
+ * then the stream. Returns an exit code, or -1 to carry on. */
 static int mh_open(mh_ctx *ctx) {
-    if (ap_registry_find(ctx->registry, MH_BACKEND) == NULL) {
-        if (gpu_backend_load_failed(ctx->registry, MH_BACKEND)) return 1;
-        printf("SKIP: %s is not built or not found\n", MH_BACKEND);
-        return MH_EXIT_SKIP;
-    }
-    if (ap_registry_find(ctx->registry, "cpu_ref") == NULL) {
-        gpu_backend_load_failed(ctx->registry, "cpu_ref");
-        fprintf(stderr, "cpu_ref, the reference, is not loaded: nothing to compare with\n");
-        return 1;
-    }
-    if (ap_device_query(0, &ctx->device) != AP_OK || ctx->device.unusable_reason[0] != '\0') {
-        printf("SKIP: no usable GPU: %s\n", ctx->device.unusable_reason[0] != '\0'
-                                                ? ctx->device.unusable_reason
-                                                : ap_last_error());
-        return MH_EXIT_SKIP;
-    }
+    int code = gpu_backend_present(ctx->registry, MH_BACKEND);
+    if (code < 0) code = gpu_reference_present(ctx->registry);
+    if (code < 0) code = gpu_device_usable(&ctx->device);
+    if (code >= 0) return code;
     return mh_cuda(cudaStreamCreate(&ctx->stream), "cudaStreamCreate") ? -1 : 1;
 }
 

@@ -19,3 +19,24 @@ int gpu_backend_load_failed(const ap_registry *registry, const char *backend) {
     }
     return failed;
 }
+
+int gpu_backend_present(const ap_registry *registry, const char *backend) {
+    if (ap_registry_find(registry, backend) != NULL) return -1;
+    if (gpu_backend_load_failed(registry, backend)) return 1;
+    printf("SKIP: backend %s is not built or not found\n", backend);
+    return GPU_EXIT_SKIP;
+}
+
+int gpu_reference_present(const ap_registry *registry) {
+    if (ap_registry_find(registry, "cpu_ref") != NULL) return -1;
+    gpu_backend_load_failed(registry, "cpu_ref");
+    fprintf(stderr, "cpu_ref, the reference, is not loaded: nothing to compare with\n");
+    return 1;
+}
+
+int gpu_device_usable(ap_device *device) {
+    if (ap_device_query(0, device) == AP_OK && device->unusable_reason[0] == '\0') return -1;
+    printf("SKIP: no usable GPU: %s\n",
+           device->unusable_reason[0] != '\0' ? device->unusable_reason : ap_last_error());
+    return GPU_EXIT_SKIP;
+}
