@@ -6,8 +6,8 @@
  * exact Q; LSE within kLseF8 = 1e-2 there, the fp8 accumulation), then its timing on B4 S4096
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
- * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --profile V |
- * --match TEXT].
+ * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --time-d64 |
+ * --profile V | --match TEXT].
  * Exit 1 on any failed case. */
 #include <cuda_fp8.h>
 
@@ -177,7 +177,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                       const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
-    constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD>::kKeys;
+    constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD, kPaged>::kKeys;
     if (q_map(&mq, q, tq, hq, kD, p.pack_shift) ||
         (kPaged ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
                       make_paged_map(&mv, v, hkv, page, kDv, kN)
@@ -725,14 +725,18 @@ int main(int argc, char **argv) {
      * --profile V [PS [mix|dense [rounds|dynamic]]]: one causal H32/8 launch set of variant V
      * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
      * --time: bench_tiles'
-     * timings only (the per-work-tile overhead's shapes); --match TEXT: the checks whose name
-     * holds TEXT only. */
+     * timings only (the per-work-tile overhead's shapes); --time-d64: bench_d64's (head dim 64);
+     * --match TEXT: the checks whose name holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;
     if (argc > 1 && std::strcmp(argv[1], "--time") == 0) {
         bench_tiles();
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--time-d64") == 0) {
+        bench_d64();
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {

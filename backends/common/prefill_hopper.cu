@@ -140,10 +140,11 @@ template <int kD>
 int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan, CUtensorMap *mk,
                    CUtensorMap *mv) {
     using G = ap_hopper::Geo<kD>;
+    using GP = ap_hopper::Geo<kD, true>; /* the paged kernels' geometry (their K/V tiles) */
     const int hkv = p->num_kv_heads;
     if (p->kv_indptr == NULL) {
-        return ap_hopper::make_paged_map(mk, p->k_pages, hkv, p->page_size, kD, G::kKeys) != 0 ||
-               ap_hopper::make_paged_map(mv, p->v_pages, hkv, p->page_size, G::kDv, G::kKeys) != 0;
+        return ap_hopper::make_paged_map(mk, p->k_pages, hkv, p->page_size, kD, GP::kKeys) != 0 ||
+               ap_hopper::make_paged_map(mv, p->v_pages, hkv, p->page_size, G::kDv, GP::kKeys) != 0;
     }
     const int nkv = plan->num_kv_rows > 0 ? plan->num_kv_rows : 1;
     return ap_hopper::make_map(mk, p->k, nkv, hkv, kD, G::kKeys) != 0 ||

@@ -32,6 +32,14 @@ constexpr int kDim = 128;  /* head dim of Q, K and V (Geo: of the other shapes) 
 #define AP_HOPPER_STAGES 3 /* 230.5 KB of shared memory; checked and faster on the H100 */
 #endif
 constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
+/* Keys per K/V tile at head dim 64 (Geo::kKeys): 192 (the default) or 128. A D64 tile's S and
+ * P V are short (S 64 x 128 x 64 a warpgroup at 128 keys), so its fixed costs (the barrier
+ * waits, the row max's shuffles, the wgmma waits) weigh as much as the MUFU's exponentials:
+ * 192-key tiles pay them for 1.5x the keys (FA3 runs D64 with tiles of 192 too). */
+#ifndef AP_HOPPER_D64_KEYS
+#define AP_HOPPER_D64_KEYS 192
+#endif
+static_assert(AP_HOPPER_D64_KEYS == 128 || AP_HOPPER_D64_KEYS == 192, "D64 tiles: 128 or 192 keys");
 #ifndef AP_HOPPER_PERSISTENT
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
@@ -60,10 +68,21 @@ constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars
  * 64-key tiles, 2 stages of 64 KB (64 + 2 x 64 KB). kOneQ: one Q buffer and the K ring's depth
  * for V whatever AP_HOPPER_QBUF says: the paged source's kernels, whose CTA takes one work tile
  * (a second Q buffer would only cost a V stage: H100, 2026-11-27, paged16 causal / non-causal
- * 2.1-2.4% slower with it). */
+ * 2.1-2.4% slower with it), and at kD 64 tiles of 128 keys (AP_HOPPER_D64_KEYS: 192-key tiles
+ * ran paged16 non-causal 4.6% slower, causal 0.7% faster). */
+/* The rows of a paged source's TMA box at most for K/V tiles of `keys` (a page, or this much of a
+ * larger one): the largest power of two <= 128 dividing keys, so a tile's boxes never straddle its
+ * end. The kernel (Geo::kPageBox) and the maps (make_paged_map) take it from here. */
+constexpr int page_box(int keys) {
+    return keys % 128 == 0 ? 128 : keys % 64 == 0 ? 64 : 32;
+}
+
 template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
-    static constexpr int kKeys = kD == 256 ? 64 : 128; /* keys per K/V tile */
+    /* keys per K/V tile: 128; 64 at kD 256 (Q takes 64 KB); AP_HOPPER_D64_KEYS (192) at kD 64
+     * over the ragged source */
+    static constexpr int kKeys = kD == 256 ? 64 : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS : 128;
+    static constexpr int kPageBox = page_box(kKeys); /* a paged source's box rows at most */
     static constexpr int kChunks = kD / 64;
     static constexpr int kVChunks = kDv / 64;
     static constexpr int kKChunk = kKeys * 128;          /* one 64-column chunk of a K/V tile */
@@ -142,24 +161,31 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* S = Q K^T over a K tile: its kKeys keys, or (kHalf, 128-key tiles) the first 64 only, into
- * the first half of s (the rest untouched). */
-template <typename T, int kD, bool kHalf = false>
-__device__ __forceinline__ void qk_gemm(float (&s)[Geo<kD>::kSn], const uint8_t *q,
-                                        const uint8_t *k) {
-    static_assert(!kHalf || Geo<kD>::kKeys == 128, "half K tiles: of 128 keys");
+/* S = Q K^T over a K tile: its kKeys keys (64, 128 or 192: one n64, n128 or n192 wgmma a k16
+ * step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
+ * rest untouched). The merged consumers instantiate the half forms at every head dim; only
+ * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kOneQ>). */
+template <typename T, class G, bool kHalf = false>
+__device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, const uint8_t *k) {
+    constexpr int kD = G::kChunks * 64;
     const uint64_t dq = make_desc(q, 16, 1024);
     const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
         const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
-        const uint64_t db = desc_add(dk, (kk / 4) * Geo<kD>::kKChunk + (kk % 4) * 32);
-        if constexpr (Geo<kD>::kKeys == 64 || kHalf) {
+        const uint64_t db = desc_add(dk, (kk / 4) * G::kKChunk + (kk % 4) * 32);
+        if constexpr (G::kKeys == 64 || kHalf) {
             float(&s64)[32] = *reinterpret_cast<float(*)[32]>(&s[0]);
             if constexpr (std::is_same<T, __half>::value) {
                 wgmma_ss_n64_f16(s64, da, db, kk > 0);
             } else {
                 wgmma_ss_n64_bf16(s64, da, db, kk > 0);
+            }
+        } else if constexpr (G::kKeys == 192) {
+            if constexpr (std::is_same<T, __half>::value) {
+                wgmma_ss_n192_f16(s, da, db, kk > 0);
+            } else {
+                wgmma_ss_n192_bf16(s, da, db, kk > 0);
             }
         } else if constexpr (std::is_same<T, __half>::value) {
             wgmma_ss_n128_f16(s, da, db, kk > 0);
@@ -187,8 +213,8 @@ __device__ __forceinline__ void pv_step(float *o, const uint32_t (&a)[4], uint64
 
 /* O += P V: P's k-step kk is S columns 16kk..16kk+15; V rows of the step start at kk * 2048 in
  * each 64-column chunk of V (kPk * 2048 bytes). kN: O's floats per thread (kDv / 2): 32, one n64
- * wgmma per step; 64, one n128 (or two n64 with kSplitN); 128, two n128. kHalf: the first half
- * of the k-steps only (P of a half K tile: its other keys' P is 0). */
+ * wgmma per step; 64, one n128 (or two n64 with kSplitN); 128, two n128. kHalf: the first 64
+ * keys' 4 k-steps only (P of a half K tile: its other keys' P is 0). */
 template <typename T, bool kSplitN, int kN, int kPk, bool kHalf = false>
 __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk][4],
                                         const uint8_t *v) {
@@ -197,7 +223,7 @@ __device__ __forceinline__ void pv_gemm(float (&o)[kN], const uint32_t (&p)[kPk]
     constexpr int kCols = kN == 32 || kSplitN ? 64 : 128; /* O columns per wgmma */
     const uint64_t dv = make_desc(v, kChunk, 1024);
 #pragma unroll
-    for (int kk = 0; kk < (kHalf ? kPk / 2 : kPk); ++kk) {
+    for (int kk = 0; kk < (kHalf ? 4 : kPk); ++kk) {
 #pragma unroll
         for (int hn = 0; hn < 2 * kN / kCols; ++hn) {
             const uint32_t off = hn * (kCols / 64) * kChunk + kk * 2048;
@@ -755,7 +781,7 @@ template <int kD, bool kPaged, bool kSched>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p) {
-    constexpr int kKeys = Geo<kD>::kKeys;
+    constexpr int kKeys = Geo<kD, kPaged>::kKeys;
     constexpr bool kAhead = !kPaged && Geo<kD>::kQBufs == 2;
     int ring = 0, qn = 0;
     TileDesc cur = {0, 0, {}};
@@ -815,7 +841,7 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     } else {
         int ring = 0, qn = 0, item = 0, h = 0;
         for (int r = 0; tile_at(p, r, item, h); ++r) {
-            const Shape sh = item_shape<kPaged, Geo<kD>::kKeys>(p, item);
+            const Shape sh = item_shape<kPaged, Geo<kD, kPaged>::kKeys>(p, item);
             if (sh.n_blocks < 0) {
                 continue; /* not a tile start: another tile covers these tokens */
             }
@@ -979,13 +1005,13 @@ inline void use_dynamic(Params &p, int32_t *tile_counter, int32_t min_kv_tiles, 
 /* The map of a dense 16-bit [rows][heads][dim] tensor (dim a multiple of 64): boxes of 64
  * columns x box_heads heads x box_rows rows (a K/V tile's Geo::kKeys, or a paged cache's page
  * size, x 1 head; Q: a work tile's tokens x its packed heads, q_map), landing as box_rows x
- * box_heads rows of 128 bytes, token-major, in the 128-byte swizzle; rows past the end read as
- * zeros. 0 on success. */
+ * box_heads rows of 128 bytes (at most 256, TMA's box limit), token-major, in the 128-byte
+ * swizzle; rows past the end read as zeros. 0 on success. */
 inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, int dim = kDim,
                     int box_rows = kRows, int box_heads = 1) {
     EncodeTiledFn fn = encode_tiled_fn();
     if (fn == nullptr || rows <= 0 || dim % 64 != 0 || box_heads < 1 || box_heads > heads ||
-        box_rows * box_heads < 8 || box_rows * box_heads > kRows) {
+        box_rows * box_heads < 8 || box_rows * box_heads > 256) {
         return -1;
     }
     const cuuint64_t dims[3] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(heads),
@@ -1008,16 +1034,17 @@ inline int q_map(CUtensorMap *map, const void *q, int64_t tokens, int heads, int
     return make_map(map, q, tokens, heads, dim, kRows >> pack_shift, 1 << pack_shift);
 }
 
-/* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim], boxes
- * of one page (or `keys` rows, a K/V tile, of a larger one). The cache's page count is not in the
- * call: the view spans 2^39 bytes (past any GPU's memory), and the kernel only reads rows of
- * listed pages. */
+/* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim] for K/V
+ * tiles of `keys` (Geo::kKeys), boxes of one page (or page_box(keys) rows of a larger one). The
+ * cache's page count is not in the call: the view spans 2^39 bytes (past any GPU's memory), and
+ * the kernel only reads rows of listed pages. */
 inline int make_paged_map(CUtensorMap *map, const void *pages, int heads, int page_size,
                           int dim = kDim, int keys = kRows) {
     const int64_t row_bytes = static_cast<int64_t>(heads) * dim * 2;
     const int64_t rows = heads > 0 ? (static_cast<int64_t>(1) << 39) / row_bytes : 0;
+    const int box = page_box(keys);
     return make_map(map, pages, rows < INT32_MAX ? rows : INT32_MAX, heads, dim,
-                    page_size < keys ? page_size : keys);
+                    page_size < box ? page_size : box);
 }
 
 } // namespace ap_hopper

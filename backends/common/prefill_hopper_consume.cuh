@@ -70,7 +70,7 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
         float sc[Geo<kD, kOneQ>::kSn];
         bar_wait(&b->k_full[s], ph);
         wg_fence();
-        qk_gemm<T, kD>(sc, q, sk + s * Geo<kD, kOneQ>::kKBytes);
+        qk_gemm<T, Geo<kD, kOneQ>>(sc, q, sk + s * Geo<kD, kOneQ>::kKBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->k_empty[s]);
@@ -115,7 +115,7 @@ template <typename T, int kD, bool kOneQ = false> struct QSmem {
     /* kHalf: the K tile's first 64 keys only (pipe_half), into the first half of s */
     template <bool kHalf = false>
     __device__ __forceinline__ void qk(float (&s)[G::kSn], const uint8_t *k) const {
-        qk_gemm<T, kD, kHalf>(s, q, k);
+        qk_gemm<T, G, kHalf>(s, q, k);
     }
 };
 
@@ -139,11 +139,11 @@ template <int kKeys> __device__ __forceinline__ bool pipe_half(const Params &p, 
     return kKeys == 128 && end - (sh.n_blocks - 1) * kKeys <= kKeys / 2;
 }
 
-/* kHalf: the S of a half K tile (pipe_half) has its upper 64 keys' scores at -inf. */
+/* kHalf: the S of a half K tile (pipe_half) has its scores past the first 64 keys at -inf. */
 template <bool kHalf, int kSn> __device__ __forceinline__ void half_mask(float (&s)[kSn]) {
     if constexpr (kHalf) {
 #pragma unroll
-        for (int i = kSn / 2; i < kSn; ++i) {
+        for (int i = 32; i < kSn; ++i) {
             s[i] = -INFINITY;
         }
     }

@@ -173,8 +173,8 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     /* the ping-pong consumers of the default build only: the overlapped ones and the 2-stage or
      * non-persistent builds ran out of registers for the half stages (ptxas C7511 serialized
      * every wgmma of the kernel) */
-    constexpr bool kHalfOn =
-        AP_HOPPER_HALF != 0 && G::kDv == 128 && kPingPong && kPersistent && kStages >= 3;
+    constexpr bool kHalfOn = AP_HOPPER_HALF != 0 && G::kDv == 128 && G::kKeys == 128 && kPingPong &&
+                             kPersistent && kStages >= 3;
     /* Each tile's place and shape are found once: the lookahead that decides the boundary hands
      * them to the next iteration (found twice, the integer division and the dependent loads of
      * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:

@@ -32,8 +32,8 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
 }
 
 /* K/V tile n of a paged sequence into K stage s and V stage vs (phases ph, vph), by the producer
- * warp: one TMA box per page (or per 128 rows of a larger page) at its row offset (the 128-byte
- * swizzle repeats every 8 rows, so the boxes build the layout of one 128-row box); box j and its
+ * warp: one TMA box per page (or per Geo::kPageBox rows of a larger page) at its row offset (the
+ * 128-byte swizzle repeats every 8 rows, so the boxes build the layout of one tile-long box); box j and its
  * page number on lane j. K
  * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
@@ -44,7 +44,7 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
                    int s, uint32_t ph, int vs, uint32_t vph, const Params &p, const Shape &sh,
                    int n, int hk, int lane) {
     using G = Geo<kD, true>; /* one Q buffer: a paged CTA takes one work tile */
-    const int box = min(G::kKeys, 1 << p.page_shift);
+    const int box = min(G::kPageBox, 1 << p.page_shift);
     const int pos = n * G::kKeys + lane * box;
     const int valid = lane * box < G::kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
     int row = 0;

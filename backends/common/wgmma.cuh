@@ -131,6 +131,28 @@ AP_WGMMA_SS_N256T(bf16, "bf16")
 AP_WGMMA_SS_N64(bf16, "bf16")
 AP_WGMMA_SS_N64(f16, "f16")
 
+/* ss with N 192 (K-major B), for the kit's Hopper prefill at head dim 64 (S of 192-key tiles,
+ * Geo::kKeys): 96 accumulators a thread, laid out as an n128's followed by an n64's. */
+#define AP_WGMMA_SS_N192(TY_NAME, TY) \
+    __device__ __forceinline__ void wgmma_ss_n192_##TY_NAME(float(&d)[96], uint64_t da, \
+                                                            uint64_t db, int acc) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " {" \
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, " \
+                     "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
+                     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
+                     "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, " \
+                     "%72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, " \
+                     "%86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, " \
+                     "%96, %97, p, 1, 1, 0, 0;\n}\n" \
+                     : AP_WGMMA_D64(d), AP_WGMMA_D32_AT(d, 64) \
+                     : "l"(da), "l"(db), "r"(acc)); \
+    }
+
+AP_WGMMA_SS_N192(bf16, "bf16")
+AP_WGMMA_SS_N192(f16, "f16")
+
 /* rs with N 128, fp8 e4m3 A (registers, the m16n8k32-style fragment: four bytes of K per
  * register) and B (shared memory, K-major, the only major fp8 takes), K 32 per instruction; acc
  * 0 overwrites d. For the kit's Hopper prefill over fp8 K (S = Q K^T with Q quantized). */
@@ -169,6 +191,7 @@ __device__ __forceinline__ void wgmma_ss_n128_e4m3(float (&d)[64], uint64_t da, 
 #undef AP_WGMMA_RS_N128
 #undef AP_WGMMA_RS_N64
 #undef AP_WGMMA_SS_N64
+#undef AP_WGMMA_SS_N192
 #undef AP_WGMMA_D32_AT
 #undef AP_WGMMA_D32
 #undef AP_WGMMA_D64
