@@ -6,7 +6,7 @@
  * exact Q; LSE within kLseF8 = 1e-2 there, the fp8 accumulation), then its timing on B4 S4096
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
- * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --time-d64 |
+ * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --time-dim D |
  * --profile V | --match TEXT].
  * Exit 1 on any failed case. */
 #include <cuda_fp8.h>
@@ -724,9 +724,8 @@ int main(int argc, char **argv) {
     /* --no-bench: checks only; --bench-only; --quick: the small cases only (for compute-sanitizer);
      * --profile V [PS [mix|dense [rounds|dynamic]]]: one causal H32/8 launch set of variant V
      * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
-     * --time: bench_tiles'
-     * timings only (the per-work-tile overhead's shapes); --time-d64: bench_d64's (head dim 64);
-     * --match TEXT: the checks whose name holds TEXT only. */
+     * --time: bench_tiles' timings only (the per-work-tile overhead's shapes); --time-dim D:
+     * bench_dim's (head dim 64 or 256); --match TEXT: the checks whose name holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
@@ -735,8 +734,8 @@ int main(int argc, char **argv) {
         bench_tiles();
         return 0;
     }
-    if (argc > 1 && std::strcmp(argv[1], "--time-d64") == 0) {
-        bench_d64();
+    if (argc > 2 && std::strcmp(argv[1], "--time-dim") == 0) {
+        bench_dim(std::atoi(argv[2]));
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {

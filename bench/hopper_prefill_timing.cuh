@@ -228,15 +228,18 @@ static void bench_tiles() {
     g_dynamic = -1;
 }
 
-/* --time-d64: head dim 64 alone (the K/V tile's keys, AP_HOPPER_D64_KEYS), the dispatched mode,
- * three rounds: B4 S4096 H32/8 causal and not, ragged and paged16, and the varlen mix causal. */
-static void bench_d64() {
+/* --time-dim D: head dim D (64 or 256) alone (the K/V tile's keys: AP_HOPPER_D64_KEYS,
+ * AP_HOPPER_D256_KEYS), the dispatched mode, three rounds: B4 S4096 H32/8 causal and not, ragged
+ * and (D64) paged16, and the varlen mix causal. */
+static void bench_dim(int dqk) {
     for (int round = 0; round < 3; ++round) {
         for (bool causal : {true, false}) {
-            bench(causal, 4, 32, 8, 64, 2);
-            bench(causal, 4, 32, 8, 64, 2, 16);
+            bench(causal, 4, 32, 8, dqk, 2);
+            if (dqk == 64) {
+                bench(causal, 4, 32, 8, dqk, 2, 16);
+            }
         }
-        bench_lens(true, varlen_mix(), "varlen64", 32, 8, 64, 2);
+        bench_lens(true, varlen_mix(), "varlen64", 32, 8, dqk, 2);
     }
 }
 

@@ -40,6 +40,12 @@ constexpr int kStages = AP_HOPPER_STAGES; /* K/V ring depth */
 #define AP_HOPPER_D64_KEYS 192
 #endif
 static_assert(AP_HOPPER_D64_KEYS == 128 || AP_HOPPER_D64_KEYS == 192, "D64 tiles: 128 or 192 keys");
+/* Keys per K/V tile at head dim 256: 64 or 80 (FA3's; 2 stages of 80 KB beside the 64 KB Q tile,
+ * 225.5 KB in all). */
+#ifndef AP_HOPPER_D256_KEYS
+#define AP_HOPPER_D256_KEYS 80
+#endif
+static_assert(AP_HOPPER_D256_KEYS == 64 || AP_HOPPER_D256_KEYS == 80, "D256 tiles: 64 or 80 keys");
 #ifndef AP_HOPPER_PERSISTENT
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
@@ -74,14 +80,16 @@ constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars
  * larger one): the largest power of two <= 128 dividing keys, so a tile's boxes never straddle its
  * end. The kernel (Geo::kPageBox) and the maps (make_paged_map) take it from here. */
 constexpr int page_box(int keys) {
-    return keys % 128 == 0 ? 128 : keys % 64 == 0 ? 64 : 32;
+    return keys % 128 == 0 ? 128 : keys % 64 == 0 ? 64 : keys % 32 == 0 ? 32 : 16;
 }
 
 template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
     /* keys per K/V tile: 128; 64 at kD 256 (Q takes 64 KB); AP_HOPPER_D64_KEYS (192) at kD 64
      * over the ragged source */
-    static constexpr int kKeys = kD == 256 ? 64 : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS : 128;
+    static constexpr int kKeys = kD == 256            ? AP_HOPPER_D256_KEYS
+                                 : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS
+                                                      : 128;
     static constexpr int kPageBox = page_box(kKeys); /* a paged source's box rows at most */
     static constexpr int kChunks = kD / 64;
     static constexpr int kVChunks = kDv / 64;
@@ -180,6 +188,12 @@ __device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, co
                 wgmma_ss_n64_f16(s64, da, db, kk > 0);
             } else {
                 wgmma_ss_n64_bf16(s64, da, db, kk > 0);
+            }
+        } else if constexpr (G::kKeys == 80) {
+            if constexpr (std::is_same<T, __half>::value) {
+                wgmma_ss_n80_f16(s, da, db, kk > 0);
+            } else {
+                wgmma_ss_n80_bf16(s, da, db, kk > 0);
             }
         } else if constexpr (G::kKeys == 192) {
             if constexpr (std::is_same<T, __half>::value) {

@@ -131,6 +131,25 @@ AP_WGMMA_SS_N256T(bf16, "bf16")
 AP_WGMMA_SS_N64(bf16, "bf16")
 AP_WGMMA_SS_N64(f16, "f16")
 
+/* ss with N 80 (K-major B), for the kit's Hopper prefill at head dim 256 (S of 80-key tiles,
+ * Geo::kKeys): 40 accumulators a thread. */
+#define AP_WGMMA_SS_N80(TY_NAME, TY) \
+    __device__ __forceinline__ void wgmma_ss_n80_##TY_NAME(float(&d)[40], uint64_t da, \
+                                                           uint64_t db, int acc) { \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n" \
+                     "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY " {" \
+                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
+                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, " \
+                     "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, " \
+                     "%40, %41, p, 1, 1, 0, 0;\n}\n" \
+                     : AP_WGMMA_D32(d), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+                       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) \
+                     : "l"(da), "l"(db), "r"(acc)); \
+    }
+
+AP_WGMMA_SS_N80(bf16, "bf16")
+AP_WGMMA_SS_N80(f16, "f16")
+
 /* ss with N 192 (K-major B), for the kit's Hopper prefill at head dim 64 (S of 192-key tiles,
  * Geo::kKeys): 96 accumulators a thread, laid out as an n128's followed by an n64's. */
 #define AP_WGMMA_SS_N192(TY_NAME, TY) \
@@ -192,6 +211,7 @@ __device__ __forceinline__ void wgmma_ss_n128_e4m3(float (&d)[64], uint64_t da, 
 #undef AP_WGMMA_RS_N64
 #undef AP_WGMMA_SS_N64
 #undef AP_WGMMA_SS_N192
+#undef AP_WGMMA_SS_N80
 #undef AP_WGMMA_D32_AT
 #undef AP_WGMMA_D32
 #undef AP_WGMMA_D64
