@@ -64,14 +64,21 @@ constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
 constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
 constexpr int kThreads = 384;
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
-constexpr int kMaxStages = kStages > 2 ? kStages : 2;
+/* The ring's depth at head dim 64 over the ragged source: 4 stages of 48 KB (192-key tiles) beside
+ * the two 16 KB Q buffers, 225.5 KB in all. H100, 2026-11-27 (bench/results/2026-11-27-h100-j.md,
+ * call 95), against 3: causal B4 S4096 +1.6%, non-causal +2.5%, the varlen mix +2%. */
+#ifndef AP_HOPPER_D64_STAGES
+#define AP_HOPPER_D64_STAGES 4
+#endif
+constexpr int kMaxStages = kStages > AP_HOPPER_D64_STAGES ? kStages : AP_HOPPER_D64_STAGES;
 constexpr int kBarsBytes = 512; /* shared memory for Bars (its static_assert) */
 constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars::sched) */
 
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
- * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB),
- * 64-key tiles, 2 stages of 64 KB (64 + 2 x 64 KB). kOneQ: one Q buffer and the K ring's depth
+ * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 of 48 KB (192-key tiles; 2 x 16 + 4 x 48),
+ * paged 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB (64 + 2 x 80
+ * KB). kOneQ: one Q buffer and the K ring's depth
  * for V whatever AP_HOPPER_QBUF says: the paged source's kernels, whose CTA takes one work tile
  * (a second Q buffer would only cost a V stage: H100, 2026-11-27, paged16 causal / non-causal
  * 2.1-2.4% slower with it), and at kD 64 tiles of 128 keys (AP_HOPPER_D64_KEYS: 192-key tiles
@@ -100,7 +107,9 @@ template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
     static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
     static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 128 || kD == 64 ? kStages : 2; /* the K ring's depth */
+    static constexpr int kStg = kD == 64 && !kOneQ      ? AP_HOPPER_D64_STAGES
+                                : kD == 128 || kD == 64 ? kStages
+                                                        : 2; /* the K ring's depth */
     /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
      * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
