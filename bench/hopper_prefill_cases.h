@@ -192,7 +192,7 @@ static std::vector<Case> check_cases() {
          64,
          8},
         {"d64 paged128 bf16 causal g1", false, true, 2, 2, {1, 300, 129}, {5, 1300, 2000}, 64, 128},
-        /* lengths about D64's 192-key tiles (AP_HOPPER_D64_KEYS): a page of 256 is 64-row boxes */
+        /* lengths about D64's 192-key tiles (AP_HOPPER_D64_KEYS; the paged kernels keep 128) */
         {"d64 tile-edge bf16 causal g4",
          false,
          true,

@@ -76,13 +76,13 @@ constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars
 
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
- * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 of 48 KB (192-key tiles; 2 x 16 + 4 x 48),
- * paged 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB (64 + 2 x 80
- * KB). kOneQ: one Q buffer and the K ring's depth
- * for V whatever AP_HOPPER_QBUF says: the paged source's kernels, whose CTA takes one work tile
- * (a second Q buffer would only cost a V stage: H100, 2026-11-27, paged16 causal / non-causal
- * 2.1-2.4% slower with it), and at kD 64 tiles of 128 keys (AP_HOPPER_D64_KEYS: 192-key tiles
- * ran paged16 non-causal 4.6% slower, causal 0.7% faster). */
+ * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 stages of 48 KB (192-key tiles; 2 x 16 +
+ * 4 x 48), paged 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB (64
+ * + 2 x 80 KB). kOneQ: the paged source's kernels, whose CTA takes one work tile: one Q buffer and
+ * the K ring's depth for V whatever AP_HOPPER_QBUF says (a second Q buffer would only cost a V
+ * stage: H100, 2026-11-27, paged16 causal / non-causal 2.1-2.4% slower with it), and at kD 64
+ * 128-key tiles in kStages stages (192-key tiles ran paged16 non-causal 4.6% slower, causal 0.7%
+ * faster). */
 /* The rows of a paged source's TMA box at most for K/V tiles of `keys` (a page, or this much of a
  * larger one): the largest power of two <= 128 dividing keys, so a tile's boxes never straddle its
  * end. The kernel (Geo::kPageBox) and the maps (make_paged_map) take it from here. */
@@ -92,8 +92,8 @@ constexpr int page_box(int keys) {
 
 template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
-    /* keys per K/V tile: 128; 64 at kD 256 (Q takes 64 KB); AP_HOPPER_D64_KEYS (192) at kD 64
-     * over the ragged source */
+    /* keys per K/V tile: 128; AP_HOPPER_D256_KEYS (80) at kD 256 (Q takes 64 KB);
+     * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source */
     static constexpr int kKeys = kD == 256            ? AP_HOPPER_D256_KEYS
                                  : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS
                                                       : 128;
@@ -178,8 +178,8 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* S = Q K^T over a K tile: its kKeys keys (64, 128 or 192: one n64, n128 or n192 wgmma a k16
- * step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
+/* S = Q K^T over a K tile: its kKeys keys (64, 80, 128 or 192: one n64, n80, n128 or n192 wgmma
+ * a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
  * rest untouched). The merged consumers instantiate the half forms at every head dim; only
  * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kOneQ>). */
 template <typename T, class G, bool kHalf = false>

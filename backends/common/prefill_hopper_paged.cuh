@@ -33,8 +33,8 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
 
 /* K/V tile n of a paged sequence into K stage s and V stage vs (phases ph, vph), by the producer
  * warp: one TMA box per page (or per Geo::kPageBox rows of a larger page) at its row offset (the
- * 128-byte swizzle repeats every 8 rows, so the boxes build the layout of one tile-long box); box j and its
- * page number on lane j. K
+ * 128-byte swizzle repeats every 8 rows, so the boxes build the layout of one tile-long box); box j
+ * and its page number on lane j. K
  * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
  * masked P of 0 times a never-written (NaN) V would still poison O. */
