@@ -725,7 +725,7 @@ int main(int argc, char **argv) {
      * --profile V [PS [mix|dense [rounds|dynamic]]]: one causal H32/8 launch set of variant V
      * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
      * --time: bench_tiles' timings only (the per-work-tile overhead's shapes); --time-dim D:
-     * bench_dim's (head dim 64 or 256); --match TEXT: the checks whose name holds TEXT only. */
+     * bench_dim's (head dim 64, 128 or 256); --match TEXT: the checks whose name holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
