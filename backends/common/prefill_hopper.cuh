@@ -190,6 +190,24 @@ template <> __device__ __forceinline__ uint32_t pack2<__half>(float a, float b) 
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* One ss wgmma m64nNk16 of T (bf16 or f16) operands: wgmma.cuh's wrapper of that N and type. */
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_t db, int acc) {
+    constexpr bool kF16 = std::is_same<T, __half>::value;
+    if constexpr (N == 64) {
+        kF16 ? wgmma_ss_n64_f16(d, da, db, acc) : wgmma_ss_n64_bf16(d, da, db, acc);
+    } else if constexpr (N == 80) {
+        kF16 ? wgmma_ss_n80_f16(d, da, db, acc) : wgmma_ss_n80_bf16(d, da, db, acc);
+    } else if constexpr (N == 128) {
+        kF16 ? wgmma_ss_n128_f16(d, da, db, acc) : wgmma_ss_n128_bf16(d, da, db, acc);
+    } else if constexpr (N == 160) {
+        kF16 ? wgmma_ss_n160_f16(d, da, db, acc) : wgmma_ss_n160_bf16(d, da, db, acc);
+    } else {
+        static_assert(N == 192, "S tiles of 64, 80, 128, 160 or 192 keys");
+        kF16 ? wgmma_ss_n192_f16(d, da, db, acc) : wgmma_ss_n192_bf16(d, da, db, acc);
+    }
+}
+
 /* S = Q K^T over a K tile: its kKeys keys (64, 80, 128, 160 or 192: one n64, n80, n128, n160 or
  * n192 wgmma a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
  * rest untouched). The merged consumers instantiate the half forms at every head dim; only
@@ -203,35 +221,10 @@ __device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, co
     for (int kk = 0; kk < kD / 16; ++kk) {
         const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
         const uint64_t db = desc_add(dk, (kk / 4) * G::kKChunk + (kk % 4) * 32);
-        if constexpr (G::kKeys == 64 || kHalf) {
-            float(&s64)[32] = *reinterpret_cast<float(*)[32]>(&s[0]);
-            if constexpr (std::is_same<T, __half>::value) {
-                wgmma_ss_n64_f16(s64, da, db, kk > 0);
-            } else {
-                wgmma_ss_n64_bf16(s64, da, db, kk > 0);
-            }
-        } else if constexpr (G::kKeys == 80) {
-            if constexpr (std::is_same<T, __half>::value) {
-                wgmma_ss_n80_f16(s, da, db, kk > 0);
-            } else {
-                wgmma_ss_n80_bf16(s, da, db, kk > 0);
-            }
-        } else if constexpr (G::kKeys == 160) {
-            if constexpr (std::is_same<T, __half>::value) {
-                wgmma_ss_n160_f16(s, da, db, kk > 0);
-            } else {
-                wgmma_ss_n160_bf16(s, da, db, kk > 0);
-            }
-        } else if constexpr (G::kKeys == 192) {
-            if constexpr (std::is_same<T, __half>::value) {
-                wgmma_ss_n192_f16(s, da, db, kk > 0);
-            } else {
-                wgmma_ss_n192_bf16(s, da, db, kk > 0);
-            }
-        } else if constexpr (std::is_same<T, __half>::value) {
-            wgmma_ss_n128_f16(s, da, db, kk > 0);
+        if constexpr (kHalf) {
+            wgmma_ss<T, 64>(*reinterpret_cast<float(*)[32]>(&s[0]), da, db, kk > 0);
         } else {
-            wgmma_ss_n128_bf16(s, da, db, kk > 0);
+            wgmma_ss<T, G::kKeys>(s, da, db, kk > 0);
         }
     }
 }
