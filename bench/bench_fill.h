@@ -23,6 +23,9 @@ int bench_fill_random(void *data, size_t count, ap_dtype dtype, float bound, uin
  * FlashInfer's fi_bench.py sleeps ~1.3 ms before each timed call). Returns the cudaError_t. */
 int bench_gpu_sleep(int64_t cycles, void *stream);
 
+/* The sleep before each "sleep" row's timed call: ~1.3 ms at the H100's 1.98 GHz. */
+#define BENCH_SLEEP_CYCLES 2500000
+
 /* One call of a benchmark on input set `set`; returns 0 on failure (it says why). */
 typedef int (*bench_event_fn)(void *ctx, int set);
 

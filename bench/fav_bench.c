@@ -99,8 +99,7 @@ static int32_t *fb_upload_ints(const int32_t *host, size_t n) {
 
 /* Median ms of fb_runs calls of fn(ctx, set), each between two events, sets rotated
  * (bench_event_median). */
-typedef int (*fb_fn)(void *ctx, int set);
-static double fb_time(fb_fn fn, void *ctx, double *min_ms) {
+static double fb_time(bench_event_fn fn, void *ctx, double *min_ms) {
     return bench_event_median(fn, ctx, FB_SETS, fb_runs, 5, 0, min_ms);
 }
 

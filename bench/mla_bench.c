@@ -65,15 +65,13 @@ static int mb_fill(void *dev, size_t bytes, int fp8, uint64_t *rng) {
  * each call is enqueued behind ~1.3 ms of GPU sleep, so the host's cost of the call (core checks,
  * glue, launches) is hidden as in FlashInfer's fi_bench.py; without, the GPU is idle when the call
  * starts and the timing counts that cost (bench_event_median). */
-#define MB_SLEEP_CYCLES 2500000
-typedef int (*mb_fn)(void *ctx, int set);
-static double mb_time(mb_fn fn, void *ctx, int sets, double *min_ms, int sleep) {
-    return bench_event_median(fn, ctx, sets, mb_runs, 10 + sets, sleep ? MB_SLEEP_CYCLES : 0,
+static double mb_time(bench_event_fn fn, void *ctx, int sets, double *min_ms, int sleep) {
+    return bench_event_median(fn, ctx, sets, mb_runs, 10 + sets, sleep ? BENCH_SLEEP_CYCLES : 0,
                               min_ms);
 }
 
 /* Mean ms per call of `calls` back-to-back calls (the small pack: host launch cost included). */
-static double mb_time_loop(mb_fn fn, void *ctx, int calls) {
+static double mb_time_loop(bench_event_fn fn, void *ctx, int calls) {
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);

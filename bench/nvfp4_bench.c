@@ -17,13 +17,8 @@ static const char *nb_backend = "flashinfer_like";
  * each call is enqueued behind ~1.3 ms of GPU sleep, so the host's cost of the call (core checks,
  * launch) is hidden and the events time the GPU's work alone (mla-bench's sleep rows;
  * bench_event_median). */
-#define NB_SLEEP_CYCLES 2500000
-static double nb_time_sleep(bench_event_fn fn, void *ctx, double *min_ms, int sleep) {
-    return bench_event_median(fn, ctx, 1, nb_runs, 10, sleep ? NB_SLEEP_CYCLES : 0, min_ms);
-}
-
-static double nb_time(bench_event_fn fn, void *ctx, double *min_ms) {
-    return nb_time_sleep(fn, ctx, min_ms, 0);
+static double nb_time(bench_event_fn fn, void *ctx, double *min_ms, int sleep) {
+    return bench_event_median(fn, ctx, 1, nb_runs, 10, sleep ? BENCH_SLEEP_CYCLES : 0, min_ms);
 }
 
 static void nb_row(const char *name, double ms, double min_ms, double bytes, double flops) {
@@ -205,7 +200,7 @@ static void nb_append_case(ap_registry *reg, const ap_device *dev, int32_t t, ap
                                      .is_neox = 1};
         /* per call (the host's checks and launch counted), then the GPU's time alone */
         for (int sleep = 0; sleep < 2; sleep++) {
-            double mn = 0, ms = nb_time_sleep(nb_append_call, &a, &mn, sleep);
+            double mn = 0, ms = nb_time(nb_append_call, &a, &mn, sleep);
             char row[112];
             snprintf(row, sizeof row, "%s%s", name, sleep ? " sleep" : "");
             if (ms > 0) nb_row(row, ms, mn, nb_append_bytes(&m, t, with_q), 0);
@@ -319,7 +314,7 @@ static void nb_extend_case(ap_registry *reg, const ap_device *dev, int32_t b, in
             double kv_len = prefix + q_len, flops = 0;
             for (int32_t j = 0; j < q_len; j++) flops += kv_len - q_len + j + 1;
             flops *= 4.0 * 32 * 128 * b;
-            double mn = 0, ms = nb_time(nb_extend_call, &e, &mn);
+            double mn = 0, ms = nb_time(nb_extend_call, &e, &mn, 0);
             if (ms > 0) nb_row(name, ms, mn, 0, flops);
         }
     }
@@ -354,7 +349,7 @@ int main(int argc, char **argv) {
     uint64_t rng = 1;
     nb_copy copy = {NULL, NULL, (size_t)256 << 20};
     cudaMalloc(&copy.dst, copy.bytes), cudaMalloc(&copy.src, copy.bytes);
-    double mn = 0, ms = nb_time(nb_copy_call, &copy, &mn);
+    double mn = 0, ms = nb_time(nb_copy_call, &copy, &mn, 0);
     nb_row("device-to-device copy 256 MiB (bytes read + written)", ms, mn, 2.0 * copy.bytes, 0);
     cudaFree(copy.dst), cudaFree(copy.src);
     const ap_dtype kinds[3] = {AP_DTYPE_BF16, AP_DTYPE_FP8_E4M3, AP_DTYPE_NVFP4};
