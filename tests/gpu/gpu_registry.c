@@ -4,7 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
-int gpu_backend_load_failed(const ap_registry *registry, const char *backend) {
+/* Print on stderr every plugin file of `backend` the scan found but refused (path, status,
+ * message); a file whose descriptor was not read is matched by `backend` in its path. Returns 1
+ * when there was one, else 0. */
+static int gpu_backend_load_failed(const ap_registry *registry, const char *backend) {
     int failed = 0;
     for (size_t i = 0; i < ap_registry_file_count(registry); i++) {
         ap_file_record record;

@@ -8,12 +8,8 @@
 
 #define GPU_EXIT_SKIP 77
 
-/* Print on stderr every plugin file of `backend` the scan found but refused (path, status,
- * message); a file whose descriptor was not read is matched by `backend` in its path. Returns 1
- * when there was one (a failure, not a skip: the plugin is built but does not load), else 0. */
-int gpu_backend_load_failed(const ap_registry *registry, const char *backend);
-
-/* `backend` in the registry: skipped only when no file of it failed to load. */
+/* `backend` in the registry: skipped only when no file of it failed to load (a plugin that is
+ * built but does not load is a failure; each such file is said on stderr). */
 int gpu_backend_present(const ap_registry *registry, const char *backend);
 
 /* cpu_ref is the oracle: without it nothing can be judged, which is a failure, not a skip. */
