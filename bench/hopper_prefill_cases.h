@@ -202,7 +202,8 @@ static std::vector<Case> check_cases() {
          {191, 192, 577, 385},
          64},
         {"d64 paged256 fp16 causal g2", true, true, 4, 2, {192, 100, 1}, {192, 577, 1000}, 64, 256},
-        /* lengths about D128's 160-key tiles (the AP_HOPPER_D128_KEYS option) */
+        /* lengths about 160 keys (a 128-key tile and part of the next; 160-key tiles, measured
+         * slower in 2026-11-28-h100.md, were an option) */
         {"tile-edge bf16 causal g4", false, true, 8, 2, {159, 1, 161, 320}, {159, 160, 481, 321}},
         {"tile-edge fp16 noncausal g2", true, false, 4, 2, {160, 7}, {161, 319}},
         /* lengths about D256's 80-key tiles (AP_HOPPER_D256_KEYS) */

@@ -229,7 +229,7 @@ static void bench_tiles() {
 }
 
 /* --time-dim D: head dim D (64, 128 or 256) alone (the K/V tile's keys: AP_HOPPER_D64_KEYS,
- * AP_HOPPER_D128_KEYS, AP_HOPPER_D256_KEYS), the dispatched mode, three rounds: B4 S4096 H32/8
+ * AP_HOPPER_D256_KEYS), the dispatched mode, three rounds: B4 S4096 H32/8
  * causal and not, ragged and (D64) paged16, and the varlen mix causal. */
 static void bench_dim(int dqk) {
     for (int round = 0; round < 3; ++round) {

@@ -46,16 +46,6 @@ static_assert(AP_HOPPER_D64_KEYS == 128 || AP_HOPPER_D64_KEYS == 192, "D64 tiles
 #define AP_HOPPER_D256_KEYS 80
 #endif
 static_assert(AP_HOPPER_D256_KEYS == 64 || AP_HOPPER_D256_KEYS == 80, "D256 tiles: 64 or 80 keys");
-/* Keys per K/V tile at head dim 128 over the ragged source: 128 (the default) or 160, an option
- * not yet run on a GPU (2026-11-27: it builds, 168 registers, 12 bytes of spill against the
- * default's 28, no serialized wgmma): 2 K and 2 V stages of 40 KB beside the two Q buffers
- * (225.5 KB), S by m64n160k16, no half K tiles (kHalfOn wants 128). To time against the default:
- * hopper_prefill_check built with -DAP_HOPPER_D128_KEYS=160, --time-dim 128. */
-#ifndef AP_HOPPER_D128_KEYS
-#define AP_HOPPER_D128_KEYS 128
-#endif
-static_assert(AP_HOPPER_D128_KEYS == 128 || AP_HOPPER_D128_KEYS == 160,
-              "D128 tiles: 128 or 160 keys");
 #ifndef AP_HOPPER_PERSISTENT
 #define AP_HOPPER_PERSISTENT 1 /* 0: one CTA per (item, head), grid (items, heads) */
 #endif
@@ -104,10 +94,9 @@ template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
     /* keys per K/V tile: 128; AP_HOPPER_D256_KEYS (80) at kD 256 (Q takes 64 KB);
      * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source */
-    static constexpr int kKeys = kD == 256             ? AP_HOPPER_D256_KEYS
-                                 : kD == 64 && !kOneQ  ? AP_HOPPER_D64_KEYS
-                                 : kD == 128 && !kOneQ ? AP_HOPPER_D128_KEYS
-                                                       : 128;
+    static constexpr int kKeys = kD == 256            ? AP_HOPPER_D256_KEYS
+                                 : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS
+                                                      : 128;
     static constexpr int kPageBox = page_box(kKeys); /* a paged source's box rows at most */
     static constexpr int kChunks = kD / 64;
     static constexpr int kVChunks = kDv / 64;
@@ -118,10 +107,9 @@ template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
     static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
     static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 64 && !kOneQ                   ? AP_HOPPER_D64_STAGES
-                                : kD == 128 && !kOneQ && kKeys > 128 ? 2
-                                : kD == 128 || kD == 64              ? kStages
-                                                                     : 2; /* the K ring's depth */
+    static constexpr int kStg = kD == 64 && !kOneQ      ? AP_HOPPER_D64_STAGES
+                                : kD == 128 || kD == 64 ? kStages
+                                                        : 2; /* the K ring's depth */
     /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
      * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
@@ -200,16 +188,14 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_
         kF16 ? wgmma_ss_n80_f16(d, da, db, acc) : wgmma_ss_n80_bf16(d, da, db, acc);
     } else if constexpr (N == 128) {
         kF16 ? wgmma_ss_n128_f16(d, da, db, acc) : wgmma_ss_n128_bf16(d, da, db, acc);
-    } else if constexpr (N == 160) {
-        kF16 ? wgmma_ss_n160_f16(d, da, db, acc) : wgmma_ss_n160_bf16(d, da, db, acc);
     } else {
-        static_assert(N == 192, "S tiles of 64, 80, 128, 160 or 192 keys");
+        static_assert(N == 192, "S tiles of 64, 80, 128 or 192 keys");
         kF16 ? wgmma_ss_n192_f16(d, da, db, acc) : wgmma_ss_n192_bf16(d, da, db, acc);
     }
 }
 
-/* S = Q K^T over a K tile: its kKeys keys (64, 80, 128, 160 or 192: one n64, n80, n128, n160 or
- * n192 wgmma a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
+/* S = Q K^T over a K tile: its kKeys keys (64, 80, 128 or 192: one n64, n80, n128 or n192 wgmma
+ * a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
  * rest untouched). The merged consumers instantiate the half forms at every head dim; only
  * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kOneQ>). */
 template <typename T, class G, bool kHalf = false>

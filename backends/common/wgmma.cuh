@@ -150,30 +150,6 @@ AP_WGMMA_SS_N64(f16, "f16")
 AP_WGMMA_SS_N80(bf16, "bf16")
 AP_WGMMA_SS_N80(f16, "f16")
 
-/* ss with N 160 (K-major B), for the kit's Hopper prefill at head dim 128 built with 160-key
- * tiles (AP_HOPPER_D128_KEYS): 80 accumulators a thread. */
-#define AP_WGMMA_SS_N160(TY_NAME, TY) \
-    __device__ __forceinline__ void wgmma_ss_n160_##TY_NAME(float(&d)[80], uint64_t da, \
-                                                            uint64_t db, int acc) { \
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %82, 0;\n" \
-                     "wgmma.mma_async.sync.aligned.m64n160k16.f32." TY "." TY " {" \
-                     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-                     "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, " \
-                     "%30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, " \
-                     "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
-                     "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, " \
-                     "%72, %73, %74, %75, %76, %77, %78, %79}, " \
-                     "%80, %81, p, 1, 1, 0, 0;\n}\n" \
-                     : AP_WGMMA_D64(d), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), \
-                       "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), \
-                       "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
-                       "+f"(d[78]), "+f"(d[79]) \
-                     : "l"(da), "l"(db), "r"(acc)); \
-    }
-
-AP_WGMMA_SS_N160(bf16, "bf16")
-AP_WGMMA_SS_N160(f16, "f16")
-
 /* ss with N 192 (K-major B), for the kit's Hopper prefill at head dim 64 (S of 192-key tiles,
  * Geo::kKeys): 96 accumulators a thread, laid out as an n128's followed by an n64's. */
 #define AP_WGMMA_SS_N192(TY_NAME, TY) \
@@ -236,7 +212,6 @@ __device__ __forceinline__ void wgmma_ss_n128_e4m3(float (&d)[64], uint64_t da, 
 #undef AP_WGMMA_SS_N64
 #undef AP_WGMMA_SS_N192
 #undef AP_WGMMA_SS_N80
-#undef AP_WGMMA_SS_N160
 #undef AP_WGMMA_D32_AT
 #undef AP_WGMMA_D32
 #undef AP_WGMMA_D64
