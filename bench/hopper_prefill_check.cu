@@ -7,7 +7,7 @@
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --time-dim D |
- * --profile V | --match TEXT].
+ * --time-paged | --profile V | --match TEXT].
  * Exit 1 on any failed case. */
 #include <cuda_fp8.h>
 
@@ -132,12 +132,14 @@ static float from16(uint16_t v, bool fp16) {
     return __bfloat162float(__nv_bfloat16(x));
 }
 
-/* --time's schedule overrides: g_persistent -1 takes use_persistent's rule, else 0 / 1 (not for
- * the paged source); g_band 0 takes band_kv_for's band, else that many K/V heads; g_dynamic -1
+/* --time's schedule overrides: g_persistent -1 takes use_persistent's rule (and for the paged
+ * source paged_source's kernel), else 0 / 1 (the paged source: kPagedTile / kPagedRing, whose
+ * grids follow use_persistent); g_band 0 takes band_kv_for's band, else that many K/V heads; g_dynamic -1
  * takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the kernel has it.
  * g_min_kv_tiles: the fewest KV tiles of an item of the batch launched (its last), which
  * use_dynamic asks for (set by the caller of launch). */
 static int g_persistent = -1, g_band = 0, g_dynamic = -1;
+static int g_last_src = kRagged; /* the K/V source of launch's last launch (paged: its kernel) */
 static int32_t g_min_kv_tiles = 0;
 static bool g_last_dynamic = false; /* whether launch_src's last launch took the dynamic schedule */
 
@@ -172,16 +174,17 @@ static int32_t min_kv_tiles(const std::vector<Item> &items) {
 }
 
 /* Launches one variant; returns 0 or a map error. */
-template <typename T, int kMode, int kD, bool kPaged>
+template <typename T, int kMode, int kD, int kPaged>
 static int launch_src(const void *q, const void *k, const void *v, int tq, int tkv, int hq, int hkv,
                       const Params &p, int num_items, cudaStream_t st) {
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
     constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD, kPaged>::kKeys;
     if (q_map(&mq, q, tq, hq, kD, p.pack_shift) ||
-        (kPaged ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
-                      make_paged_map(&mv, v, hkv, page, kDv, kN)
-                : make_map(&mk, k, tkv, hkv, kD, kN) || make_map(&mv, v, tkv, hkv, kDv, kN))) {
+        (kPaged != kRagged
+             ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
+                   make_paged_map(&mv, v, hkv, page, kDv, kN)
+             : make_map(&mk, k, tkv, hkv, kD, kN) || make_map(&mv, v, tkv, hkv, kDv, kN))) {
         return -1;
     }
     static bool attr = false; /* one per instantiation */
@@ -194,7 +197,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     Params pn = p;
     pn.num_items = num_items;
     /* the dispatch's schedule, or --time's overrides */
-    const dim3 grid = launch_schedule(pn, kD, kPaged, kPaged ? -1 : g_persistent);
+    const dim3 grid = launch_schedule(pn, kD, kPaged, kPaged != kRagged ? -1 : g_persistent);
     if (g_band > 0) {
         pn.band_kv = g_band;
     }
@@ -212,10 +215,20 @@ static int launch(const void *q, const void *k, const void *v, int tq, int tkv, 
                   const Params &p, int num_items, cudaStream_t st) {
     if constexpr (kD == 128 || kD == 64) {
         if (p.kv_page_indices != nullptr) {
-            return launch_src<T, kMode, kD, true>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+            g_last_src = g_persistent < 0
+                             ? paged_source(1 << p.page_shift, p.pack_shift, p.group, kD)
+                         : g_persistent > 0 ? kPagedRing
+                                            : kPagedTile;
+            if (g_last_src == kPagedRing) {
+                return launch_src<T, kMode, kD, kPagedRing>(q, k, v, tq, tkv, hq, hkv, p, num_items,
+                                                            st);
+            }
+            return launch_src<T, kMode, kD, kPagedTile>(q, k, v, tq, tkv, hq, hkv, p, num_items,
+                                                        st);
         }
     }
-    return launch_src<T, kMode, kD, false>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
+    g_last_src = kRagged;
+    return launch_src<T, kMode, kD, kRagged>(q, k, v, tq, tkv, hq, hkv, p, num_items, st);
 }
 
 template <int kMode, int kD>
@@ -259,7 +272,7 @@ static int launch_f8(const void *q, const void *k, const void *v, int tq, int tk
     }
     Params pn = p;
     pn.num_items = num_items;
-    const dim3 grid = launch_schedule(pn, kD, false);
+    const dim3 grid = launch_schedule(pn, kD, kRagged);
     prefill_hopper_f8_kernel<T, kD><<<grid, kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
@@ -696,6 +709,19 @@ static bool run_case(const Case &c, unsigned seed) {
             } else {
                 ok = false;
             }
+            /* a paged batch: the production variant on the other paged kernel too */
+            if (c.page > 0) { /* g_last_src: the rule's kernel (the run above) */
+                g_persistent = g_last_src == kPagedRing ? 0 : 1;
+                if (run(kVariants - 1, ps)) {
+                    std::snprintf(what, sizeof what, "%s%s, paged %s", kVariant[kVariants - 1],
+                                  ps > 0 ? " packed" : "",
+                                  g_last_src == kPagedRing ? "ring" : "tile");
+                    ok = compare(c, what, dout, dlse, n_out, ref, ref_lse) && ok;
+                } else {
+                    ok = false;
+                }
+                g_persistent = -1;
+            }
         }
     }
     p.out = dout;
@@ -725,13 +751,18 @@ int main(int argc, char **argv) {
      * --profile V [PS [mix|dense [rounds|dynamic]]]: one causal H32/8 launch set of variant V
      * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
      * --time: bench_tiles' timings only (the per-work-tile overhead's shapes); --time-dim D:
-     * bench_dim's (head dim 64, 128 or 256); --match TEXT: the checks whose name holds TEXT only. */
+     * bench_dim's (head dim 64, 128 or 256); --time-paged: bench_paged's (the paged source);
+     * --match TEXT: the checks whose name holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
     const bool bench_only = argc > 1 && std::strcmp(argv[1], "--bench-only") == 0;
     const bool do_bench = argc == 1 || bench_only;
     if (argc > 1 && std::strcmp(argv[1], "--time") == 0) {
         bench_tiles();
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--time-paged") == 0) {
+        bench_paged();
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--time-dim") == 0) {

@@ -129,7 +129,9 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
     }
     const double flops = (causal ? 1.0 : 2.0) * H * sq * (dqk + D);
     char sched[48] = "";
-    if (g_persistent >= 0 || g_band > 0) {
+    if (page > 0) {
+        std::snprintf(sched, sizeof sched, " %s", g_last_src == kPagedRing ? "ring" : "tile");
+    } else if (g_persistent >= 0 || g_band > 0) {
         std::snprintf(sched, sizeof sched, " %s band%d", g_persistent == 0 ? "grid" : "persistent",
                       g_band);
     }
@@ -137,11 +139,12 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
         std::snprintf(sched + std::strlen(sched), sizeof sched - std::strlen(sched), " %s",
                       g_last_dynamic ? "dynamic" : "rounds");
     }
+    char pg[16] = "";
+    if (page > 0) {
+        std::snprintf(pg, sizeof pg, " paged%d", page);
+    }
     std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant],
-                page == 16 ? " paged16"
-                : page > 0 ? " paged"
-                           : "",
+                causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant], pg,
                 1 << ps, sched, med, flops / med / 1e9);
     cudaFree(dpi);
     cudaFree(dpx);
@@ -240,6 +243,27 @@ static void bench_dim(int dqk) {
             }
         }
         bench_lens(true, varlen_mix(), "varlen64", 32, 8, dqk, 2);
+    }
+}
+
+/* --time-paged: the paged source on both its kernels (kPagedTile, kPagedRing), the dispatched
+ * mode and packing, three rounds: B4 S4096 H32/8 D128 causal and not on page 16 (fav-bench's
+ * paged row), causal on pages 32 and 64, D64 causal on page 16, and the varlen mix causal D128 on
+ * page 16; the ragged source's causal D128 beside them. */
+static void bench_paged() {
+    for (int round = 0; round < 3; ++round) {
+        for (int src : {0, 1}) { /* g_persistent: kPagedTile, kPagedRing */
+            g_persistent = src;
+            for (bool causal : {true, false}) {
+                bench(causal, 4, 32, 8, 128, 2, 16);
+            }
+            bench(true, 4, 32, 8, 128, 2, 32);
+            bench(true, 4, 32, 8, 128, 2, 64);
+            bench(true, 4, 32, 8, 64, 2, 16);
+            bench_lens(true, varlen_mix(), "varlen64", 32, 8, 128, 2, 16);
+        }
+        g_persistent = -1;
+        bench(true, 4, 32, 8, 128, 2);
     }
 }
 

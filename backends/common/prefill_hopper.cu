@@ -140,7 +140,7 @@ template <int kD>
 int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan, CUtensorMap *mk,
                    CUtensorMap *mv) {
     using G = ap_hopper::Geo<kD>;
-    using GP = ap_hopper::Geo<kD, true>; /* the paged kernels' geometry (their K/V tiles) */
+    using GP = ap_hopper::Geo<kD, ap_hopper::kPagedTile>; /* both paged kernels' K/V tiles */
     const int hkv = p->num_kv_heads;
     if (p->kv_indptr == NULL) {
         return ap_hopper::make_paged_map(mk, p->k_pages, hkv, p->page_size, kD, GP::kKeys) != 0 ||
@@ -173,7 +173,7 @@ ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_pre
     return kp;
 }
 
-template <typename T, int kMode, int kD, bool kPaged>
+template <typename T, int kMode, int kD, int kPaged>
 ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
                         cudaStream_t stream, const char *who, ap_msgbuf *msg) {
     static std::atomic<uint64_t> ready{0};
@@ -188,7 +188,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    if (kPaged) {
+    if (kPaged != ap_hopper::kRagged) {
         kp.kv_indptr = p->kv_page_indptr;
         kp.kv_page_indices = p->kv_page_indices;
         kp.kv_last_page_len = p->kv_last_page_len;
@@ -221,7 +221,7 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
     }
-    const dim3 grid = ap_hopper::launch_schedule(kp, kD, false);
+    const dim3 grid = ap_hopper::launch_schedule(kp, kD, ap_hopper::kRagged);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
@@ -244,17 +244,24 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
         if (p->head_dim_qk == 192) return hopper_launch_f8<T, 192>(p, plan, stream, who, msg);
         return hopper_launch_f8<T, 128>(p, plan, stream, who, msg);
     }
-    if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192, false>(p, plan, stream, who, msg);
+    using namespace ap_hopper;
+    if (p->head_dim_qk == 192) return hopper_launch<T, 2, 192, kRagged>(p, plan, stream, who, msg);
     if (p->head_dim_qk == 256)
-        return hopper_launch<T, kHopperModeD256, 256, false>(p, plan, stream, who, msg);
+        return hopper_launch<T, kHopperModeD256, 256, kRagged>(p, plan, stream, who, msg);
+    // the paged source (hopper_check: head dims 128 and 64): its kernel by paged_source
+    const bool ring = p->kv_indptr == NULL &&
+                      paged_source(p->page_size, plan_pack_shift(plan),
+                                   p->num_qo_heads / p->num_kv_heads, p->head_dim_qk) == kPagedRing;
     if (p->head_dim_qk == 64) {
+        if (ring) return hopper_launch<T, kHopperMode, 64, kPagedRing>(p, plan, stream, who, msg);
         if (p->kv_indptr == NULL)
-            return hopper_launch<T, kHopperMode, 64, true>(p, plan, stream, who, msg);
-        return hopper_launch<T, kHopperMode, 64, false>(p, plan, stream, who, msg);
+            return hopper_launch<T, kHopperMode, 64, kPagedTile>(p, plan, stream, who, msg);
+        return hopper_launch<T, kHopperMode, 64, kRagged>(p, plan, stream, who, msg);
     }
+    if (ring) return hopper_launch<T, kHopperMode, 128, kPagedRing>(p, plan, stream, who, msg);
     if (p->kv_indptr == NULL)
-        return hopper_launch<T, kHopperMode, 128, true>(p, plan, stream, who, msg);
-    return hopper_launch<T, kHopperMode, 128, false>(p, plan, stream, who, msg);
+        return hopper_launch<T, kHopperMode, 128, kPagedTile>(p, plan, stream, who, msg);
+    return hopper_launch<T, kHopperMode, 128, kRagged>(p, plan, stream, who, msg);
 }
 
 } // namespace

@@ -58,6 +58,12 @@ constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
 #ifndef AP_HOPPER_QBUF
 #define AP_HOPPER_QBUF 2
 #endif
+/* The K/V source a kernel is built for (its kPaged template argument): the ragged rows (kRagged),
+ * or a paged cache, either with one CTA per work tile (kPagedTile: one Q buffer, the V ring as
+ * deep as the K ring) or on the ragged source's machinery (kPagedRing: two Q buffers and the V
+ * ring AP_HOPPER_QBUF_VSTAGES deep at head dim 128, the persistent grid with GQA, the scheduler
+ * warp, the producer's TileDesc and the merged consumers). paged_source picks one per launch. */
+constexpr int kRagged = 0, kPagedTile = 1, kPagedRing = 2;
 #ifndef AP_HOPPER_QBUF_VSTAGES
 #define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
 #endif
@@ -77,12 +83,12 @@ constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
  * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 stages of 48 KB (192-key tiles; 2 x 16 +
- * 4 x 48), paged 3 of 32 KB (16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB (64
- * + 2 x 80 KB). kOneQ: the paged source's kernels, whose CTA takes one work tile: one Q buffer and
- * the K ring's depth for V whatever AP_HOPPER_QBUF says (a second Q buffer would only cost a V
- * stage: H100, 2026-11-27, paged16 causal / non-causal 2.1-2.4% slower with it), and at kD 64
- * 128-key tiles in kStages stages (192-key tiles ran paged16 non-causal 4.6% slower, causal 0.7%
- * faster). */
+ * 4 x 48), paged 3 of 32 KB (2 x 16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB
+ * (64 + 2 x 80 KB). kSrc: the kernel's K/V source (kRagged, kPagedTile, kPagedRing). The paged
+ * ones take 128-key tiles in kStages stages at kD 64 too (192-key tiles ran paged16 non-causal
+ * 4.6% slower, causal 0.7% faster); kPagedTile one Q buffer and the K ring's depth for V (its CTA
+ * takes one work tile: a second Q buffer would only cost a V stage, H100, 2026-11-27, paged16
+ * causal / non-causal 2.1-2.4% slower with it). */
 /* The rows of a paged source's TMA box at most for K/V tiles of `keys` (a page, or this much of a
  * larger one): the largest power of two <= 128 dividing keys, so a tile's boxes never straddle its
  * end. The kernel (Geo::kPageBox) and the maps (make_paged_map) take it from here. */
@@ -90,13 +96,13 @@ constexpr int page_box(int keys) {
     return keys % 128 == 0 ? 128 : keys % 64 == 0 ? 64 : keys % 32 == 0 ? 32 : 16;
 }
 
-template <int kD, bool kOneQ = false> struct Geo {
+template <int kD, int kSrc = kRagged> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
     /* keys per K/V tile: 128; AP_HOPPER_D256_KEYS (80) at kD 256 (Q takes 64 KB);
      * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source */
-    static constexpr int kKeys = kD == 256            ? AP_HOPPER_D256_KEYS
-                                 : kD == 64 && !kOneQ ? AP_HOPPER_D64_KEYS
-                                                      : 128;
+    static constexpr int kKeys = kD == 256                     ? AP_HOPPER_D256_KEYS
+                                 : kD == 64 && kSrc == kRagged ? AP_HOPPER_D64_KEYS
+                                                               : 128;
     static constexpr int kPageBox = page_box(kKeys); /* a paged source's box rows at most */
     static constexpr int kChunks = kD / 64;
     static constexpr int kVChunks = kDv / 64;
@@ -107,16 +113,17 @@ template <int kD, bool kOneQ = false> struct Geo {
     static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
     static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
     static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 64 && !kOneQ      ? AP_HOPPER_D64_STAGES
-                                : kD == 128 || kD == 64 ? kStages
-                                                        : 2; /* the K ring's depth */
+    static constexpr int kStg = kD == 64 && kSrc == kRagged ? AP_HOPPER_D64_STAGES
+                                : kD == 128 || kD == 64     ? kStages
+                                                            : 2; /* the K ring's depth */
     /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
      * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
      * 32 + 3 x 64); kD 256 and 192 keep one (their rings have no stage to spare). */
-    static constexpr int kQBufs = AP_HOPPER_QBUF && !kOneQ && (kD == 128 || kD == 64) ? 2 : 1;
+    static constexpr int kQBufs =
+        AP_HOPPER_QBUF && kSrc != kPagedTile && (kD == 128 || kD == 64) ? 2 : 1;
     static constexpr int kVStg =
-        AP_HOPPER_QBUF && !kOneQ && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
+        AP_HOPPER_QBUF && kSrc != kPagedTile && kD == 128 && AP_HOPPER_QBUF_VSTAGES < kStg
             ? AP_HOPPER_QBUF_VSTAGES
             : kStg;
     static constexpr int kSmem =
@@ -197,7 +204,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_
 /* S = Q K^T over a K tile: its kKeys keys (64, 80, 128 or 192: one n64, n80, n128 or n192 wgmma
  * a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
  * rest untouched). The merged consumers instantiate the half forms at every head dim; only
- * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kOneQ>). */
+ * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kSrc>). */
 template <typename T, class G, bool kHalf = false>
 __device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, const uint8_t *k) {
     constexpr int kD = G::kChunks * 64;
@@ -298,7 +305,7 @@ template <bool kAll = false> __device__ __forceinline__ TileDesc desc_load(const
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
  * n_blocks: K/V tiles of kKeys. */
-template <bool kPaged, int kKeys>
+template <int kPaged, int kKeys>
 __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
     const Item it = p.items[item];
     Shape sh;
@@ -306,7 +313,7 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
     sh.q_len = p.qo_indptr[it.seq + 1] - sh.q_start;
     sh.kv_start = p.kv_indptr[it.seq];
     sh.kv_len = p.kv_indptr[it.seq + 1] - sh.kv_start;
-    if constexpr (kPaged) {
+    if constexpr (kPaged != kRagged) {
         sh.kv_len =
             sh.kv_len > 0 ? ((sh.kv_len - 1) << p.page_shift) + p.kv_last_page_len[it.seq] : 0;
     }
@@ -654,16 +661,17 @@ inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group) {
  * round, 4 sequences without GQA (H32/32) had every CTA of a round stream its own K/V past L2
  * (366 TFLOP/s; 484 in bands; 571 with one CTA per tile, which use_persistent keeps for them). A
  * static order: no counter to reset between calls, so a captured graph replays it as it is. */
-constexpr int kBandKv = 8;
-/* Params.band_kv for a launch of this packing: kBandKv unpacked; packed, bands of one K/V head.
- * A packed tile holds a whole group, so bands of 8 K/V heads put every sequence's K/V of 8 heads
- * in flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one keep all CTAs on
- * one head's K/V (DRAM reads of B4 S4096 260 MB against 1000). H100, 2026-11-27, causal H32/8
- * D128 persistent, two rounds of one call, TFLOP/s, bands of 1 / 8: the varlen mix 437 / 445
- * against 325 / 324, B16 S4096 536 / 521 against 410 / 411. Either grows where a band would hold
- * fewer tiles than the grid has CTAs (ap_hopper_band_kv). */
-inline int band_kv_for(int pack_shift, int num_items, int grid, int group_slots) {
-    return ap_hopper_band_kv(pack_shift > 0 ? 1 : kBandKv, num_items, grid, group_slots);
+/* Params.band_kv for a launch: bands of one K/V head, packed or not (grown where a band would hold
+ * fewer tiles than the grid has CTAs: ap_hopper_band_kv), so a round's CTAs share one head's K/V.
+ * A packed tile holds a whole group: bands of 8 K/V heads put every sequence's K/V of 8 heads in
+ * flight at once (B16 S4096: the K/V of 16 sequences past L2); bands of one read B4 S4096's K/V
+ * from DRAM 260 MB against 1000 (H100, 2026-11-27, causal H32/8 D128 packed, TFLOP/s, bands of
+ * 1 / 8: the varlen mix 437 / 325, B16 S4096 536 / 410). One head per tile took bands of 8 until
+ * 2026-11-28 (bench/results/2026-11-28-h100.md, call 102, medians, 8 / 1): causal B4 S4096 D128
+ * 607 / 627 and 600 / 620, B16 S4096 535 / 566, paged16 472 / 491, D64 400 / 399 and 371 / 383,
+ * non-causal D128 631 / 617 and 623 / 642 (within its spread). */
+inline int band_kv_for(int num_items, int grid, int group_slots) {
+    return ap_hopper_band_kv(1, num_items, grid, group_slots);
 }
 
 /* The CTA's work tile at round r or, where that round has none for it (a band's last round), the
@@ -687,15 +695,15 @@ __device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int 
 #include "prefill_hopper_merge.cuh" /* the consumers with merged tile boundaries */
 
 /* Whether the kernel (kD, kMode, kPaged) has the scheduler warp (scheduler_loop): the merged
- * consumers (two Q buffers, the ragged source, kMode 1 / 2) with the producer's TileDesc, which
- * carries every tile to them. */
-template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool sched_built() {
-    return kTileDesc && AP_HOPPER_QBUF >= 2 && kMode != 0 && !kPaged && Geo<kD>::kQBufs == 2;
+ * consumers (two Q buffers: the ragged source or kPagedRing, kMode 1 / 2) with the producer's
+ * TileDesc, which carries every tile to them. */
+template <int kD, int kMode, int kPaged> __host__ __device__ constexpr bool sched_built() {
+    return kTileDesc && AP_HOPPER_QBUF >= 2 && kMode != 0 && Geo<kD, kPaged>::kQBufs == 2;
 }
 
 /* Whether the kernel can run the dynamic schedule (use_dynamic decides per launch; the runtime
  * option `fa_varlen.schedule: rounds` turns it off): its scheduler warp claims the tiles. */
-template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool dynamic_built() {
+template <int kD, int kMode, int kPaged> __host__ __device__ constexpr bool dynamic_built() {
     return kPersistent && sched_built<kD, kMode, kPaged>();
 }
 
@@ -706,7 +714,7 @@ template <int kD, int kMode, bool kPaged> __host__ __device__ constexpr bool dyn
  * the launch came before the last count). The host takes this schedule only for plans without a
  * tile of no K/V tile (use_dynamic): the consumers learn their tiles from the producer's TileDesc
  * alone, and such a tile would have no Q load to carry it. */
-template <bool kPaged, int kKeys>
+template <int kPaged, int kKeys>
 __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
     const int slots = p.num_qo_heads >> p.pack_shift;
     for (;;) {
@@ -732,7 +740,7 @@ __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
  * shape; false past the last. Tiles without (n_blocks <= 0) load nothing: the consumers write
  * zeros and -inf for them without waiting, or (not a tile start) skip them. kDynamic:
  * claim_load's tile instead (r: the CTA's count of loaded tiles). */
-template <bool kPaged, int kKeys, bool kDynamic = false>
+template <int kPaged, int kKeys, bool kDynamic = false>
 __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape &sh) {
     if constexpr (kDynamic) {
         return claim_load<kPaged, kKeys>(p, h, sh);
@@ -755,11 +763,11 @@ __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape
  * schedule's claim there cost the varlen mix 5% and B4 S4096 1.5%; the lookup moved after a
  * tile's first K/V loads cost the dense shapes 2-4%). kDynamic: claim_load's tiles, else the
  * rounds'. */
-template <int kD, bool kDynamic>
+template <int kD, int kPaged, bool kDynamic>
 __device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
     TileDesc d = {0, 0, {}};
     for (int n = 0;; ++n) {
-        const bool have = next_load<false, Geo<kD>::kKeys, kDynamic>(p, d.r, d.h, d.sh);
+        const bool have = next_load<kPaged, Geo<kD, kPaged>::kKeys, kDynamic>(p, d.r, d.h, d.sh);
         const int s = n % kSchedSlots;
         bar_wait(&b->s_empty[s], ((n / kSchedSlots) & 1) ^ 1);
         desc_store(&b->sched[s], have ? d : TileDesc{-1, 0, {}});
@@ -771,23 +779,32 @@ __device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
     }
 }
 
-template <int kD, int kMode>
+template <int kD, int kMode, int kPaged>
 __device__ __forceinline__ void scheduler_loop(Bars *b, const Params &p) {
-    if constexpr (dynamic_built<kD, kMode, false>()) {
+    if constexpr (dynamic_built<kD, kMode, kPaged>()) {
         if (p.queue_items > 0) {
-            scheduler_tiles<kD, true>(b, p);
+            scheduler_tiles<kD, kPaged, true>(b, p);
             return;
         }
     }
-    scheduler_tiles<kD, false>(b, p);
+    scheduler_tiles<kD, kPaged, false>(b, p);
 }
 
-/* The scheduler's n-th tile (r < 0: the end); its slot goes back once read. */
-__device__ __forceinline__ TileDesc sched_take(Bars *b, int n) {
+/* The scheduler's n-th tile (r < 0: the end); its slot goes back once read. kWarp: taken by the
+ * paged source's producer warp, every lane reading it and lane 0 giving the slot back after the
+ * warp's reads. */
+template <bool kWarp = false> __device__ __forceinline__ TileDesc sched_take(Bars *b, int n) {
     const int s = n % kSchedSlots;
     bar_wait(&b->s_full[s], (n / kSchedSlots) & 1);
     const TileDesc d = desc_load<true>(&b->sched[s]);
-    bar_arrive(&b->s_empty[s]); /* after the loads (release) */
+    if constexpr (kWarp) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) {
+            bar_arrive(&b->s_empty[s]);
+        }
+    } else {
+        bar_arrive(&b->s_empty[s]); /* after the loads (release) */
+    }
     return d;
 }
 
@@ -797,17 +814,17 @@ __device__ __forceinline__ TileDesc sched_take(Bars *b, int n) {
  * buffers (the ragged source) the next tile's Q goes out kQLead K/V tiles before this one's
  * last (produce). kSched: the tiles come from the scheduler warp (sched_take), else the producer
  * finds them (next_load). */
-template <int kD, bool kPaged, bool kSched>
+template <int kD, int kPaged, bool kSched>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p) {
     constexpr int kKeys = Geo<kD, kPaged>::kKeys;
-    constexpr bool kAhead = !kPaged && Geo<kD>::kQBufs == 2;
+    constexpr bool kAhead = Geo<kD, kPaged>::kQBufs == 2;
     int ring = 0, qn = 0;
     TileDesc cur = {0, 0, {}};
     bool have = false, q_done = false;
     if constexpr (kSched) { /* the scheduler's tile n is Q load n: every one has K/V tiles */
-        cur = sched_take(b, 0);
+        cur = sched_take<kPaged != kRagged>(b, 0);
         have = cur.r >= 0;
     } else {
         have = next_load<kPaged, kKeys>(p, cur.r, cur.h, cur.sh);
@@ -816,14 +833,14 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         TileDesc next = {cur.r + 1, 0, {}};
         bool have2 = false;
         if constexpr (kSched) {
-            next = sched_take(b, qn + 1);
+            next = sched_take<kPaged != kRagged>(b, qn + 1);
             have2 = next.r >= 0;
         } else {
             have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
         }
-        if constexpr (kPaged) {
-            const int h0 = cur.h << p.pack_shift; /* the tile's first query head */
-            produce_paged<kD>(tq, tk, tv, sq, sk, sv, b, p, cur.sh, h0, h0 / p.group, ring, qn);
+        if constexpr (kPaged != kRagged) {
+            produce_paged<kD, kPaged>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done,
+                                      kAhead && have2, next);
         } else {
             produce<kD>(tq, tk, tv, sq, sk, sv, b, cur, p.pack_shift, p.group, ring, qn, q_done,
                         kAhead && have2, next);
@@ -836,11 +853,14 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
     }
     if constexpr (kAhead && kTileDesc) {
         /* the end: Q load qn's slot says so (r = -1), published by a bare arrival on its q_full
-         * (no Q tile); the merged consumers' last lookahead waits for it */
-        const int qb = qn % 2;
-        bar_wait(&b->q_empty[qb], ((qn / 2) & 1) ^ 1);
-        desc_store(&b->desc[qb], TileDesc{-1, 0, {}});
-        bar_arrive(&b->q_full[qb]);
+         * (no Q tile); the merged consumers' last lookahead waits for it. The paged source's
+         * warp: lane 0. */
+        if (!kPaged || threadIdx.x == 0) {
+            const int qb = qn % 2;
+            bar_wait(&b->q_empty[qb], ((qn / 2) & 1) ^ 1);
+            desc_store(&b->desc[qb], TileDesc{-1, 0, {}});
+            bar_arrive(&b->q_full[qb]);
+        }
     }
 }
 
@@ -849,7 +869,7 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
  * warpgroup hands the turn to the other, across tiles too, so one's epilogue runs under the
  * other's GEMMs; warpgroup 0's final wait takes warpgroup 1's last hand-over, so every named
  * barrier arrival is matched before the CTA exits. */
-template <typename T, int kMode, int kD, bool kPaged, class Q = QSmem<T, kD, kPaged>>
+template <typename T, int kMode, int kD, int kPaged, class Q = QSmem<T, kD, kPaged>>
 __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *sk,
                                               const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
@@ -920,7 +940,7 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
  * buffer, so a tile's Q is in shared memory before its first S. A tile with no key
  * tile (n_blocks 0) loads nothing and is skipped by both sides alike, since both derive n_blocks
  * from the same plan item. */
-template <typename T, int kMode, int kD = 128, bool kPaged = false>
+template <typename T, int kMode, int kD = 128, int kPaged = kRagged>
 __global__ void __launch_bounds__(kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
@@ -928,13 +948,13 @@ __global__ void __launch_bounds__(kThreads, 1)
                           const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ uint8_t smem_raw[];
-    using G = Geo<kD, kPaged>; /* the paged kernels: one Q buffer (Geo) */
+    using G = Geo<kD, kPaged>;
     uint8_t *sq = smem_base(smem_raw);
     uint8_t *sk = sq + G::kQBufs * G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
     if (threadIdx.x == 0) {
-        bars_init(b, G::kStg, 1);
+        bars_init(b, G::kStg > G::kVStg ? G::kStg : G::kVStg, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -945,10 +965,10 @@ __global__ void __launch_bounds__(kThreads, 1)
          * persistent loop: the paged producer warp spilled at 24. */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         constexpr bool kSched = sched_built<kD, kMode, kPaged>();
-        if (threadIdx.x < (kPaged ? 32 : 1)) {
+        if (threadIdx.x < (kPaged != kRagged ? 32 : 1)) {
             producer_loop<kD, kPaged, kSched>(&tq, &tk, &tv, sq, sk, sv, b, p);
         } else if (kSched && threadIdx.x == 32) {
-            scheduler_loop<kD, kMode>(b, p);
+            scheduler_loop<kD, kMode, kPaged>(b, p);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -959,14 +979,30 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 #include "prefill_hopper_f8.cuh" /* fp8 K/V: its Q operand, producer, converters and kernel */
 
-/* Whether a launch takes the persistent grid (kPersistent builds only): the ragged source with
- * head dims 128 and 64 and GQA (group >= 2). H100, 2026-11-26, hopper_prefill_check, ping-pong
- * consumers in one call: causal B4 S4096 H32/8 D128 569.6 TFLOP/s persistent against 565.0 with
- * one CTA per tile, D64 387.8 against 351.3; fav-bench's varlen mix 436 against 363 (156d4fb).
- * One CTA per tile stays ahead without GQA (H32/32: 571 against 484 even in bands), for MLA's
- * 192/128 (616 against 381), the paged source (506 / 496) and D256 (651 / 641). */
-inline bool use_persistent(int head_dim_qk, bool paged, int group) {
-    return kPersistent && !paged && (head_dim_qk == 128 || head_dim_qk == 64) && group >= 2;
+/* Whether a launch takes the persistent grid (kPersistent builds only): the ragged source and
+ * kPagedRing (src) with head dims 128 and 64 and GQA (group >= 2). H100, 2026-11-26,
+ * hopper_prefill_check, ping-pong consumers in one call: causal B4 S4096 H32/8 D128 569.6 TFLOP/s
+ * persistent against 565.0 with one CTA per tile, D64 387.8 against 351.3; fav-bench's varlen mix
+ * 436 against 363 (156d4fb). One CTA per tile stays ahead without GQA (H32/32: 571 against 484
+ * even in bands), for MLA's 192/128 (616 against 381) and D256 (651 / 641). */
+inline bool use_persistent(int head_dim_qk, int src, int group) {
+    return kPersistent && src != kPagedTile && (head_dim_qk == 128 || head_dim_qk == 64) &&
+           group >= 2;
+}
+
+/* The kernel for a paged launch (page_size a power of two >= 8, its pack_shift, group and head
+ * dim): kPagedRing where the persistent grid serves it (use_persistent) and it runs head dim 64
+ * (whose ring keeps 3 V stages beside the two Q buffers), pages of 32 keys or more, or packed
+ * tiles; else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100.md, call 103, bands of
+ * one K/V head, causal H32/8 D128 unless said, medians of six, TFLOP/s, tile / ring): B4 S4096
+ * page 32 556 / 596, page 64 580 / 603, D64 page 16 341 / 353, the varlen mix on page 16 (packed)
+ * 381 / 399; but B4 S4096 page 16 one head per tile 500 / 505 and non-causal 534 / 513: there the
+ * ring's 2 V stages (against the tile kernel's 3) are too few for tiles of 8 small page boxes. */
+inline int paged_source(int page_size, int pack_shift, int group, int head_dim_qk) {
+    return use_persistent(head_dim_qk, kPagedRing, group) &&
+                   (head_dim_qk == 64 || page_size >= 32 || pack_shift > 0)
+               ? kPagedRing
+               : kPagedTile;
 }
 
 /* The grid of a launch over num_items plan items and `heads` query heads: (items, heads), or
@@ -991,12 +1027,11 @@ inline dim3 launch_grid(int num_items, int heads, bool persistent) {
 /* A launch's schedule, from its Params (items, heads, group, pack_shift): Params.persistent
  * (use_persistent's rule, or `force` 0 / 1), the grid over the items and head slots, and
  * Params.band_kv for that grid. */
-inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = -1) {
-    const bool persistent = force < 0 ? use_persistent(head_dim_qk, paged, p.group) : force > 0;
+inline dim3 launch_schedule(Params &p, int head_dim_qk, int src, int force = -1) {
+    const bool persistent = force < 0 ? use_persistent(head_dim_qk, src, p.group) : force > 0;
     p.persistent = persistent ? 1 : 0;
     const dim3 grid = launch_grid(p.num_items, p.num_qo_heads >> p.pack_shift, persistent);
-    p.band_kv =
-        band_kv_for(p.pack_shift, p.num_items, static_cast<int>(grid.x), p.group >> p.pack_shift);
+    p.band_kv = band_kv_for(p.num_items, static_cast<int>(grid.x), p.group >> p.pack_shift);
     return grid;
 }
 
@@ -1011,7 +1046,7 @@ inline dim3 launch_schedule(Params &p, int head_dim_qk, bool paged, int force = 
  * head per tile 613 / 598 and packed 615 / 591, D64 packed 371 / 348; through fa_varlen the
  * varlen mix 489-502 / 518-519. ncu of the varlen mix on the rounds had put 4.4% of the SMs' time
  * idle at the kernel's end. */
-template <int kD, int kMode, bool kPaged>
+template <int kD, int kMode, int kPaged>
 inline void use_dynamic(Params &p, int32_t *tile_counter, int32_t min_kv_tiles, bool any = false) {
     p.tile_counter = tile_counter;
     p.queue_items = 0;

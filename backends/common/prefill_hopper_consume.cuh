@@ -45,47 +45,47 @@ __device__ __forceinline__ void state_init(float (&o)[kN], float (&m)[2], float 
     l[0] = l[1] = 0.f;
 }
 
-template <typename T, bool kSplitN, int kD, bool kOneQ = false>
+template <typename T, bool kSplitN, int kD, int kSrc = kRagged>
 __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const uint8_t *sq,
                                         const uint8_t *sk, const uint8_t *sv, Bars *b, int h,
                                         int ring, int qn) {
-    constexpr int kStg = Geo<kD, kOneQ>::kStg, kVStg = Geo<kD, kOneQ>::kVStg,
-                  kQBufs = Geo<kD, kOneQ>::kQBufs;
+    constexpr int kStg = Geo<kD, kSrc>::kStg, kVStg = Geo<kD, kSrc>::kVStg,
+                  kQBufs = Geo<kD, kSrc>::kQBufs;
     const int wg = threadIdx.x / 128 - 1;
     const int lane = threadIdx.x % 32;
     const int rw = wg * 64 + (threadIdx.x % 128 / 32) * 16 + lane / 4; /* row in the tile */
     const int qb = qn % kQBufs;
-    float o[Geo<kD, kOneQ>::kOn], m[2], l[2];
+    float o[Geo<kD, kSrc>::kOn], m[2], l[2];
     state_init(o, m, l);
     if (sh.n_blocks > 0) {
         bar_wait(&b->q_full[qb], (qn / kQBufs) & 1);
     }
-    const uint8_t *q = sq + qb * Geo<kD, kOneQ>::kQBytes + wg * 64 * 128;
+    const uint8_t *q = sq + qb * Geo<kD, kSrc>::kQBytes + wg * 64 * 128;
     for (int i = 0; i < sh.n_blocks; ++i) {
         const int s = (ring + i) % kStg;
         const uint32_t ph = ((ring + i) / kStg) & 1;
         const int vs = (ring + i) % kVStg;
         const uint32_t vph = ((ring + i) / kVStg) & 1;
         const int n = sh.n_blocks - 1 - i;
-        float sc[Geo<kD, kOneQ>::kSn];
+        float sc[Geo<kD, kSrc>::kSn];
         bar_wait(&b->k_full[s], ph);
         wg_fence();
-        qk_gemm<T, Geo<kD, kOneQ>>(sc, q, sk + s * Geo<kD, kOneQ>::kKBytes);
+        qk_gemm<T, Geo<kD, kSrc>>(sc, q, sk + s * Geo<kD, kSrc>::kKBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->k_empty[s]);
         if (i == sh.n_blocks - 1) {
             release_stage(&b->q_empty[qb]);
         }
-        if (pipe_needs_mask<Geo<kD, kOneQ>::kKeys>(p, sh, n)) {
+        if (pipe_needs_mask<Geo<kD, kSrc>::kKeys>(p, sh, n)) {
             mask_tile(sc, sh, p, n, rw, lane);
         }
-        uint32_t pf[Geo<kD, kOneQ>::kPk][4];
+        uint32_t pf[Geo<kD, kSrc>::kPk][4];
         const float sl2[2] = {p.scale_log2, p.scale_log2};
         softmax_tile<T>(sc, o, m, l, pf, sl2);
         bar_wait(&b->v_full[vs], vph);
         wg_fence();
-        pv_gemm<T, kSplitN>(o, pf, sv + vs * Geo<kD, kOneQ>::kVBytes);
+        pv_gemm<T, kSplitN>(o, pf, sv + vs * Geo<kD, kSrc>::kVBytes);
         wg_commit();
         wg_wait0();
         release_stage(&b->v_empty[vs]);
@@ -99,8 +99,8 @@ __device__ __forceinline__ void consume(const Params &p, const Shape &sh, const 
  * and the epilogue's scales (sl2 / ms / os: softmax_stats, epilogue); load() runs once per work
  * tile after q_full; qk() issues one S GEMM against a K stage. G: the ring's geometry; PT: the
  * type of P and V in P V. */
-template <typename T, int kD, bool kOneQ = false> struct QSmem {
-    using G = Geo<kD, kOneQ>;
+template <typename T, int kD, int kSrc = kRagged> struct QSmem {
+    using G = Geo<kD, kSrc>;
     using PT = T;
     const uint8_t *q;
     float sl2[2], ms[2], os;

@@ -132,7 +132,7 @@ __device__ __forceinline__ TileDesc next_desc(Bars *b, int qn_next) {
  * d.r = -1 matches no round). The dynamic schedule (Params.queue_items, claim_load): the
  * producer's rounds are its count of loaded tiles, so every tile's TileDesc is round r + 1, and
  * at the end's marker tile_at finds no tile (num_items is 0 there). */
-template <bool kPaged, int kKeys>
+template <int kPaged, int kKeys>
 __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int qn_next, int &r2,
                                           int &h2, Shape &sh2) {
     const TileDesc d = kTileDesc ? next_desc(b, qn_next) : TileDesc{-1, 0, {}};
@@ -156,7 +156,7 @@ __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int q
  * ends in pipe_boundary, which also starts the next one (`primed`). Both warpgroups take the same
  * tiles and merge the same boundaries (from the same plan items), so the ping-pong turns stay
  * matched: a tile of nb K/V tiles takes nb turns, plus one for the last tile's P V. */
-template <typename T, bool kPingPong, bool kPaged, class Q, class G = typename Q::G>
+template <typename T, bool kPingPong, int kPaged, class Q, class G = typename Q::G>
 __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const uint8_t *sk,
                                                      const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
@@ -166,15 +166,15 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
     uint32_t pf[G::kPk][4];
     Q q;
     q.init(p);
-    static_assert(!kPaged && G::kQBufs == 2, "the producer's TileDesc: two Q buffers, ragged");
+    static_assert(G::kQBufs == 2, "the producer's TileDesc: two Q buffers");
     int ring = 0, qn = 0, h = 0, r = 0;
     bool primed = false; /* this tile's first S and softmax ran in the previous one's boundary */
     bool half = false;   /* this tile's first K tile is a half one (pipe_half) */
     /* the ping-pong consumers of the default build only: the overlapped ones and the 2-stage or
      * non-persistent builds ran out of registers for the half stages (ptxas C7511 serialized
      * every wgmma of the kernel) */
-    constexpr bool kHalfOn = AP_HOPPER_HALF != 0 && G::kDv == 128 && G::kKeys == 128 && kPingPong &&
-                             kPersistent && kStages >= 3;
+    constexpr bool kHalfOn = AP_HOPPER_HALF != 0 && kPaged == kRagged && G::kDv == 128 &&
+                             G::kKeys == 128 && kPingPong && kPersistent && kStages >= 3;
     /* Each tile's place and shape are found once: the lookahead that decides the boundary hands
      * them to the next iteration (found twice, the integer division and the dependent loads of
      * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:

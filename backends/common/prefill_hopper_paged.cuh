@@ -38,12 +38,12 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
  * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
  * masked P of 0 times a never-written (NaN) V would still poison O. */
-template <int kD>
+template <int kD, int kPaged>
 __device__ __forceinline__ void
 produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
                    int s, uint32_t ph, int vs, uint32_t vph, const Params &p, const Shape &sh,
                    int n, int hk, int lane) {
-    using G = Geo<kD, true>; /* one Q buffer: a paged CTA takes one work tile */
+    using G = Geo<kD, kPaged>;
     const int box = min(G::kPageBox, 1 << p.page_shift);
     const int pos = n * G::kKeys + lane * box;
     const int valid = lane * box < G::kKeys ? max(0, min(box, sh.kv_len - pos)) : 0;
@@ -94,23 +94,38 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
     }
 }
 
-/* The producer warp over a paged source: the tile's Q (lane 0), then its K/V tiles from the last
- * down, at ring position `ring` (the CTA's K/V tiles so far); qn: the CTA's Q loads so far. */
-template <int kD>
-__device__ __forceinline__ void produce_paged(const CUtensorMap *tq, const CUtensorMap *tk,
-                                              const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
-                                              uint8_t *sv, Bars *b, const Params &p,
-                                              const Shape &sh, int h, int hk, int ring, int qn) {
-    using G = Geo<kD, true>; /* one Q buffer: a paged CTA takes one work tile */
+/* The producer warp over a paged source, one work tile (cur: its round, head slot and shape):
+ * its Q by lane 0 (unless q_done: the previous tile's loads issued it), then its K/V tiles from
+ * the last down, at ring position `ring` (the CTA's K/V tiles so far); qn: the CTA's Q loads so
+ * far. With two Q buffers (kPagedRing) as produce does for the ragged source: has_next, next (the
+ * CTA's next work tile with K/V tiles) gets its Q in the other buffer before K/V tile
+ * n_blocks - kQLead (or the first) of this one, each Q load with its tile's TileDesc. */
+template <int kD, int kPaged>
+__device__ __forceinline__ void
+produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
+              uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const TileDesc &cur, int ring,
+              int qn, bool q_done = false, bool has_next = false, const TileDesc &next = {}) {
+    using G = Geo<kD, kPaged>;
+    constexpr bool kDesc = kTileDesc && G::kQBufs == 2;
+    const Shape &sh = cur.sh;
+    const int h = cur.h << p.pack_shift; /* the tile's first query head */
+    const int hk = h / p.group;
     const int lane = threadIdx.x % 32;
-    if (lane == 0) produce_q<kD, 1>(tq, sq, b, sh, h, qn);
+    if (lane == 0 && !q_done) {
+        produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
+    }
+    const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
+        if (lane == 0 && has_next && i == q_at) {
+            produce_q<kD, G::kQBufs>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
+                                     kDesc ? &next : nullptr);
+        }
         const int s = (ring + i) % G::kStg;
         const int vs = (ring + i) % G::kVStg; /* s without AP_HOPPER_QBUF */
-        produce_paged_tile<kD>(tk, tv, sk + s * G::kKBytes, sv + vs * G::kVBytes, b, s,
-                               (((ring + i) / G::kStg) & 1) ^ 1, vs,
-                               (((ring + i) / G::kVStg) & 1) ^ 1, p, sh, sh.n_blocks - 1 - i, hk,
-                               lane);
+        produce_paged_tile<kD, kPaged>(tk, tv, sk + s * G::kKBytes, sv + vs * G::kVBytes, b, s,
+                                       (((ring + i) / G::kStg) & 1) ^ 1, vs,
+                                       (((ring + i) / G::kVStg) & 1) ^ 1, p, sh,
+                                       sh.n_blocks - 1 - i, hk, lane);
     }
 }
 
