@@ -811,8 +811,8 @@ template <bool kWarp = false> __device__ __forceinline__ TileDesc sched_take(Bar
 /* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
  * last tile's (so the next tile's loads start while the consumers finish this one). With two Q
- * buffers (the ragged source) the next tile's Q goes out kQLead K/V tiles before this one's
- * last (produce). kSched: the tiles come from the scheduler warp (sched_take), else the producer
+ * buffers (the ragged source, kPagedRing) the next tile's Q goes out kQLead K/V tiles before
+ * this one's last (produce, produce_paged). kSched: the tiles come from the scheduler warp (sched_take), else the producer
  * finds them (next_load). */
 template <int kD, int kPaged, bool kSched>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
@@ -855,7 +855,7 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         /* the end: Q load qn's slot says so (r = -1), published by a bare arrival on its q_full
          * (no Q tile); the merged consumers' last lookahead waits for it. The paged source's
          * warp: lane 0. */
-        if (!kPaged || threadIdx.x == 0) {
+        if (kPaged == kRagged || threadIdx.x == 0) {
             const int qb = qn % 2;
             bar_wait(&b->q_empty[qb], ((qn / 2) & 1) ^ 1);
             desc_store(&b->desc[qb], TileDesc{-1, 0, {}});
