@@ -82,13 +82,13 @@ constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars
 
 /* The shapes by the Q/K head dim kD (128; 64 or 256, V as wide; 192, V 128): Q is kD / 64 column
  * chunks of kHalfBytes, a K tile kD / 64 chunks of kKeys 128-byte rows, a V tile kDv / 64. Rings:
- * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 stages of 48 KB (192-key tiles; 2 x 16 +
- * 4 x 48), paged 3 of 32 KB (2 x 16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles, 2 stages of 80 KB
- * (64 + 2 x 80 KB). kSrc: the kernel's K/V source (kRagged, kPagedTile, kPagedRing). The paged
- * ones take 128-key tiles in kStages stages at kD 64 too (192-key tiles ran paged16 non-causal
- * 4.6% slower, causal 0.7% faster); kPagedTile one Q buffer and the K ring's depth for V (its CTA
- * takes one work tile: a second Q buffer would only cost a V stage, H100, 2026-11-27, paged16
- * causal / non-causal 2.1-2.4% slower with it). */
+ * kD 192, 2 stages of 80 KB (48 + 2 x 80 KB); kD 64, 4 stages of 48 KB (192-key tiles; 2 x 16 + 4 x
+ * 48), paged 3 of 32 KB (16 + 3 x 32, kPagedRing 2 x 16 + 3 x 32); kD 256 (Q 64 KB), 80-key tiles,
+ * 2 stages of 80 KB (64 + 2 x 80 KB). kSrc: the kernel's K/V source (kRagged, kPagedTile,
+ * kPagedRing). The paged ones take 128-key tiles in kStages stages at kD 64 too (192-key tiles ran
+ * paged16 non-causal 4.6% slower, causal 0.7% faster); kPagedTile one Q buffer and the K ring's
+ * depth for V (its CTA takes one work tile: a second Q buffer would only cost a V stage, H100,
+ * 2026-11-27, paged16 causal / non-causal 2.1-2.4% slower with it). */
 /* The rows of a paged source's TMA box at most for K/V tiles of `keys` (a page, or this much of a
  * larger one): the largest power of two <= 128 dividing keys, so a tile's boxes never straddle its
  * end. The kernel (Geo::kPageBox) and the maps (make_paged_map) take it from here. */
@@ -128,6 +128,7 @@ template <int kD, int kSrc = kRagged> struct Geo {
             : kStg;
     static constexpr int kSmem =
         kQBufs * kQBytes + kStg * kKBytes + kVStg * kVBytes + 1024 + kBarsBytes;
+    static_assert(kVStg <= kStg, "bars_init sizes both rings' barriers by the K ring");
 };
 
 /* One CTA's work: an item of the kit's prefill plan (prefill_internal.h: sequence, first token,
@@ -202,9 +203,9 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t da, uint64_
 }
 
 /* S = Q K^T over a K tile: its kKeys keys (64, 80, 128 or 192: one n64, n80, n128 or n192 wgmma
- * a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into s[0..31] (the
- * rest untouched). The merged consumers instantiate the half forms at every head dim; only
- * 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kSrc>). */
+ * a k16 step), or (kHalf: a half tile, pipe_half's, of 128 keys) the first 64 only, into
+ * s[0..31] (the rest untouched). The merged consumers instantiate the half forms at every head
+ * dim; only 128-key tiles run them (kHalfOn). G: the ring's geometry (Geo<kD, kSrc>). */
 template <typename T, class G, bool kHalf = false>
 __device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, const uint8_t *k) {
     constexpr int kD = G::kChunks * 64;
@@ -372,6 +373,8 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
     }
 }
 
+#include "prefill_hopper_paged.cuh" /* the paged source's producer (kPaged) */
+
 /* How many of a work tile's K/V tiles before its last the producer issues the next work tile's Q
  * (two Q buffers): issued after the tile's last K/V load instead, the next Q, read from DRAM where
  * the K/V mostly come from L2, was still in flight at the boundary (ncu, H100, 2026-11-27, the
@@ -382,52 +385,60 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
 #endif
 constexpr int kQLead = AP_HOPPER_QLEAD;
 
-/* One work tile's loads (cur: its round, head slot and shape): its Q (unless q_done: the previous
- * tile's loads issued it), then its K/V tiles into the ring; with has_next, next (the CTA's next
- * work tile with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or
- * the first) of this one. With two Q buffers each Q load carries its tile's TileDesc. */
-template <int kD>
+/* One work tile's loads (cur: its round, head slot and shape), by the producer (thread 0, or the
+ * paged source's warp: lane 0 issues the Q loads): its Q (unless q_done: the previous tile's loads
+ * issued it), then its K/V tiles into the ring, from the last down, at ring position `ring` (the
+ * CTA's K/V tiles so far; qn: its Q loads so far); with has_next, next (the CTA's next work tile
+ * with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or the first)
+ * of this one. With two Q buffers each Q load carries its tile's TileDesc. A K/V tile is two TMA
+ * boxes of kKeys rows (ragged) or produce_paged_tile's page boxes. */
+template <int kD, int kPaged>
 __device__ __forceinline__ void
 produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
-        uint8_t *sk, uint8_t *sv, Bars *b, const TileDesc &cur, int pack_shift, int group, int ring,
-        int qn, bool q_done = false, bool has_next = false, const TileDesc &next = {}) {
-    using G = Geo<kD>;
+        uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const TileDesc &cur, int ring, int qn,
+        bool q_done = false, bool has_next = false, const TileDesc &next = {}) {
+    using G = Geo<kD, kPaged>;
     constexpr bool kDesc = kTileDesc && G::kQBufs == 2;
     const Shape &sh = cur.sh;
-    const int h = cur.h << pack_shift; /* the tile's first query head */
-    const int hk = h / group;
-    if (!q_done) {
-        produce_q<kD>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
+    const int h = cur.h << p.pack_shift; /* the tile's first query head */
+    const int hk = h / p.group;
+    const int lane = threadIdx.x % 32;
+    const bool q_lane = kPaged == kRagged || lane == 0;
+    if (q_lane && !q_done) {
+        produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
     }
     const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
-        if (has_next && i == q_at) {
-            produce_q<kD>(tq, sq, b, next.sh, next.h << pack_shift, qn + 1,
-                          kDesc ? &next : nullptr);
+        if (q_lane && has_next && i == q_at) {
+            produce_q<kD, G::kQBufs>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
+                                     kDesc ? &next : nullptr);
         }
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
         const int vs = (ring + i) % G::kVStg; /* the V stage: s without AP_HOPPER_QBUF */
         const uint32_t vph = (((ring + i) / G::kVStg) & 1) ^ 1;
-        const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
         uint8_t *k = sk + s * G::kKBytes;
         uint8_t *v = sv + vs * G::kVBytes;
-        bar_wait(&b->k_empty[s], ph);
-        bar_expect_tx(&b->k_full[s], G::kKBytes);
+        if constexpr (kPaged != kRagged) {
+            produce_paged_tile<kD, kPaged>(tk, tv, k, v, b, s, ph, vs, vph, p, sh,
+                                           sh.n_blocks - 1 - i, hk, lane);
+        } else {
+            const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
+            bar_wait(&b->k_empty[s], ph);
+            bar_expect_tx(&b->k_full[s], G::kKBytes);
 #pragma unroll
-        for (int c = 0; c < G::kChunks; ++c) {
-            tma_load(tk, k + c * G::kKChunk, &b->k_full[s], 64 * c, hk, row);
-        }
-        bar_wait(&b->v_empty[vs], vph);
-        bar_expect_tx(&b->v_full[vs], G::kVBytes);
+            for (int c = 0; c < G::kChunks; ++c) {
+                tma_load(tk, k + c * G::kKChunk, &b->k_full[s], 64 * c, hk, row);
+            }
+            bar_wait(&b->v_empty[vs], vph);
+            bar_expect_tx(&b->v_full[vs], G::kVBytes);
 #pragma unroll
-        for (int c = 0; c < G::kVChunks; ++c) {
-            tma_load(tv, v + c * G::kKChunk, &b->v_full[vs], 64 * c, hk, row);
+            for (int c = 0; c < G::kVChunks; ++c) {
+                tma_load(tv, v + c * G::kKChunk, &b->v_full[vs], 64 * c, hk, row);
+            }
         }
     }
 }
-
-#include "prefill_hopper_paged.cuh" /* the paged source's producer (kPaged) */
 
 /* The sequence position (new token, counted from the sequence's first) of the tile's row rw. */
 __device__ __forceinline__ int row_pos(const Params &p, const Shape &sh, int rw) {
@@ -812,8 +823,8 @@ template <bool kWarp = false> __device__ __forceinline__ TileDesc sched_take(Bar
  * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
  * last tile's (so the next tile's loads start while the consumers finish this one). With two Q
  * buffers (the ragged source, kPagedRing) the next tile's Q goes out kQLead K/V tiles before
- * this one's last (produce, produce_paged). kSched: the tiles come from the scheduler warp (sched_take), else the producer
- * finds them (next_load). */
+ * this one's last (produce). kSched: the tiles come from the scheduler warp (sched_take), else
+ * the producer finds them (next_load). */
 template <int kD, int kPaged, bool kSched>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
@@ -838,13 +849,8 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         } else {
             have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
         }
-        if constexpr (kPaged != kRagged) {
-            produce_paged<kD, kPaged>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done,
-                                      kAhead && have2, next);
-        } else {
-            produce<kD>(tq, tk, tv, sq, sk, sv, b, cur, p.pack_shift, p.group, ring, qn, q_done,
-                        kAhead && have2, next);
-        }
+        produce<kD, kPaged>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done, kAhead && have2,
+                            next);
         q_done = kAhead && have2;
         ring += cur.sh.n_blocks;
         ++qn;
@@ -954,7 +960,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
     if (threadIdx.x == 0) {
-        bars_init(b, G::kStg > G::kVStg ? G::kStg : G::kVStg, 1);
+        bars_init(b, G::kStg, 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();

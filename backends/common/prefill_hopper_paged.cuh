@@ -1,5 +1,6 @@
-/* prefill_hopper_paged.cuh: the paged K/V source of the kit's Hopper prefill kernel (kPaged): the
- * producer warp that fills the K/V ring from a paged NHD cache, one TMA box per page. A part of
+/* prefill_hopper_paged.cuh: the paged K/V source of the kit's Hopper prefill kernel (kPaged): one
+ * K/V tile's loads from a paged NHD cache by the producer warp, one TMA box per page
+ * (produce_paged_tile; produce calls it for each tile and runs the Q loads). A part of
  * prefill_hopper.cuh, which includes it after the kernel's shared types (Params, Shape, Bars, Geo);
  * not a header of its own. */
 #ifndef AP_COMMON_PREFILL_HOPPER_PAGED_CUH
@@ -91,41 +92,6 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
         if (lane == 0) {
             bar_arrive(&b->v_full[vs]);
         }
-    }
-}
-
-/* The producer warp over a paged source, one work tile (cur: its round, head slot and shape):
- * its Q by lane 0 (unless q_done: the previous tile's loads issued it), then its K/V tiles from
- * the last down, at ring position `ring` (the CTA's K/V tiles so far); qn: the CTA's Q loads so
- * far. With two Q buffers (kPagedRing) as produce does for the ragged source: has_next, next (the
- * CTA's next work tile with K/V tiles) gets its Q in the other buffer before K/V tile
- * n_blocks - kQLead (or the first) of this one, each Q load with its tile's TileDesc. */
-template <int kD, int kPaged>
-__device__ __forceinline__ void
-produce_paged(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
-              uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const TileDesc &cur, int ring,
-              int qn, bool q_done = false, bool has_next = false, const TileDesc &next = {}) {
-    using G = Geo<kD, kPaged>;
-    constexpr bool kDesc = kTileDesc && G::kQBufs == 2;
-    const Shape &sh = cur.sh;
-    const int h = cur.h << p.pack_shift; /* the tile's first query head */
-    const int hk = h / p.group;
-    const int lane = threadIdx.x % 32;
-    if (lane == 0 && !q_done) {
-        produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
-    }
-    const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
-    for (int i = 0; i < sh.n_blocks; ++i) {
-        if (lane == 0 && has_next && i == q_at) {
-            produce_q<kD, G::kQBufs>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
-                                     kDesc ? &next : nullptr);
-        }
-        const int s = (ring + i) % G::kStg;
-        const int vs = (ring + i) % G::kVStg; /* s without AP_HOPPER_QBUF */
-        produce_paged_tile<kD, kPaged>(tk, tv, sk + s * G::kKBytes, sv + vs * G::kVBytes, b, s,
-                                       (((ring + i) / G::kStg) & 1) ^ 1, vs,
-                                       (((ring + i) / G::kVStg) & 1) ^ 1, p, sh,
-                                       sh.n_blocks - 1 - i, hk, lane);
     }
 }
 
