@@ -215,8 +215,7 @@ static int launch(const void *q, const void *k, const void *v, int tq, int tkv, 
                   const Params &p, int num_items, cudaStream_t st) {
     if constexpr (kD == 128 || kD == 64) {
         if (p.kv_page_indices != nullptr) {
-            g_last_src = g_persistent < 0
-                             ? paged_source(1 << p.page_shift, p.pack_shift, p.group, kD)
+            g_last_src = g_persistent < 0   ? paged_source(p.group, kD)
                          : g_persistent > 0 ? kPagedRing
                                             : kPagedTile;
             if (g_last_src == kPagedRing) {

@@ -250,8 +250,7 @@ ap_status hopper_dispatch(const ap_kit_prefill_params *p, const ap_kit_prefill_p
         return hopper_launch<T, kHopperModeD256, 256, kRagged>(p, plan, stream, who, msg);
     // the paged source (hopper_check: head dims 128 and 64): its kernel by paged_source
     const bool ring = p->kv_indptr == NULL &&
-                      paged_source(p->page_size, plan_pack_shift(plan),
-                                   p->num_qo_heads / p->num_kv_heads, p->head_dim_qk) == kPagedRing;
+                      paged_source(p->num_qo_heads / p->num_kv_heads, p->head_dim_qk) == kPagedRing;
     if (p->head_dim_qk == 64) {
         if (ring) return hopper_launch<T, kHopperMode, 64, kPagedRing>(p, plan, stream, who, msg);
         if (p->kv_indptr == NULL)

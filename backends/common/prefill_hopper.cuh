@@ -64,6 +64,15 @@ constexpr bool kPersistent = AP_HOPPER_PERSISTENT != 0;
  * ring AP_HOPPER_QBUF_VSTAGES deep at head dim 128, the persistent grid with GQA, the scheduler
  * warp, the producer's TileDesc and the merged consumers). paged_source picks one per launch. */
 constexpr int kRagged = 0, kPagedTile = 1, kPagedRing = 2;
+/* The paged source's producer: one warp issuing a tile's Q, K and V loads (kLoadAll), or
+ * (AP_HOPPER_PAGED_VWARP) two: warp 0 Q and K (kLoadQK), warp 2 V (kLoadV), each walking the
+ * CTA's tiles and waiting on its own ring's barriers, so the two warps' page boxes (a TMA copy
+ * per page and 64 columns, issued lane by lane) go out side by side. */
+constexpr int kLoadAll = 0, kLoadQK = 1, kLoadV = 2;
+#ifndef AP_HOPPER_PAGED_VWARP
+#define AP_HOPPER_PAGED_VWARP 1
+#endif
+constexpr bool kPagedVWarp = AP_HOPPER_PAGED_VWARP != 0;
 #ifndef AP_HOPPER_QBUF_VSTAGES
 #define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
 #endif
@@ -392,7 +401,7 @@ constexpr int kQLead = AP_HOPPER_QLEAD;
  * with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or the first)
  * of this one. With two Q buffers each Q load carries its tile's TileDesc. A K/V tile is two TMA
  * boxes of kKeys rows (ragged) or produce_paged_tile's page boxes. */
-template <int kD, int kPaged>
+template <int kD, int kPaged, int kRole = kLoadAll>
 __device__ __forceinline__ void
 produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
         uint8_t *sk, uint8_t *sv, Bars *b, const Params &p, const TileDesc &cur, int ring, int qn,
@@ -403,7 +412,7 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     const int h = cur.h << p.pack_shift; /* the tile's first query head */
     const int hk = h / p.group;
     const int lane = threadIdx.x % 32;
-    const bool q_lane = kPaged == kRagged || lane == 0;
+    const bool q_lane = (kPaged == kRagged || lane == 0) && kRole != kLoadV;
     if (q_lane && !q_done) {
         produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
     }
@@ -420,8 +429,8 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
         uint8_t *k = sk + s * G::kKBytes;
         uint8_t *v = sv + vs * G::kVBytes;
         if constexpr (kPaged != kRagged) {
-            produce_paged_tile<kD, kPaged>(tk, tv, k, v, b, s, ph, vs, vph, p, sh,
-                                           sh.n_blocks - 1 - i, hk, lane);
+            produce_paged_tile<kD, kPaged, kRole>(tk, tv, k, v, b, s, ph, vs, vph, p, sh,
+                                                  sh.n_blocks - 1 - i, hk, lane);
         } else {
             const int row = sh.kv_start + (sh.n_blocks - 1 - i) * G::kKeys;
             bar_wait(&b->k_empty[s], ph);
@@ -825,7 +834,7 @@ template <bool kWarp = false> __device__ __forceinline__ TileDesc sched_take(Bar
  * buffers (the ragged source, kPagedRing) the next tile's Q goes out kQLead K/V tiles before
  * this one's last (produce). kSched: the tiles come from the scheduler warp (sched_take), else
  * the producer finds them (next_load). */
-template <int kD, int kPaged, bool kSched>
+template <int kD, int kPaged, bool kSched, int kRole = kLoadAll>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
                                               uint8_t *sv, Bars *b, const Params &p) {
@@ -849,15 +858,15 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         } else {
             have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
         }
-        produce<kD, kPaged>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done, kAhead && have2,
-                            next);
+        produce<kD, kPaged, kRole>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done,
+                                   kAhead && have2, next);
         q_done = kAhead && have2;
         ring += cur.sh.n_blocks;
         ++qn;
         have = have2;
         cur = next;
     }
-    if constexpr (kAhead && kTileDesc) {
+    if constexpr (kAhead && kTileDesc && kRole != kLoadV) {
         /* the end: Q load qn's slot says so (r = -1), published by a bare arrival on its q_full
          * (no Q tile); the merged consumers' last lookahead waits for it. The paged source's
          * warp: lane 0. */
@@ -915,7 +924,8 @@ __device__ __forceinline__ uint8_t *smem_base(uint8_t *raw) {
 
 /* Thread 0's init of the Q and ring barriers (stages of them; v_full with v_full_count
  * arrivals: 1, a TMA's, or the fp8 kernel's converter warps). The caller fences and syncs. */
-__device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count) {
+__device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count,
+                                          uint32_t s_empty_count = 1) {
     for (int qb = 0; qb < kMaxQBufs; ++qb) {
         bar_init(&b->q_full[qb], 1);
         bar_init(&b->q_empty[qb], 8); /* one arrival per consumer warp */
@@ -928,7 +938,7 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
     }
     for (int s = 0; s < kSchedSlots; ++s) {
         bar_init(&b->s_full[s], 1);
-        bar_init(&b->s_empty[s], 1);
+        bar_init(&b->s_empty[s], s_empty_count); /* a warp per taker */
     }
 }
 
@@ -959,8 +969,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *sk = sq + G::kQBufs * G::kQBytes;
     uint8_t *sv = sk + G::kStg * G::kKBytes;
     Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
+    constexpr bool kVWarp = kPaged != kRagged && kPagedVWarp;
     if (threadIdx.x == 0) {
-        bars_init(b, G::kStg, 1);
+        bars_init(b, G::kStg, 1, kVWarp ? 2 : 1);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -972,9 +983,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
         constexpr bool kSched = sched_built<kD, kMode, kPaged>();
         if (threadIdx.x < (kPaged != kRagged ? 32 : 1)) {
-            producer_loop<kD, kPaged, kSched>(&tq, &tk, &tv, sq, sk, sv, b, p);
+            producer_loop<kD, kPaged, kSched, kVWarp ? kLoadQK : kLoadAll>(&tq, &tk, &tv, sq, sk,
+                                                                           sv, b, p);
         } else if (kSched && threadIdx.x == 32) {
             scheduler_loop<kD, kMode, kPaged>(b, p);
+        } else if (kVWarp && threadIdx.x >= 64 && threadIdx.x < 96) {
+            producer_loop<kD, kPaged, kSched, kLoadV>(&tq, &tk, &tv, sq, sk, sv, b, p);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
@@ -996,19 +1010,16 @@ inline bool use_persistent(int head_dim_qk, int src, int group) {
            group >= 2;
 }
 
-/* The kernel for a paged launch (page_size a power of two >= 8, its pack_shift, group and head
- * dim): kPagedRing where the persistent grid serves it (use_persistent) and it runs head dim 64
- * (whose ring keeps 3 V stages beside the two Q buffers), pages of 32 keys or more, or packed
- * tiles; else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100.md, call 103, bands of
- * one K/V head, causal H32/8 D128 unless said, medians of six, TFLOP/s, tile / ring): B4 S4096
- * page 32 556 / 596, page 64 580 / 603, D64 page 16 341 / 353, the varlen mix on page 16 (packed)
- * 381 / 399; but B4 S4096 page 16 one head per tile 500 / 505 and non-causal 534 / 513: there the
- * ring's 2 V stages (against the tile kernel's 3) are too few for tiles of 8 small page boxes. */
-inline int paged_source(int page_size, int pack_shift, int group, int head_dim_qk) {
-    return use_persistent(head_dim_qk, kPagedRing, group) &&
-                   (head_dim_qk == 64 || page_size >= 32 || pack_shift > 0)
-               ? kPagedRing
-               : kPagedTile;
+/* The kernel for a paged launch (any page size the kernel takes, any pack_shift) by its group and
+ * head dim: kPagedRing wherever the persistent grid serves it (use_persistent: head dims 128 and 64
+ * with GQA), else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100-b.md, call 108, causal
+ * H32/8 B4 S4096 D128 unless said, TFLOP/s, tile / ring, both with the V warp): page 16 552-566 /
+ * 603-606, non-causal 573-603 / 612-616, page 32 554-564 / 603-613, page 64 559-567 / 615-617,
+ * D64 page 16 340-347 / 346-364, the varlen mix on page 16 (packed) 402-409 / 475-488. Before the
+ * V warp (AP_HOPPER_PAGED_VWARP) the tile kernel's 3 V stages had kept page 16 one head per tile
+ * (500 against the ring's 505, non-causal 534 against 513; call 103). */
+inline int paged_source(int group, int head_dim_qk) {
+    return use_persistent(head_dim_qk, kPagedRing, group) ? kPagedRing : kPagedTile;
 }
 
 /* The grid of a launch over num_items plan items and `heads` query heads: (items, heads), or

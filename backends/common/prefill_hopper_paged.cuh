@@ -39,7 +39,7 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
  * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
  * masked P of 0 times a never-written (NaN) V would still poison O. */
-template <int kD, int kPaged>
+template <int kD, int kPaged, int kRole = kLoadAll>
 __device__ __forceinline__ void
 produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uint8_t *v, Bars *b,
                    int s, uint32_t ph, int vs, uint32_t vph, const Params &p, const Shape &sh,
@@ -55,16 +55,21 @@ produce_paged_tile(const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *k, uin
     }
     const uint32_t some = __ballot_sync(0xffffffffu, valid > 0);
     const int full = __popc(__ballot_sync(0xffffffffu, valid == box)); /* a prefix of boxes */
-    bar_wait(&b->k_empty[s], ph);
-    if (lane == 0) {
-        bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * G::kChunks);
-    }
-    __syncwarp();
-    if (valid > 0) {
-#pragma unroll
-        for (int c = 0; c < G::kChunks; ++c) {
-            tma_load(tk, k + c * G::kKChunk + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
+    if constexpr (kRole != kLoadV) {
+        bar_wait(&b->k_empty[s], ph);
+        if (lane == 0) {
+            bar_expect_tx(&b->k_full[s], __popc(some) * box * 128 * G::kChunks);
         }
+        __syncwarp();
+        if (valid > 0) {
+#pragma unroll
+            for (int c = 0; c < G::kChunks; ++c) {
+                tma_load(tk, k + c * G::kKChunk + lane * box * 128, &b->k_full[s], 64 * c, hk, row);
+            }
+        }
+    }
+    if constexpr (kRole == kLoadQK) {
+        return;
     }
     constexpr int kVc = G::kVChunks;
     bar_wait(&b->v_empty[vs], vph);
