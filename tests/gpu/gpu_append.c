@@ -9,6 +9,7 @@
 #include "backends/numeric/nvfp4_host.h"
 #include "gpu_mem.h"
 #include "gpu_rand.h"
+#include "gpu_registry.h"
 #include "paged_layout.h"
 
 /* Every cache byte is compared, values and nvfp4 block scales, the untouched slots too (they keep
@@ -426,11 +427,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "registry: %s\n", ap_last_error());
         return 1;
     }
-    if (ap_registry_find(reg, backend) == NULL || ap_registry_find(reg, "cpu_ref") == NULL ||
-        ap_device_query(0, &dev) != AP_OK || dev.unusable_reason[0] != '\0') {
-        printf("SKIP: %s or cpu_ref not built, or no usable GPU\n", backend);
+    /* the backend, the reference and the device, each said apart when missing */
+    int code = gpu_backend_present(reg, backend);
+    if (code < 0) code = gpu_reference_present(reg);
+    if (code < 0) code = gpu_device_usable(&dev);
+    if (code >= 0) {
         ap_registry_destroy(reg);
-        return 77;
+        return code;
     }
     cudaStream_t stream = NULL;
     cudaSetDevice(dev.ordinal);

@@ -13,9 +13,9 @@
 #include "gpu_check.h"
 #include "gpu_mem.h"
 #include "gpu_rand.h"
+#include "gpu_registry.h"
 #include "paged_layout.h"
 
-#define NV_SKIP 77
 #define NV_TOL 2e-2 /* the brief's bound; both read the same bytes, so the gap is the kernel's */
 
 typedef struct nv_case {
@@ -254,16 +254,12 @@ static int nv_setup(int argc, char **argv, nv_ctx *ctx) {
         fprintf(stderr, "registry: %s\n", ap_last_error());
         return 1;
     }
-    if (ap_registry_find(ctx->registry, "flashinfer_like") == NULL ||
-        ap_registry_find(ctx->registry, "cpu_ref") == NULL) {
-        printf("SKIP: flashinfer_like or cpu_ref not built\n");
-        return NV_SKIP;
-    }
+    /* the backend, the reference and the device, each said apart when missing */
+    int code = gpu_backend_present(ctx->registry, "flashinfer_like");
+    if (code < 0) code = gpu_reference_present(ctx->registry);
+    if (code < 0) code = gpu_device_usable(&ctx->gpu);
+    if (code >= 0) return code;
     ap_device_cpu(&ctx->cpu, "");
-    if (ap_device_query(0, &ctx->gpu) != AP_OK || ctx->gpu.unusable_reason[0] != '\0') {
-        printf("SKIP: no usable GPU: %s\n", ctx->gpu.unusable_reason);
-        return NV_SKIP;
-    }
     if (cudaSetDevice(ctx->gpu.ordinal) != cudaSuccess ||
         cudaStreamCreate(&ctx->stream) != cudaSuccess) {
         fprintf(stderr, "cannot start CUDA on device %d\n", ctx->gpu.ordinal);

@@ -9,9 +9,8 @@
 #include "backends/numeric/host_numeric.h"
 #include "gpu_mla.h"
 #include "gpu_rand.h"
+#include "gpu_registry.h"
 #include "tests/common/test_model.h"
-
-#define MT_EXIT_SKIP 77
 
 /* ---- shared helpers -------------------------------------------------------------------------- */
 
@@ -717,11 +716,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     ap_registry_scan(ctx.registry);
-    if (ap_registry_find(ctx.registry, MT_BACKEND) == NULL ||
-        ap_registry_find(ctx.registry, "cpu_ref") == NULL) {
-        printf("SKIP: %s or cpu_ref is not built\n", MT_BACKEND);
+    /* the backend and the reference, each said apart when missing (gpu_registry.h) */
+    int code = gpu_backend_present(ctx.registry, MT_BACKEND);
+    if (code < 0) code = gpu_reference_present(ctx.registry);
+    if (code >= 0) {
         ap_registry_destroy(ctx.registry);
-        return MT_EXIT_SKIP;
+        return code;
     }
     ap_device_cpu(&ctx.cpu, "");
     if (cpu_only) {
@@ -733,10 +733,10 @@ int main(int argc, char **argv) {
         ap_registry_destroy(ctx.registry);
         return ctx.failed > 0 ? 1 : 0;
     }
-    if (ap_device_query(0, &ctx.device) != AP_OK || ctx.device.unusable_reason[0] != '\0') {
-        printf("SKIP: no usable GPU\n");
+    code = gpu_device_usable(&ctx.device);
+    if (code >= 0) {
         ap_registry_destroy(ctx.registry);
-        return MT_EXIT_SKIP;
+        return code;
     }
     if (!mt_cuda_ok(cudaSetDevice(0), "cudaSetDevice") ||
         !mt_cuda_ok(cudaStreamCreate(&ctx.stream), "cudaStreamCreate"))
