@@ -1012,9 +1012,9 @@ inline bool use_persistent(int head_dim_qk, int src, int group) {
 
 /* The kernel for a paged launch (any page size the kernel takes, any pack_shift) by its group and
  * head dim: kPagedRing wherever the persistent grid serves it (use_persistent: head dims 128 and 64
- * with GQA), else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100-b.md, call 108, causal
- * H32/8 B4 S4096 D128 unless said, TFLOP/s, tile / ring, both with the V warp): page 16 552-566 /
- * 603-606, non-causal 573-603 / 612-616, page 32 554-564 / 603-613, page 64 559-567 / 615-617,
+ * with GQA), else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100-b.md, call 108,
+ * causal H32/8 B4 S4096 D128 unless said, TFLOP/s, tile / ring, both with the V warp): page 16
+ * 552-566 / 603-606, non-causal 573-603 / 612-616, page 32 554-564 / 603-613, page 64 559-567 / 615-617,
  * D64 page 16 340-347 / 346-364, the varlen mix on page 16 (packed) 402-409 / 475-488. Before the
  * V warp (AP_HOPPER_PAGED_VWARP) the tile kernel's 3 V stages had kept page 16 one head per tile
  * (500 against the ring's 505, non-causal 534 against 513; call 103). */

@@ -1,6 +1,6 @@
 /* prefill_hopper_paged.cuh: the paged K/V source of the kit's Hopper prefill kernel (kPaged): one
- * K/V tile's loads from a paged NHD cache by the producer warp, one TMA box per page
- * (produce_paged_tile; produce calls it for each tile and runs the Q loads). A part of
+ * K/V tile's loads from a paged NHD cache by the producer warps (K and V, kRole), one TMA box per
+ * page (produce_paged_tile; produce calls it for each tile and runs the Q loads). A part of
  * prefill_hopper.cuh, which includes it after the kernel's shared types (Params, Shape, Bars, Geo);
  * not a header of its own. */
 #ifndef AP_COMMON_PREFILL_HOPPER_PAGED_CUH
@@ -32,11 +32,11 @@ __device__ __forceinline__ void warp_fill_rows(uint8_t *tile, int halves, int ke
     }
 }
 
-/* K/V tile n of a paged sequence into K stage s and V stage vs (phases ph, vph), by the producer
- * warp: one TMA box per page (or per Geo::kPageBox rows of a larger page) at its row offset (the
- * 128-byte swizzle repeats every 8 rows, so the boxes build the layout of one tile-long box); box j
- * and its page number on lane j. K
- * boxes holding any key are loaded whole (keys past kv_len are masked); V boxes only when full:
+/* K/V tile n of a paged sequence into K stage s and V stage vs (phases ph, vph), by a producer
+ * warp (kRole: its K boxes, its V boxes, or both): one TMA box per page (or per Geo::kPageBox rows
+ * of a larger page) at its row offset (the 128-byte swizzle repeats every 8 rows, so the boxes
+ * build the layout of one tile-long box); box j and its page number on lane j. K boxes holding any
+ * key are loaded whole (keys past kv_len are masked); V boxes only when full:
  * the last, partly filled page is copied by hand and the rows past kv_len zeroed, since a
  * masked P of 0 times a never-written (NaN) V would still poison O. */
 template <int kD, int kPaged, int kRole = kLoadAll>
