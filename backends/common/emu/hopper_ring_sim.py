@@ -9,7 +9,9 @@
 # tile into the Q buffer's TileDesc slot (Bars::desc) between its q_empty wait and its q_full
 # arrival, and after its last tile marks the end there with a bare q_full arrival; the consumers'
 # lookahead after every tile (next_tile) waits for the next loaded tile's q_full and must read
-# exactly that tile (or the end) from the slot. Plain Python; meson test kit-hopper-ring-sim.
+# exactly that tile (or the end) from the slot. vwarp: the paged source's two producer warps
+# (AP_HOPPER_PAGED_VWARP): one issues Q and K (and the end), the other V, each walking the loaded
+# tiles and waiting on its own ring's empty barriers. Plain Python; meson test kit-hopper-ring-sim.
 # Run: python3 backends/common/emu/hopper_ring_sim.py [seeds]
 import random, sys
 
@@ -26,7 +28,7 @@ class MBar:
 class Named:
     def __init__(s): s.arrivals=0; s.gen=0
 kQLead=2  # prefill_hopper.cuh's AP_HOPPER_QLEAD
-def run(tiles, kStg, kVStg, kQB, merge, seed):
+def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
     rng=random.Random(seed)
     qf=[MBar(1) for _ in range(kQB)]; qe=[MBar(2) for _ in range(kQB)]
     kf=[MBar(1) for _ in range(kStg)]; ke=[MBar(2) for _ in range(kStg)]
@@ -58,6 +60,7 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
                 g=ring+i; s=g%kStg; vs=g%kVStg
                 while not ke[s].done(((g//kStg)&1)^1): yield
                 kf[s].expect_arrive(1); pending_tma.append(('k',s,(t,i),kf[s]))
+                if vwarp: continue  # producer_v issues this V tile
                 while not ve[vs].done(((g//kVStg)&1)^1): yield
                 vf[vs].expect_arrive(1); pending_tma.append(('v',vs,(t,i),vf[vs]))
             q_done = tiledesc and nxt is not None
@@ -66,6 +69,14 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
             qb=qn%kQB
             while not qe[qb].done(((qn//kQB)&1)^1): yield
             desc[qb]='end'; qf[qb].arrive()
+    def producer_v():  # the V warp: the same tiles and ring positions, V loads only
+        ring=0
+        for t in loaded:
+            for i in range(tiles[t]):
+                g=ring+i; vs=g%kVStg
+                while not ve[vs].done(((g//kVStg)&1)^1): yield
+                vf[vs].expect_arrive(1); pending_tma.append(('v',vs,(t,i),vf[vs]))
+            ring+=tiles[t]
     def hold(wg,kind,idx,expect):
         buf={'q':qbuf,'k':kbuf,'v':vbuf}[kind]
         assert buf[idx]==expect, (wg,kind,idx,buf[idx],expect)
@@ -138,8 +149,8 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
             if nb>0: ring+=nb; qn+=1
         if wg==0:
             yield from take()
-    procs=[producer(),consumer(0),consumer(1)]
-    alive=[True]*3; steps=0
+    procs=[producer(),consumer(0),consumer(1)]+([producer_v()] if vwarp else [])
+    alive=[True]*len(procs); steps=0
     while any(alive):
         steps+=1
         if steps>2_000_000: raise Exception('deadlock? tiles=%s'%tiles)
@@ -150,7 +161,7 @@ def run(tiles, kStg, kVStg, kQB, merge, seed):
             assert not readers.get((kind,idx)), ('TMA into a stage being read',kind,idx)
             {'q':qbuf,'k':kbuf,'v':vbuf}[kind][idx]=tag; bar.complete_tx(1)
             continue
-        i=rng.randrange(3)
+        i=rng.randrange(len(procs))
         if alive[i]:
             try: next(procs[i])
             except StopIteration: alive[i]=False
@@ -164,5 +175,6 @@ for seed in range(int(sys.argv[1]) if len(sys.argv)>1 else 300):
     rng=random.Random(seed*7+1)
     tiles=[rng.choice([0,1,1,2,3,4,5,-1]) if rng.random()<0.5 else rng.randint(1,8) for _ in range(rng.randint(1,9))]
     for cfg in [(3,2,2,True),(3,3,2,True),(2,2,2,True),(3,3,1,True),(3,3,1,False),(3,2,2,False)]:
-        run(tiles,*cfg,seed); n+=1
+        for vwarp in (False, True):
+            run(tiles,*cfg,seed,vwarp); n+=1
 print('ok', n, 'runs')
