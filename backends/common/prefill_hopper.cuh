@@ -67,7 +67,8 @@ constexpr int kRagged = 0, kPagedTile = 1, kPagedRing = 2;
 /* The paged source's producer: one warp issuing a tile's Q, K and V loads (kLoadAll), or
  * (AP_HOPPER_PAGED_VWARP) two: warp 0 Q and K (kLoadQK), warp 2 V (kLoadV), each walking the
  * CTA's tiles and waiting on its own ring's barriers, so the two warps' page boxes (a TMA copy
- * per page and 64 columns, issued lane by lane) go out side by side. */
+ * per page and 64 columns from the lane holding that page, which a warp issues lane after lane)
+ * go out side by side: page 16 +20% at D128 (paged_source's figures). */
 constexpr int kLoadAll = 0, kLoadQK = 1, kLoadV = 2;
 #ifndef AP_HOPPER_PAGED_VWARP
 #define AP_HOPPER_PAGED_VWARP 1
@@ -1014,10 +1015,10 @@ inline bool use_persistent(int head_dim_qk, int src, int group) {
  * head dim: kPagedRing wherever the persistent grid serves it (use_persistent: head dims 128 and 64
  * with GQA), else kPagedTile. H100, 2026-11-28 (bench/results/2026-11-28-h100-b.md, call 108,
  * causal H32/8 B4 S4096 D128 unless said, TFLOP/s, tile / ring, both with the V warp): page 16
- * 552-566 / 603-606, non-causal 573-603 / 612-616, page 32 554-564 / 603-613, page 64 559-567 / 615-617,
- * D64 page 16 340-347 / 346-364, the varlen mix on page 16 (packed) 402-409 / 475-488. Before the
- * V warp (AP_HOPPER_PAGED_VWARP) the tile kernel's 3 V stages had kept page 16 one head per tile
- * (500 against the ring's 505, non-causal 534 against 513; call 103). */
+ * 552-566 / 603-606, non-causal 573-603 / 612-616, page 32 554-564 / 603-613, page 64 559-567 /
+ * 615-617, D64 page 16 340-347 / 346-364, the varlen mix on page 16 (packed) 402-409 / 475-488.
+ * Before the V warp (AP_HOPPER_PAGED_VWARP) the tile kernel's 3 V stages had kept page 16 one head
+ * per tile (500 against the ring's 505, non-causal 534 against 513; call 103). */
 inline int paged_source(int group, int head_dim_qk) {
     return use_persistent(head_dim_qk, kPagedRing, group) ? kPagedRing : kPagedTile;
 }
