@@ -134,10 +134,10 @@ static float from16(uint16_t v, bool fp16) {
 
 /* --time's schedule overrides: g_persistent -1 takes use_persistent's rule (and for the paged
  * source paged_source's kernel), else 0 / 1 (the paged source: kPagedTile / kPagedRing, whose
- * grids follow use_persistent); g_band 0 takes band_kv_for's band, else that many K/V heads; g_dynamic -1
- * takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the kernel has it.
- * g_min_kv_tiles: the fewest KV tiles of an item of the batch launched (its last), which
- * use_dynamic asks for (set by the caller of launch). */
+ * grids follow use_persistent); g_band 0 takes band_kv_for's band, else that many K/V heads;
+ * g_dynamic -1 takes use_dynamic's rule, 0 the rounds, 1 the dynamic schedule wherever the
+ * kernel has it. g_min_kv_tiles: the fewest KV tiles of an item of the batch launched (its
+ * last), which use_dynamic asks for (set by the caller of launch). */
 static int g_persistent = -1, g_band = 0, g_dynamic = -1;
 static int g_last_src = kRagged; /* the K/V source of launch's last launch (paged: its kernel) */
 static int32_t g_min_kv_tiles = 0;

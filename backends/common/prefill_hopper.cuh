@@ -396,12 +396,12 @@ __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Ba
 constexpr int kQLead = AP_HOPPER_QLEAD;
 
 /* One work tile's loads (cur: its round, head slot and shape), by the producer (thread 0, or the
- * paged source's warp: lane 0 issues the Q loads): its Q (unless q_done: the previous tile's loads
- * issued it), then its K/V tiles into the ring, from the last down, at ring position `ring` (the
- * CTA's K/V tiles so far; qn: its Q loads so far); with has_next, next (the CTA's next work tile
- * with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks - kQLead (or the first)
- * of this one. With two Q buffers each Q load carries its tile's TileDesc. A K/V tile is two TMA
- * boxes of kKeys rows (ragged) or produce_paged_tile's page boxes. */
+ * paged source's warps: kRole's share, lane 0 issuing the Q loads): its Q (unless q_done: the
+ * previous tile's loads issued it), then its K/V tiles into the ring, from the last down, at ring
+ * position `ring` (the CTA's K/V tiles so far; qn: its Q loads so far); with has_next, next (the
+ * CTA's next work tile with K/V tiles) gets its Q in the other buffer before K/V tile n_blocks -
+ * kQLead (or the first) of this one. With two Q buffers each Q load carries its tile's TileDesc. A
+ * K/V tile is two TMA boxes of kKeys rows (ragged) or produce_paged_tile's page boxes. */
 template <int kD, int kPaged, int kRole = kLoadAll>
 __device__ __forceinline__ void
 produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uint8_t *sq,
@@ -829,12 +829,12 @@ template <bool kWarp = false> __device__ __forceinline__ TileDesc sched_take(Bar
     return d;
 }
 
-/* The producer (thread 0, or warp 0 for the paged source) over the CTA's work tiles: each one's
- * Q once its previous Q is released, then its K/V tiles into the ring, which runs on from the
- * last tile's (so the next tile's loads start while the consumers finish this one). With two Q
- * buffers (the ragged source, kPagedRing) the next tile's Q goes out kQLead K/V tiles before
- * this one's last (produce). kSched: the tiles come from the scheduler warp (sched_take), else
- * the producer finds them (next_load). */
+/* The producer (thread 0, or for the paged source warp 0 and, with AP_HOPPER_PAGED_VWARP, warp 2
+ * for the V loads: kRole) over the CTA's work tiles: each one's Q once its previous Q is released,
+ * then its K/V tiles into the ring, which runs on from the last tile's (so the next tile's loads
+ * start while the consumers finish this one). With two Q buffers (the ragged source, kPagedRing)
+ * the next tile's Q goes out kQLead K/V tiles before this one's last (produce). kSched: the tiles
+ * come from the scheduler warp (sched_take), else the producer finds them (next_load). */
 template <int kD, int kPaged, bool kSched, int kRole = kLoadAll>
 __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUtensorMap *tk,
                                               const CUtensorMap *tv, uint8_t *sq, uint8_t *sk,
