@@ -71,9 +71,10 @@ static int pack_shift_of(const Case &c) {
     return __builtin_ctz(static_cast<unsigned>(group));
 }
 
-/* The batch and its plan items, work tiles of kRows >> ps tokens (ps: Params.pack_shift). */
+/* The batch and its plan items, work tiles of the kernel's rows (tile_rows_of: its head dim and
+ * source) >> ps tokens (ps: Params.pack_shift). */
 static Batch make_batch(const Case &c, int ps = 0) {
-    const int tile = kRows >> ps;
+    const int tile = tile_rows_of(c.dqk, c.page > 0 ? kPagedTile : kRagged) >> ps;
     Batch b;
     b.qo.push_back(0);
     b.kv.push_back(0);
@@ -180,7 +181,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
     CUtensorMap mq, mk, mv;
     const int page = 1 << p.page_shift;
     constexpr int kDv = Geo<kD>::kDv, kN = Geo<kD, kPaged>::kKeys;
-    if (q_map(&mq, q, tq, hq, kD, p.pack_shift) ||
+    if (q_map(&mq, q, tq, hq, kD, p.pack_shift, Geo<kD, kPaged>::kTileRows) ||
         (kPaged != kRagged
              ? make_paged_map(&mk, k, hkv, page, kD, kN) ||
                    make_paged_map(&mv, v, hkv, page, kDv, kN)
@@ -205,7 +206,7 @@ static int launch_src(const void *q, const void *k, const void *v, int tq, int t
                                    g_dynamic == 1);
     g_last_dynamic = pn.queue_items > 0;
     prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<grid, kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
+        <<<grid, Geo<kD, kPaged>::kThreads, Geo<kD, kPaged>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
 
@@ -769,18 +770,20 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 2 && std::strcmp(argv[1], "--profile") == 0) {
-        /* --profile V [PS [mix|dense [rounds|dynamic]]]: PS the pack_shift (-1: the dispatch's);
-         * mix: the varlen mix, else B4 S4096; the schedule (default: the dispatch's) */
+        /* --profile V [PS [mix|dense [rounds|dynamic|- [D]]]]: PS the pack_shift (-1: the
+         * dispatch's); mix: the varlen mix, else B4 S4096; the schedule (default: the
+         * dispatch's); D the head dim (128) */
         const int ps = argc > 3 ? std::atoi(argv[3]) : -1;
+        const int dim = argc > 6 ? std::atoi(argv[6]) : 128;
         if (argc > 5) {
             g_dynamic = std::strcmp(argv[5], "dynamic") == 0  ? 1
                         : std::strcmp(argv[5], "rounds") == 0 ? 0
                                                               : -1;
         }
         if (argc > 4 && std::strcmp(argv[4], "mix") == 0) {
-            bench_lens(true, varlen_mix(), "varlen64", 32, 8, 128, std::atoi(argv[2]), 0, ps);
+            bench_lens(true, varlen_mix(), "varlen64", 32, 8, dim, std::atoi(argv[2]), 0, ps);
         } else {
-            bench(true, 4, 32, 8, 128, std::atoi(argv[2]), 0, ps);
+            bench(true, 4, 32, 8, dim, std::atoi(argv[2]), 0, ps);
         }
         return 0;
     }

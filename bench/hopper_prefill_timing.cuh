@@ -11,9 +11,11 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
                        int dqk, int variant, int page = 0, int ps = -1) {
     const int D = dv_of(dqk);
     Case c{"bench", false, causal, H, hkv, lens, lens, dqk};
+    c.page = page;
     if (ps < 0) {
         const Batch b0 = make_batch(c);
-        ps = pack_shift_for(b0.qo.data(), static_cast<int>(lens.size()), H / hkv);
+        ps = pack_shift_for(b0.qo.data(), static_cast<int>(lens.size()), H / hkv,
+                            tile_rows_of(dqk, page > 0 ? kPagedTile : kRagged));
     }
     const Batch b = make_batch(c, ps);
     g_min_kv_tiles = min_kv_tiles(b.items);

@@ -50,12 +50,19 @@ int ap_hopper_page_shift(int32_t page_size) {
     return shift >= 3 ? shift : -1;
 }
 
-// The plan's pack_shift (its work tiles hold kRows >> shift tokens), or -1 when its tile length
-// is not one the kernel packs for this group.
+// Query rows of the kernel's work tiles for these head dims and source (ap_hopper::tile_rows_of).
+int hopper_tile_rows(int32_t head_dim_qk, bool ragged) {
+    return ap_hopper::tile_rows_of(head_dim_qk,
+                                   ragged ? ap_hopper::kRagged : ap_hopper::kPagedTile);
+}
+
+// The plan's pack_shift (its work tiles hold hopper_tile_rows >> shift tokens), or -1 when its
+// tile length is not one the kernel packs for this group.
 int plan_pack_shift(const ap_kit_prefill_plan *plan) {
     const int32_t group = plan->num_kv_heads > 0 ? plan->num_qo_heads / plan->num_kv_heads : 0;
-    for (int s = 0; (1 << s) <= group && (1 << s) <= ap_hopper::kRows; ++s) {
-        if (group % (1 << s) == 0 && plan->tile_tokens == (ap_hopper::kRows >> s)) return s;
+    const int rows = hopper_tile_rows(plan->head_dim_qk, plan->ragged != 0);
+    for (int s = 0; (1 << s) <= group && (1 << s) <= rows; ++s) {
+        if (group % (1 << s) == 0 && plan->tile_tokens == (rows >> s)) return s;
     }
     return -1;
 }
@@ -183,7 +190,8 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     if (st != AP_OK) return st;
     ap_hopper::Params kp = hopper_params(p, plan);
     CUtensorMap mq, mk, mv;
-    if (ap_hopper::q_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD, kp.pack_shift) != 0 ||
+    if (ap_hopper::q_map(&mq, p->q, plan->num_q_tokens, p->num_qo_heads, kD, kp.pack_shift,
+                         ap_hopper::Geo<kD, kPaged>::kTileRows) != 0 ||
         hopper_kv_maps<kD>(p, plan, &mk, &mv) != 0) {
         ap_msgbuf_add(msg, "%s: cuTensorMapEncodeTiled failed (or is not in the driver)", who);
         return AP_ERR_CUDA;
@@ -198,7 +206,7 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, kPaged);
     ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters, plan->min_kv_tiles);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
-        <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
+        <<<grid, ap_hopper::Geo<kD, kPaged>::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
     return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
 
@@ -278,10 +286,11 @@ extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_arg
         ap_hopper::encode_tiled_fn() == nullptr || !current_device_is_sm90())
         return 0;
     // GQA packing by the batch's lengths (pack_shift_for): plan_build's items are then
-    // kRows >> shift tokens long (tile_rows / group)
+    // hopper_tile_rows >> shift tokens long (tile_rows / group)
     const int32_t group = args->num_qo_heads / args->num_kv_heads;
-    const int shift = ap_hopper::pack_shift_for(args->qo_indptr_host, args->num_seqs, group);
-    return (ap_hopper::kRows * group) >> shift;
+    const int rows = hopper_tile_rows(args->head_dim_qk, args->kv_indptr_host != NULL);
+    const int shift = ap_hopper::pack_shift_for(args->qo_indptr_host, args->num_seqs, group, rows);
+    return (rows * group) >> shift;
 }
 
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,

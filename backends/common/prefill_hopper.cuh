@@ -78,7 +78,24 @@ constexpr bool kPagedVWarp = AP_HOPPER_PAGED_VWARP != 0;
 #define AP_HOPPER_QBUF_VSTAGES 2 /* with AP_HOPPER_QBUF, the V ring's depth at head dim 128 */
 #endif
 constexpr int kMaxQBufs = AP_HOPPER_QBUF ? 2 : 1;
-constexpr int kThreads = 384;
+constexpr int kThreads = 384; /* two consumer warpgroups (Geo::kThreads: three at D64) */
+/* AP_HOPPER_D64_WG3 1: head dim 64 over the ragged source runs three consumer warpgroups on work
+ * tiles of 192 rows (FA3's D64 shape), AP_HOPPER_D64_WG3_KEYS-key K/V tiles in
+ * AP_HOPPER_D64_WG3_STAGES stages (2 x 24 KB of Q + 5 x 32 KB at 128 keys), the producer at 32
+ * registers and the consumers at 160 (64-key tiles in 8 stages: causal 5%, non-causal 10%
+ * slower); 0: two on 128 rows with 192-key tiles. H100, 2026-11-28
+ * (bench/results/2026-11-28-h100-c.md), B4 S4096 H32/8 TFLOP/s, two / three: non-causal 428-437
+ * / 479-491, the varlen mix 332-341 / 356-362, causal 392-404 / 404-412 (packed: 48-token
+ * tiles); one head a tile (no GQA to pack) causal 396-398 / 381-382, non-causal the same. */
+#ifndef AP_HOPPER_D64_WG3
+#define AP_HOPPER_D64_WG3 1
+#endif
+#ifndef AP_HOPPER_D64_WG3_KEYS
+#define AP_HOPPER_D64_WG3_KEYS 128
+#endif
+#ifndef AP_HOPPER_D64_WG3_STAGES
+#define AP_HOPPER_D64_WG3_STAGES 5
+#endif
 constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile: 16 KB */
 /* The ring's depth at head dim 64 over the ragged source: 4 stages of 48 KB (192-key tiles) beside
  * the two 16 KB Q buffers, 225.5 KB in all. H100, 2026-11-27 (bench/results/2026-11-27-h100-j.md,
@@ -86,7 +103,10 @@ constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile:
 #ifndef AP_HOPPER_D64_STAGES
 #define AP_HOPPER_D64_STAGES 4
 #endif
-constexpr int kMaxStages = kStages > AP_HOPPER_D64_STAGES ? kStages : AP_HOPPER_D64_STAGES;
+constexpr int kMaxStages0 = kStages > AP_HOPPER_D64_STAGES ? kStages : AP_HOPPER_D64_STAGES;
+constexpr int kMaxStages = AP_HOPPER_D64_WG3 && AP_HOPPER_D64_WG3_STAGES > kMaxStages0
+                               ? AP_HOPPER_D64_WG3_STAGES
+                               : kMaxStages0;
 constexpr int kBarsBytes = 512; /* shared memory for Bars (its static_assert) */
 constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars::sched) */
 
@@ -106,26 +126,41 @@ constexpr int page_box(int keys) {
     return keys % 128 == 0 ? 128 : keys % 64 == 0 ? 64 : keys % 32 == 0 ? 32 : 16;
 }
 
+/* Query rows of a work tile for the Q/K head dim kD and K/V source kSrc: 192 (three consumer
+ * warpgroups) at head dim 64 over the ragged source with AP_HOPPER_D64_WG3, else kRows. The host
+ * (plans, Q maps) and the kernel (Geo::kTileRows) take it from here. */
+constexpr int tile_rows_of(int kD, int kSrc) {
+    return AP_HOPPER_D64_WG3 && kD == 64 && kSrc == kRagged ? 192 : kRows;
+}
+
 template <int kD, int kSrc = kRagged> struct Geo {
     static constexpr int kDv = kD == 192 ? 128 : kD;
+    static constexpr int kTileRows = tile_rows_of(kD, kSrc);
+    static constexpr int kWGs = kTileRows / 64;       /* consumer warpgroups */
+    static constexpr int kThreads = 128 * (1 + kWGs); /* and the producer warpgroup */
+    static constexpr int kQChunk = kTileRows * 128;   /* one 64-column chunk of the Q tile */
+    static constexpr bool kWG3 = kWGs == 3;
     /* keys per K/V tile: 128; AP_HOPPER_D256_KEYS (80) at kD 256 (Q takes 64 KB);
-     * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source */
+     * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source (AP_HOPPER_D64_WG3_KEYS with
+     * three consumer warpgroups) */
     static constexpr int kKeys = kD == 256                     ? AP_HOPPER_D256_KEYS
+                                 : kWG3                        ? AP_HOPPER_D64_WG3_KEYS
                                  : kD == 64 && kSrc == kRagged ? AP_HOPPER_D64_KEYS
                                                                : 128;
     static constexpr int kPageBox = page_box(kKeys); /* a paged source's box rows at most */
     static constexpr int kChunks = kD / 64;
     static constexpr int kVChunks = kDv / 64;
-    static constexpr int kKChunk = kKeys * 128;          /* one 64-column chunk of a K/V tile */
-    static constexpr int kQBytes = kChunks * kHalfBytes; /* the Q tile */
-    static constexpr int kKBytes = kChunks * kKChunk;    /* one K tile */
-    static constexpr int kVBytes = kVChunks * kKChunk;   /* one V tile */
-    static constexpr int kOn = kDv / 2;                  /* O floats per consumer thread */
-    static constexpr int kSn = kKeys / 2;                /* S floats per consumer thread */
-    static constexpr int kPk = kKeys / 16;               /* k16 steps of P V */
-    static constexpr int kStg = kD == 64 && kSrc == kRagged ? AP_HOPPER_D64_STAGES
-                                : kD == 128 || kD == 64     ? kStages
-                                                            : 2; /* the K ring's depth */
+    static constexpr int kKChunk = kKeys * 128;        /* one 64-column chunk of a K/V tile */
+    static constexpr int kQBytes = kChunks * kQChunk;  /* the Q tile */
+    static constexpr int kKBytes = kChunks * kKChunk;  /* one K tile */
+    static constexpr int kVBytes = kVChunks * kKChunk; /* one V tile */
+    static constexpr int kOn = kDv / 2;                /* O floats per consumer thread */
+    static constexpr int kSn = kKeys / 2;              /* S floats per consumer thread */
+    static constexpr int kPk = kKeys / 16;             /* k16 steps of P V */
+    static constexpr int kStg = kWG3                          ? AP_HOPPER_D64_WG3_STAGES
+                                : kD == 64 && kSrc == kRagged ? AP_HOPPER_D64_STAGES
+                                : kD == 128 || kD == 64       ? kStages
+                                                              : 2; /* the K ring's depth */
     /* AP_HOPPER_QBUF: Q tiles in kQBufs buffers (load qn in qn % kQBufs), so the producer loads
      * the next work tile's Q while this one runs; at kD 128 the 32 KB this takes come from the V
      * ring (3 K stages, AP_HOPPER_QBUF_VSTAGES V: 2 x 32 + 3 x 32 + 2 x 32 KB, the bytes of
@@ -223,7 +258,7 @@ __device__ __forceinline__ void qk_gemm(float (&s)[G::kSn], const uint8_t *q, co
     const uint64_t dk = make_desc(k, 16, 1024);
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-        const uint64_t da = desc_add(dq, (kk / 4) * kHalfBytes + (kk % 4) * 32);
+        const uint64_t da = desc_add(dq, (kk / 4) * G::kQChunk + (kk % 4) * 32);
         const uint64_t db = desc_add(dk, (kk / 4) * G::kKChunk + (kk % 4) * 32);
         if constexpr (kHalf) {
             wgmma_ss<T, 64>(*reinterpret_cast<float(*)[32]>(&s[0]), da, db, kk > 0);
@@ -316,7 +351,7 @@ template <bool kAll = false> __device__ __forceinline__ TileDesc desc_load(const
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
  * n_blocks: K/V tiles of kKeys. */
-template <int kPaged, int kKeys>
+template <int kPaged, int kKeys, int kTR = kRows>
 __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
     const Item it = p.items[item];
     Shape sh;
@@ -329,13 +364,20 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
             sh.kv_len > 0 ? ((sh.kv_len - 1) << p.page_shift) + p.kv_last_page_len[it.seq] : 0;
     }
     sh.m0 = it.q_start;
-    const int tokens = kRows >> p.pack_shift; /* the tile's tokens */
+    const int tokens = kTR >> p.pack_shift; /* the tile's tokens */
+    if (kTR != kRows && p.causal) {
+        /* Tiles aligned to the sequence's end: the first starts up to tokens - 1 rows before the
+         * sequence (rows never written), so the partly filled tile is the one with the fewest
+         * keys, not the one with the most (B4 S4096 causal one head a tile in 192-row tiles:
+         * 363-369 -> 381-382 TFLOP/s). */
+        sh.m0 -= (tokens - sh.q_len % tokens) % tokens;
+    }
     int end = sh.kv_len;
     if (p.causal) {
         end = min(end, sh.kv_len - sh.q_len + sh.m0 + tokens);
     }
     sh.n_blocks = end > 0 ? (end + kKeys - 1) / kKeys : 0;
-    if ((it.q_start & (tokens - 1)) != 0) {
+    if ((kTR == kRows ? it.q_start & (tokens - 1) : it.q_start % tokens) != 0) {
         sh.n_blocks = -1; /* not a tile start: another CTA covers these tokens */
     }
     return sh;
@@ -365,21 +407,21 @@ static_assert(sizeof(Bars) <= kBarsBytes, "Geo::kSmem's room for the barriers");
 // The CTA's Q tile (first query head h: the Q map's box holds the tile's heads), once, by one
 // producer thread: both sources. Q load qn goes to buffer qn % kQBufs, that buffer's
 // (qn / kQBufs)-th use.
-template <int kD, int kQBufs = Geo<kD>::kQBufs>
+template <int kD, int kQBufs = Geo<kD>::kQBufs, class G = Geo<kD>>
 __device__ __forceinline__ void produce_q(const CUtensorMap *tq, uint8_t *sq, Bars *b,
                                           const Shape &sh, int h, int qn,
                                           const TileDesc *desc = nullptr) {
     const int qb = qn % kQBufs;
-    uint8_t *q = sq + qb * Geo<kD>::kQBytes;
+    uint8_t *q = sq + qb * G::kQBytes;
     bar_wait(&b->q_empty[qb], ((qn / kQBufs) & 1) ^ 1);
     if (desc != nullptr) {
         desc_store(&b->desc[qb], *desc); /* published by the arrival below (release; the
                                            * consumers' wait acquires) */
     }
-    bar_expect_tx(&b->q_full[qb], Geo<kD>::kQBytes);
+    bar_expect_tx(&b->q_full[qb], G::kQBytes);
 #pragma unroll
-    for (int c = 0; c < Geo<kD>::kChunks; ++c) {
-        tma_load(tq, q + c * kHalfBytes, &b->q_full[qb], 64 * c, h, sh.q_start + sh.m0);
+    for (int c = 0; c < G::kChunks; ++c) {
+        tma_load(tq, q + c * G::kQChunk, &b->q_full[qb], 64 * c, h, sh.q_start + sh.m0);
     }
 }
 
@@ -415,13 +457,13 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     const int lane = threadIdx.x % 32;
     const bool q_lane = (kPaged == kRagged || lane == 0) && kRole != kLoadV;
     if (q_lane && !q_done) {
-        produce_q<kD, G::kQBufs>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
+        produce_q<kD, G::kQBufs, G>(tq, sq, b, sh, h, qn, kDesc ? &cur : nullptr);
     }
     const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
         if (q_lane && has_next && i == q_at) {
-            produce_q<kD, G::kQBufs>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
-                                     kDesc ? &next : nullptr);
+            produce_q<kD, G::kQBufs, G>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
+                                        kDesc ? &next : nullptr);
         }
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
@@ -605,7 +647,9 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
         sum += __shfl_xor_sync(0xffffffffu, sum, 1);
         sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         const int r = row_pos(p, sh, rw + 8 * hr);
-        const bool valid = r < sh.q_len; /* one row per quad: the quad's shuffles run regardless */
+        /* one row per quad: the quad's shuffles run regardless; r < 0: a row before the sequence
+         * (item_shape's end-aligned tiles) */
+        const bool valid = static_cast<unsigned>(r) < static_cast<unsigned>(sh.q_len);
         const float inv = sum > 0.f ? os / sum : 0.f;
         const int head = (h << p.pack_shift) + ((rw + 8 * hr) & ((1 << p.pack_shift) - 1));
         const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + head;
@@ -651,11 +695,18 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 constexpr double kPackPadding = 0.03;
 
 /* Params.pack_shift for a batch of num_seqs sequences (qo_indptr on the host) and this group:
- * log2 of the largest power of two dividing the group where one-head tiles would pad at least
- * kPackPadding of their rows, else 0. */
-inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group) {
+ * log2 of the largest power of two dividing the group where one-head tiles of tile_rows rows
+ * (the kernel's, tile_rows_of) would pad at least kPackPadding of their rows, else 0. The
+ * 192-row tiles of three consumer warpgroups pack whenever the group allows: H100, 2026-11-28, B4
+ * S4096 D64, one head a tile / packed (48-token tiles) TFLOP/s: causal 381-382 / 404-412,
+ * non-causal 418-435 / 479-491. */
+inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group,
+                          int tile_rows = kRows) {
     if (group <= 1 || qo_indptr == nullptr || num_seqs <= 0) {
         return 0;
+    }
+    if (tile_rows != kRows) {
+        return __builtin_ctz(static_cast<unsigned>(group));
     }
     long long tokens = 0, rows = 0;
     for (int i = 0; i < num_seqs; ++i) {
@@ -735,7 +786,7 @@ template <int kD, int kMode, int kPaged> __host__ __device__ constexpr bool dyna
  * the launch came before the last count). The host takes this schedule only for plans without a
  * tile of no K/V tile (use_dynamic): the consumers learn their tiles from the producer's TileDesc
  * alone, and such a tile would have no Q load to carry it. */
-template <int kPaged, int kKeys>
+template <int kPaged, int kKeys, int kTR = kRows>
 __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
     const int slots = p.num_qo_heads >> p.pack_shift;
     for (;;) {
@@ -750,7 +801,7 @@ __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
             }
             return false;
         }
-        sh = item_shape<kPaged, kKeys>(p, item);
+        sh = item_shape<kPaged, kKeys, kTR>(p, item);
         if (sh.n_blocks > 0) {
             return true;
         }
@@ -761,14 +812,14 @@ __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
  * shape; false past the last. Tiles without (n_blocks <= 0) load nothing: the consumers write
  * zeros and -inf for them without waiting, or (not a tile start) skip them. kDynamic:
  * claim_load's tile instead (r: the CTA's count of loaded tiles). */
-template <int kPaged, int kKeys, bool kDynamic = false>
+template <int kPaged, int kKeys, bool kDynamic = false, int kTR = kRows>
 __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape &sh) {
     if constexpr (kDynamic) {
-        return claim_load<kPaged, kKeys>(p, h, sh);
+        return claim_load<kPaged, kKeys, kTR>(p, h, sh);
     }
     int item = 0;
     for (; tile_at(p, r, item, h); ++r) {
-        sh = item_shape<kPaged, kKeys>(p, item);
+        sh = item_shape<kPaged, kKeys, kTR>(p, item);
         if (sh.n_blocks > 0) {
             return true;
         }
@@ -788,7 +839,9 @@ template <int kD, int kPaged, bool kDynamic>
 __device__ __forceinline__ void scheduler_tiles(Bars *b, const Params &p) {
     TileDesc d = {0, 0, {}};
     for (int n = 0;; ++n) {
-        const bool have = next_load<kPaged, Geo<kD, kPaged>::kKeys, kDynamic>(p, d.r, d.h, d.sh);
+        const bool have =
+            next_load<kPaged, Geo<kD, kPaged>::kKeys, kDynamic, Geo<kD, kPaged>::kTileRows>(
+                p, d.r, d.h, d.sh);
         const int s = n % kSchedSlots;
         bar_wait(&b->s_empty[s], ((n / kSchedSlots) & 1) ^ 1);
         desc_store(&b->sched[s], have ? d : TileDesc{-1, 0, {}});
@@ -848,7 +901,7 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
         cur = sched_take<kPaged != kRagged>(b, 0);
         have = cur.r >= 0;
     } else {
-        have = next_load<kPaged, kKeys>(p, cur.r, cur.h, cur.sh);
+        have = next_load<kPaged, kKeys, false, Geo<kD, kPaged>::kTileRows>(p, cur.r, cur.h, cur.sh);
     }
     while (have) {
         TileDesc next = {cur.r + 1, 0, {}};
@@ -857,7 +910,8 @@ __device__ __forceinline__ void producer_loop(const CUtensorMap *tq, const CUten
             next = sched_take<kPaged != kRagged>(b, qn + 1);
             have2 = next.r >= 0;
         } else {
-            have2 = next_load<kPaged, kKeys>(p, next.r, next.h, next.sh);
+            have2 = next_load<kPaged, kKeys, false, Geo<kD, kPaged>::kTileRows>(p, next.r, next.h,
+                                                                                next.sh);
         }
         produce<kD, kPaged, kRole>(tq, tk, tv, sq, sk, sv, b, p, cur, ring, qn, q_done,
                                    kAhead && have2, next);
@@ -889,7 +943,7 @@ template <typename T, int kMode, int kD, int kPaged, class Q = QSmem<T, kD, kPag
 __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *sk,
                                               const uint8_t *sv, Bars *b, const Params &p) {
     const int wg = threadIdx.x / 128 - 1;
-    if (kMode == 2 && wg == 1) {
+    if (kMode == 2 && wg == Q::G::kWGs - 1) {
         named_arrive<256>(1);
     }
     if constexpr (AP_HOPPER_QBUF >= 2 && kMode != 0 && Q::G::kQBufs == 2) {
@@ -897,7 +951,8 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
     } else {
         int ring = 0, qn = 0, item = 0, h = 0;
         for (int r = 0; tile_at(p, r, item, h); ++r) {
-            const Shape sh = item_shape<kPaged, Geo<kD, kPaged>::kKeys>(p, item);
+            const Shape sh =
+                item_shape<kPaged, Geo<kD, kPaged>::kKeys, Geo<kD, kPaged>::kTileRows>(p, item);
             if (sh.n_blocks < 0) {
                 continue; /* not a tile start: another tile covers these tokens */
             }
@@ -926,16 +981,16 @@ __device__ __forceinline__ uint8_t *smem_base(uint8_t *raw) {
 /* Thread 0's init of the Q and ring barriers (stages of them; v_full with v_full_count
  * arrivals: 1, a TMA's, or the fp8 kernel's converter warps). The caller fences and syncs. */
 __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_count,
-                                          uint32_t s_empty_count = 1) {
+                                          uint32_t s_empty_count = 1, uint32_t warps = 8) {
     for (int qb = 0; qb < kMaxQBufs; ++qb) {
         bar_init(&b->q_full[qb], 1);
-        bar_init(&b->q_empty[qb], 8); /* one arrival per consumer warp */
+        bar_init(&b->q_empty[qb], warps); /* one arrival per consumer warp */
     }
     for (int s = 0; s < stages; ++s) {
         bar_init(&b->k_full[s], 1);
         bar_init(&b->v_full[s], v_full_count);
-        bar_init(&b->k_empty[s], 8);
-        bar_init(&b->v_empty[s], 8);
+        bar_init(&b->k_empty[s], warps);
+        bar_init(&b->v_empty[s], warps);
     }
     for (int s = 0; s < kSchedSlots; ++s) {
         bar_init(&b->s_full[s], 1);
@@ -958,7 +1013,7 @@ __device__ __forceinline__ void bars_init(Bars *b, int stages, uint32_t v_full_c
  * tile (n_blocks 0) loads nothing and is skipped by both sides alike, since both derive n_blocks
  * from the same plan item. */
 template <typename T, int kMode, int kD = 128, int kPaged = kRagged>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Geo<kD, kPaged>::kThreads, 1)
     prefill_hopper_kernel(const __grid_constant__ CUtensorMap tq,
                           const __grid_constant__ CUtensorMap tk,
                           const __grid_constant__ CUtensorMap tv,
@@ -972,7 +1027,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     Bars *b = reinterpret_cast<Bars *>(sv + G::kVStg * G::kVBytes);
     constexpr bool kVWarp = kPaged != kRagged && kPagedVWarp;
     if (threadIdx.x == 0) {
-        bars_init(b, G::kStg, 1, kVWarp ? 2 : 1);
+        bars_init(b, G::kStg, 1, kVWarp ? 2 : 1, 4 * G::kWGs);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -981,7 +1036,11 @@ __global__ void __launch_bounds__(kThreads, 1)
          * 232 take (256 x (232 - 168)); the pool setmaxnreg.inc draws from is the CTA's own (a
          * producer at 32 beside consumers at 240 deadlocked them). 24 / 240 before the
          * persistent loop: the paged producer warp spilled at 24. */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if constexpr (G::kWG3) { /* 128 x (128 - 32) frees what 384 x (160 - 128) take */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n");
+        } else {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        }
         constexpr bool kSched = sched_built<kD, kMode, kPaged>();
         if (threadIdx.x < (kPaged != kRagged ? 32 : 1)) {
             producer_loop<kD, kPaged, kSched, kVWarp ? kLoadQK : kLoadAll>(&tq, &tk, &tv, sq, sk,
@@ -992,7 +1051,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             producer_loop<kD, kPaged, kSched, kLoadV>(&tq, &tk, &tv, sq, sk, sv, b, p);
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        if constexpr (G::kWG3) {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n");
+        } else {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        }
         consumer_loop<T, kMode, kD, kPaged>(sq, sk, sv, b, p);
     }
 #endif
@@ -1101,10 +1164,11 @@ inline int make_map(CUtensorMap *map, const void *ptr, int64_t rows, int heads, 
     return r == CUDA_SUCCESS ? 0 : -2;
 }
 
-/* The Q map of a launch: [tokens][heads][dim], boxes of one work tile (Params.pack_shift). */
+/* The Q map of a launch: [tokens][heads][dim], boxes of one work tile (Params.pack_shift) of
+ * `rows` rows (Geo::kTileRows). */
 inline int q_map(CUtensorMap *map, const void *q, int64_t tokens, int heads, int dim,
-                 int pack_shift) {
-    return make_map(map, q, tokens, heads, dim, kRows >> pack_shift, 1 << pack_shift);
+                 int pack_shift, int rows = kRows) {
+    return make_map(map, q, tokens, heads, dim, rows >> pack_shift, 1 << pack_shift);
 }
 
 /* The map of a paged NHD cache [page][page_size][heads][dim] viewed as [rows][heads][dim] for K/V

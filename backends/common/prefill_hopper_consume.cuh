@@ -28,9 +28,12 @@ template <bool kPingPong> __device__ __forceinline__ void turn_take(int wg) {
         named_sync<256>(1 + wg);
     }
 }
-template <bool kPingPong> __device__ __forceinline__ void turn_give(int wg) {
-    if constexpr (kPingPong) {
+/* kWGs consumer warpgroups take their turns in a ring: 0, 1, (2,) 0, ... */
+template <bool kPingPong, int kWGs = 2> __device__ __forceinline__ void turn_give(int wg) {
+    if constexpr (kPingPong && kWGs == 2) {
         named_arrive<256>(2 - wg);
+    } else if constexpr (kPingPong) {
+        named_arrive<256>(wg == kWGs - 1 ? 1 : wg + 2);
     }
 }
 
@@ -131,10 +134,11 @@ template <typename T, int kD, int kSrc = kRagged> struct QSmem {
  * shape 25% slower). Its end is item_shape's, computed again: one helper for both (the same
  * values) left the D128 kernel too few registers for the wgmma pipeline (ptxas C7511, every wgmma
  * serialized; caught by kit-wgmma-serial), and a field in Shape costs a register across the loop. */
-template <int kKeys> __device__ __forceinline__ bool pipe_half(const Params &p, const Shape &sh) {
+template <int kKeys, int kTR = kRows>
+__device__ __forceinline__ bool pipe_half(const Params &p, const Shape &sh) {
     int end = sh.kv_len;
     if (p.causal) {
-        end = min(end, sh.kv_len - sh.q_len + sh.m0 + (kRows >> p.pack_shift));
+        end = min(end, sh.kv_len - sh.q_len + sh.m0 + (kTR >> p.pack_shift));
     }
     return kKeys == 128 && end - (sh.n_blocks - 1) * kKeys <= kKeys / 2;
 }
@@ -169,7 +173,7 @@ pipe_first_scores(const Params &p, const Shape &sh, const Q &q, const uint8_t *s
         q.qk(sc, sk + s * G::kKBytes);
     }
     wg_commit();
-    turn_give<kPingPong>(wg);
+    turn_give<kPingPong, G::kWGs>(wg);
     wg_wait0();
     half_mask<kHalf>(sc);
     release_stage(&b->k_empty[s]);
@@ -205,7 +209,7 @@ pipe_step(const Params &p, const Shape &sh, const Q &q, const uint8_t *sk, const
     wg_commit();
     pv_gemm<typename Q::PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
-    turn_give<kPingPong>(wg);
+    turn_give<kPingPong, G::kWGs>(wg);
     wg_wait1();
     release_stage(&b->k_empty[s]);
     if (i == sh.n_blocks - 1) {
@@ -235,7 +239,7 @@ __device__ __forceinline__ void pipe_last_pv(const uint8_t *sv, Bars *b, int rin
     wg_fence();
     pv_gemm<PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
-    turn_give<kPingPong>(wg);
+    turn_give<kPingPong, G::kWGs>(wg);
     wg_wait0();
     release_stage(&b->v_empty[sp]);
 }

@@ -32,6 +32,7 @@
 template <int kD> struct GeoF8 {
     static_assert(kD == 128 || kD == 192, "fp8 K/V: Q/K head dim 128 or 192, V 128");
     static constexpr int kDv = 128;
+    static constexpr int kTileRows = kRows, kWGs = 2, kQChunk = kHalfBytes; /* Geo's at kD 128 */
     static constexpr int kKeys = 128;
     static constexpr int kChunks = kD / 64;
     static constexpr int kQBytes = kChunks * kHalfBytes;

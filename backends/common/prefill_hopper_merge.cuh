@@ -52,7 +52,7 @@ pipe_boundary(const Params &p, const Shape &sh, const Shape &sh2, Q &q, const ui
     wg_commit();
     pv_gemm<typename Q::PT, kSplitN, G::kOn, G::kPk, kPvHalf>(o, pf, sv + sp * G::kVBytes);
     wg_commit();
-    turn_give<kPingPong>(wg);
+    turn_give<kPingPong, G::kWGs>(wg);
     wg_wait1();
     half_mask<kHalf>(sc);
     release_stage(&b->k_empty[s2]);
@@ -132,7 +132,7 @@ __device__ __forceinline__ TileDesc next_desc(Bars *b, int qn_next) {
  * d.r = -1 matches no round). The dynamic schedule (Params.queue_items, claim_load): the
  * producer's rounds are its count of loaded tiles, so every tile's TileDesc is round r + 1, and
  * at the end's marker tile_at finds no tile (num_items is 0 there). */
-template <int kPaged, int kKeys>
+template <int kPaged, int kKeys, int kTR = kRows>
 __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int qn_next, int &r2,
                                           int &h2, Shape &sh2) {
     const TileDesc d = kTileDesc ? next_desc(b, qn_next) : TileDesc{-1, 0, {}};
@@ -147,7 +147,7 @@ __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int q
     if (!tile_at(p, r2, item2, h2)) {
         return false;
     }
-    sh2 = r2 == d.r ? d.sh : item_shape<kPaged, kKeys>(p, item2);
+    sh2 = r2 == d.r ? d.sh : item_shape<kPaged, kKeys, kTR>(p, item2);
     return true;
 }
 
@@ -180,7 +180,7 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
      * tile_at and item_shape were a sixth of the consumers' per-tile samples on the varlen mix:
      * ncu, H100, 2026-11-27); next_tile reads them from the producer's TileDesc. */
     Shape sh = {};
-    bool have = next_tile<kPaged, G::kKeys>(p, b, -1, 0, r, h, sh);
+    bool have = next_tile<kPaged, G::kKeys, G::kTileRows>(p, b, -1, 0, r, h, sh);
     while (have) {
         const int nb = sh.n_blocks; /* < 0: not a tile start, another tile covers these tokens */
         if (!primed && nb >= 0) {
@@ -190,7 +190,7 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
             const int qb = qn % G::kQBufs;
             bar_wait(&b->q_full[qb], (qn / G::kQBufs) & 1);
             q.load(p, sq + qb * G::kQBytes, wg);
-            half = kHalfOn && pipe_half<G::kKeys>(p, sh);
+            half = kHalfOn && pipe_half<G::kKeys, G::kTileRows>(p, sh);
             if (half) {
                 pipe_first_scores<kPingPong, true>(p, sh, q, sk, b, ring, qb, wg, rw, lane, o, m, l,
                                                    pf);
@@ -211,11 +211,12 @@ __device__ __forceinline__ void consumer_loop_merged(const uint8_t *sq, const ui
         }
         int h2 = 0, r2 = 0;
         Shape sh2 = {};
-        const bool have2 = next_tile<kPaged, G::kKeys>(p, b, r, nb > 0 ? qn + 1 : qn, r2, h2, sh2);
+        const bool have2 =
+            next_tile<kPaged, G::kKeys, G::kTileRows>(p, b, r, nb > 0 ? qn + 1 : qn, r2, h2, sh2);
         if (nb >= 0) {
             primed = nb > 0 && have2 && sh2.n_blocks > 0;
             if (primed) {
-                const bool half2 = kHalfOn && pipe_half<G::kKeys>(p, sh2);
+                const bool half2 = kHalfOn && pipe_half<G::kKeys, G::kTileRows>(p, sh2);
                 pipe_boundary_any<T, kPingPong>(nb == 1 && half, half2, p, sh, sh2, q, sq, sk, sv,
                                                 b, ring, qn, h, wg, rw, lane, o, m, l, pf);
                 half = half2;
