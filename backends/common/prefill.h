@@ -131,6 +131,12 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
 ap_status ap_kit_prefill_run(const ap_kit_prefill_params *params, const ap_kit_prefill_plan *plan,
                              void *stream, const char *who, ap_msgbuf *msg);
 
+/* 1 when a plan built for the paged source may run over the ragged one as it is (its `ragged`
+ * set, the same items: a fresh prefill's K/V read in place): a Hopper plan whose work tiles the
+ * ragged source's kernel shares (every head dim but 64, where the ragged kernel's tiles are 192
+ * rows and the paged one's 128), or any mma.sync plan. 0 otherwise. */
+int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan);
+
 #ifdef __cplusplus
 }
 #endif

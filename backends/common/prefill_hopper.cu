@@ -321,7 +321,16 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
                                        : hopper_dispatch<__half>(p, plan, s, who, msg);
 }
 
+extern "C" int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan) {
+    return plan != NULL && (!plan->hopper || hopper_tile_rows(plan->head_dim_qk, true) ==
+                                                 hopper_tile_rows(plan->head_dim_qk, false));
+}
+
 #else // no sm_90a code in this build: every plan goes to the mma.sync kernel
+
+extern "C" int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan) {
+    return plan != NULL && !plan->hopper;
+}
 
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     (void)args;

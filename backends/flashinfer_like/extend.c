@@ -99,10 +99,12 @@ static void fil_extend_params_of(const ap_model *m, const ap_layer *layer,
  * activations' own 16-bit dtype: the cache then holds exactly args->k / args->v (the save is a
  * copy), and they are the whole K/V. The Hopper kernel reads them in place, contiguous rows
  * instead of one TMA box per page (SGLang's flashinfer backend does the same: ragged prefill
- * for the new tokens, paged only for a prefix). Same inputs, same kernel, same tiles. */
+ * for the new tokens, paged only for a prefix). Same inputs, same tiles (where the ragged kernel
+ * has the paged one's: ap_kit_prefill_plan_ragged_ok; at head dim 64 the paged source reads them). */
 static int fil_extend_reads_saved_kv(const ap_model *model, const ap_layer *layer,
                                      const ap_forward_args *args, const fil_batch_plan *plan) {
-    return plan->extend_fresh && plan->extend.hopper && args->save_kv && args->k != NULL &&
+    return plan->extend_fresh && plan->extend.hopper &&
+           ap_kit_prefill_plan_ragged_ok(&plan->extend) && args->save_kv && args->k != NULL &&
            args->v != NULL && layer->kv->dtype == model->dtype &&
            (model->dtype == AP_DTYPE_BF16 || model->dtype == AP_DTYPE_F16);
 }
