@@ -11,7 +11,9 @@
 # lookahead after every tile (next_tile) waits for the next loaded tile's q_full and must read
 # exactly that tile (or the end) from the slot. vwarp: the paged source's two producer warps
 # (AP_HOPPER_PAGED_VWARP): one issues Q and K (and the end), the other V, each walking the loaded
-# tiles and waiting on its own ring's empty barriers. Plain Python; meson test kit-hopper-ring-sim.
+# tiles and waiting on its own ring's empty barriers. nwg: the consumer warpgroups, 2 or 3 (head dim
+# 64 over the ragged source, AP_HOPPER_D64_WG3: the turns go round the three, turn_give). Plain
+# Python; meson test kit-hopper-ring-sim.
 # Run: python3 backends/common/emu/hopper_ring_sim.py [seeds]
 import random, sys
 
@@ -28,14 +30,14 @@ class MBar:
 class Named:
     def __init__(s): s.arrivals=0; s.gen=0
 kQLead=2  # prefill_hopper.cuh's AP_HOPPER_QLEAD
-def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
+def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False, nwg=2):
     rng=random.Random(seed)
-    qf=[MBar(1) for _ in range(kQB)]; qe=[MBar(2) for _ in range(kQB)]
-    kf=[MBar(1) for _ in range(kStg)]; ke=[MBar(2) for _ in range(kStg)]
-    vf=[MBar(1) for _ in range(kVStg)]; ve=[MBar(2) for _ in range(kVStg)]
+    qf=[MBar(1) for _ in range(kQB)]; qe=[MBar(nwg) for _ in range(kQB)]
+    kf=[MBar(1) for _ in range(kStg)]; ke=[MBar(nwg) for _ in range(kStg)]
+    vf=[MBar(1) for _ in range(kVStg)]; ve=[MBar(nwg) for _ in range(kVStg)]
     qbuf=[None]*kQB; kbuf=[None]*kStg; vbuf=[None]*kVStg
     readers={}  # (kind,idx) -> set of wg reading
-    named={1:[0,0],2:[0,0]}  # id -> [arrivals in current gen, gen]
+    named={1+w:[0,0] for w in range(nwg)}  # id -> [arrivals in current gen, gen]
     pending_tma=[]
     out={}
     desc=[None]*kQB  # Bars::desc: the TileDesc slots (desc_store / desc_load)
@@ -86,13 +88,14 @@ def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
         assert buf[idx]==expect, ('overwritten while read',wg,kind,idx,buf[idx],expect)
         readers[(kind,idx)].discard(wg)
     def consumer(wg):
-        # returns generator; ping-pong: take = sync on 1+wg, give = arrive 2-wg
+        # returns generator; ping-pong: take = sync on 1+wg, give = arrive on the next one's
+        # (2-wg for two; 1+(wg+1)%nwg, the kernel's turn_give)
         def take():
             named[1+wg][0]+=1
             gen=named[1+wg][1]
             if named[1+wg][0]==2: named[1+wg][0]=0; named[1+wg][1]+=1
             while named[1+wg][1]==gen: yield
-        def give(): nb_arrive(2-wg)
+        def give(): nb_arrive(2-wg if nwg==2 else 1+(wg+1)%nwg)
         def wait(bar,par):
             while not bar.done(par): yield
         def lookahead(t,qn_next):
@@ -103,7 +106,7 @@ def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
             yield from wait(qf[qb],(qn_next//kQB)&1)
             want=next((u for u in loaded if u>t),'end')
             assert desc[qb]==want, ('TileDesc', wg, t, qn_next, desc[qb], want)
-        if wg==1: give_init=nb_arrive(1)
+        if wg==nwg-1: give_init=nb_arrive(1)
         ring=0; qn=0; primed=False; turns=0
         T=len(tiles)
         for t in range(T):
@@ -149,7 +152,7 @@ def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
             if nb>0: ring+=nb; qn+=1
         if wg==0:
             yield from take()
-    procs=[producer(),consumer(0),consumer(1)]+([producer_v()] if vwarp else [])
+    procs=[producer()]+[consumer(w) for w in range(nwg)]+([producer_v()] if vwarp else [])
     alive=[True]*len(procs); steps=0
     while any(alive):
         steps+=1
@@ -167,8 +170,8 @@ def run(tiles, kStg, kVStg, kQB, merge, seed, vwarp=False):
             except StopIteration: alive[i]=False
     assert not pending_tma
     for t,nb in enumerate(tiles):
-        if nb>=0: assert sorted(out.get(t,[]))==[0,1], (t, out.get(t))
-    assert named[1]==[0,named[1][1]] and named[2]==[0,named[2][1]], named
+        if nb>=0: assert sorted(out.get(t,[]))==list(range(nwg)), (t, out.get(t))
+    assert all(named[i][0]==0 for i in named), named
     return True
 n=0
 for seed in range(int(sys.argv[1]) if len(sys.argv)>1 else 300):
@@ -177,4 +180,6 @@ for seed in range(int(sys.argv[1]) if len(sys.argv)>1 else 300):
     for cfg in [(3,2,2,True),(3,3,2,True),(2,2,2,True),(3,3,1,True),(3,3,1,False),(3,2,2,False)]:
         for vwarp in (False, True):
             run(tiles,*cfg,seed,vwarp); n+=1
+    for cfg in [(5,5,2,True),(2,2,2,True),(3,3,1,False)]:  # three consumer warpgroups (D64)
+        run(tiles,*cfg,seed,False,3); n+=1
 print('ok', n, 'runs')
