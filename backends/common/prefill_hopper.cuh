@@ -84,9 +84,9 @@ constexpr int kThreads = 384; /* two consumer warpgroups (Geo::kThreads: three a
  * AP_HOPPER_D64_WG3_STAGES stages (2 x 24 KB of Q + 5 x 32 KB at 128 keys), the producer at 32
  * registers and the consumers at 160 (64-key tiles in 8 stages: causal 5%, non-causal 10%
  * slower); 0: two on 128 rows with 192-key tiles. H100, 2026-11-28
- * (bench/results/2026-11-28-h100-c.md), B4 S4096 H32/8 TFLOP/s, two / three: non-causal 428-437
- * / 479-491, the varlen mix 332-341 / 356-362, causal 392-404 / 404-412 (packed: 48-token
- * tiles); one head a tile (no GQA to pack) causal 396-398 / 381-382, non-causal the same. */
+ * (bench/results/2026-11-28-h100-c.md), B4 S4096 H32/8 TFLOP/s, two / three: non-causal 420-437
+ * / 478-491, the varlen mix 330-341 / 350-362, causal 392-405 / 404-412 (packed: 48-token
+ * tiles); one head a tile (no GQA to pack) causal 393-400 / 381-382, non-causal the same. */
 #ifndef AP_HOPPER_D64_WG3
 #define AP_HOPPER_D64_WG3 1
 #endif
@@ -369,7 +369,7 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
         /* Tiles aligned to the sequence's end: the first starts up to tokens - 1 rows before the
          * sequence (rows never written), so the partly filled tile is the one with the fewest
          * keys, not the one with the most (B4 S4096 causal one head a tile in 192-row tiles:
-         * 363-369 -> 381-382 TFLOP/s). */
+         * 363-376 -> 381-382 TFLOP/s). */
         sh.m0 -= (tokens - sh.q_len % tokens) % tokens;
     }
     int end = sh.kv_len;
@@ -699,7 +699,7 @@ constexpr double kPackPadding = 0.03;
  * (the kernel's, tile_rows_of) would pad at least kPackPadding of their rows, else 0. The
  * 192-row tiles of three consumer warpgroups pack whenever the group allows: H100, 2026-11-28, B4
  * S4096 D64, one head a tile / packed (48-token tiles) TFLOP/s: causal 381-382 / 404-412,
- * non-causal 418-435 / 479-491. */
+ * non-causal 418-435 / 478-491. */
 inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group,
                           int tile_rows = kRows) {
     if (group <= 1 || qo_indptr == nullptr || num_seqs <= 0) {
