@@ -13,7 +13,8 @@ extern "C" {
 /* Packed query rows per CTA of the Hopper kernel for this plan: 128 / pack tokens of one sequence
  * times the group, so its items are (128 / pack)-token tiles, pack the query heads of a group a
  * work tile holds (the largest power of two dividing the group: a group of 4 gives tiles of 32
- * tokens x 4 heads, 128 rows). 0 where it does not serve: today args'
+ * tokens x 4 heads, 128 rows); 192 for 128 at head dim 64 over the ragged source (three consumer
+ * warpgroups: tiles of 48 tokens x 4 heads). 0 where it does not serve: today args'
  * kv_dtype BF16 or F16 (the caller says so; unset keeps the mma.sync kernel), a ragged K/V
  * source with head dims 128 / 128, 64 / 64, 256 / 256 or 192 / 128 (MLA's MHA form) or a paged
  * one with head dims 128 / 128 or 64 / 64 and a page size that is a power of two >= 8, a build with sm_90a code and a current
