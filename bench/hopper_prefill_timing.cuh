@@ -234,14 +234,16 @@ static void bench_tiles() {
 }
 
 /* --time-dim D: head dim D (64, 128 or 256) alone (the K/V tile's keys: AP_HOPPER_D64_KEYS,
- * AP_HOPPER_D256_KEYS), the dispatched mode, three rounds: B4 S4096 H32/8
- * causal and not, ragged and (D64) paged16, and the varlen mix causal. */
+ * AP_HOPPER_D256_KEYS; D64's warpgroups: AP_HOPPER_D64_WG3), the dispatched mode, three rounds:
+ * B4 S4096 H32/8 causal and not, ragged and (D64) paged16 and without GQA (H32/32: one CTA per
+ * work tile, nothing to pack), and the varlen mix causal. */
 static void bench_dim(int dqk) {
     for (int round = 0; round < 3; ++round) {
         for (bool causal : {true, false}) {
             bench(causal, 4, 32, 8, dqk, 2);
             if (dqk == 64) {
                 bench(causal, 4, 32, 8, dqk, 2, 16);
+                bench(causal, 4, 32, 32, dqk, 2);
             }
         }
         bench_lens(true, varlen_mix(), "varlen64", 32, 8, dqk, 2);
