@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "prefill_internal.h"
@@ -103,10 +104,9 @@ constexpr int kHalfBytes = kRows * 64 * 2; /* one 64-column chunk of the Q tile:
 #ifndef AP_HOPPER_D64_STAGES
 #define AP_HOPPER_D64_STAGES 4
 #endif
-constexpr int kMaxStages0 = kStages > AP_HOPPER_D64_STAGES ? kStages : AP_HOPPER_D64_STAGES;
-constexpr int kMaxStages = AP_HOPPER_D64_WG3 && AP_HOPPER_D64_WG3_STAGES > kMaxStages0
-                               ? AP_HOPPER_D64_WG3_STAGES
-                               : kMaxStages0;
+/* the deepest ring of any Geo (Bars' arrays) */
+constexpr int kMaxStages =
+    std::max({kStages, AP_HOPPER_D64_STAGES, AP_HOPPER_D64_WG3 ? AP_HOPPER_D64_WG3_STAGES : 0});
 constexpr int kBarsBytes = 512; /* shared memory for Bars (its static_assert) */
 constexpr int kSchedSlots = 2;  /* the scheduler warp's ring of work tiles (Bars::sched) */
 
@@ -140,6 +140,13 @@ template <int kD, int kSrc = kRagged> struct Geo {
     static constexpr int kThreads = 128 * (1 + kWGs); /* and the producer warpgroup */
     static constexpr int kQChunk = kTileRows * 128;   /* one 64-column chunk of the Q tile */
     static constexpr bool kWG3 = kWGs == 3;
+    /* setmaxnreg's budgets: the producer warpgroup's registers a thread and the consumers' (two
+     * warpgroups: 128 x (168 - 40) given back = 256 x (232 - 168) taken; three: 128 x (128 - 32) =
+     * 384 x (160 - 128)) */
+    static constexpr int kProducerRegs = kWG3 ? 32 : 40;
+    static constexpr int kConsumerRegs = kWG3 ? 160 : 232;
+    static_assert(128 * kProducerRegs + 128 * kWGs * kConsumerRegs <= 65536,
+                  "the consumers take no more than the producers give back");
     /* keys per K/V tile: 128; AP_HOPPER_D256_KEYS (80) at kD 256 (Q takes 64 KB);
      * AP_HOPPER_D64_KEYS (192) at kD 64 over the ragged source (AP_HOPPER_D64_WG3_KEYS with
      * three consumer warpgroups) */
@@ -369,7 +376,8 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
         /* Tiles aligned to the sequence's end: the first starts up to tokens - 1 rows before the
          * sequence (rows never written), so the partly filled tile is the one with the fewest
          * keys, not the one with the most (B4 S4096 causal one head a tile in 192-row tiles:
-         * 363-376 -> 381-382 TFLOP/s). */
+         * 363-376 -> 381-382 TFLOP/s). Only there: the 128-row kernels keep the code they were
+         * measured with (their register budget tips ptxas into C7511 at small changes). */
         sh.m0 -= (tokens - sh.q_len % tokens) % tokens;
     }
     int end = sh.kv_len;
@@ -695,11 +703,11 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
 constexpr double kPackPadding = 0.03;
 
 /* Params.pack_shift for a batch of num_seqs sequences (qo_indptr on the host) and this group:
- * log2 of the largest power of two dividing the group where one-head tiles of tile_rows rows
- * (the kernel's, tile_rows_of) would pad at least kPackPadding of their rows, else 0. The
- * 192-row tiles of three consumer warpgroups pack whenever the group allows: H100, 2026-11-28, B4
- * S4096 D64, one head a tile / packed (48-token tiles) TFLOP/s: causal 381-382 / 404-412,
- * non-causal 418-435 / 478-491. */
+ * log2 of the largest power of two dividing the group where one-head tiles of kRows rows would
+ * pad at least kPackPadding of their rows, else 0. Tiles of other rows (tile_rows: the
+ * kernel's, tile_rows_of), the 192 of three consumer warpgroups, pack whenever the group allows:
+ * H100, 2026-11-28, B4 S4096 D64, one head a tile / packed (48-token tiles) TFLOP/s: causal
+ * 381-382 / 404-412, non-causal 418-435 / 478-491. */
 inline int pack_shift_for(const int32_t *qo_indptr, int num_seqs, int group,
                           int tile_rows = kRows) {
     if (group <= 1 || qo_indptr == nullptr || num_seqs <= 0) {
@@ -1032,15 +1040,9 @@ __global__ void __launch_bounds__(Geo<kD, kPaged>::kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        /* 40: the registers this frees (128 x (168 - 40)) are exactly those the consumers'
-         * 232 take (256 x (232 - 168)); the pool setmaxnreg.inc draws from is the CTA's own (a
-         * producer at 32 beside consumers at 240 deadlocked them). 24 / 240 before the
-         * persistent loop: the paged producer warp spilled at 24. */
-        if constexpr (G::kWG3) { /* 128 x (128 - 32) frees what 384 x (160 - 128) take */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n");
-        } else {
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        }
+        /* Geo's budgets (24 / 240 before the persistent loop: the paged producer warp spilled at
+         * 24) */
+        regs_dec<G::kProducerRegs>();
         constexpr bool kSched = sched_built<kD, kMode, kPaged>();
         if (threadIdx.x < (kPaged != kRagged ? 32 : 1)) {
             producer_loop<kD, kPaged, kSched, kVWarp ? kLoadQK : kLoadAll>(&tq, &tk, &tv, sq, sk,
@@ -1051,11 +1053,7 @@ __global__ void __launch_bounds__(Geo<kD, kPaged>::kThreads, 1)
             producer_loop<kD, kPaged, kSched, kLoadV>(&tq, &tk, &tv, sq, sk, sv, b, p);
         }
     } else {
-        if constexpr (G::kWG3) {
-            asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n");
-        } else {
-            asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-        }
+        regs_inc<G::kConsumerRegs>();
         consumer_loop<T, kMode, kD, kPaged>(sq, sk, sv, b, p);
     }
 #endif

@@ -28,7 +28,9 @@ template <bool kPingPong> __device__ __forceinline__ void turn_take(int wg) {
         named_sync<256>(1 + wg);
     }
 }
-/* kWGs consumer warpgroups take their turns in a ring: 0, 1, (2,) 0, ... */
+/* kWGs consumer warpgroups take their turns in a ring: 0, 1, (2,) 0, ... The general form gives
+ * two warpgroups the same barriers as 2 - wg but other code (a select), 128-512 bytes more in
+ * every two-warpgroup kernel, so those keep 2 - wg. */
 template <bool kPingPong, int kWGs = 2> __device__ __forceinline__ void turn_give(int wg) {
     if constexpr (kPingPong && kWGs == 2) {
         named_arrive<256>(2 - wg);

@@ -348,14 +348,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n"); /* as prefill_hopper_kernel */
+        regs_dec<Geo<kD>::kProducerRegs>(); /* as prefill_hopper_kernel */
         if (threadIdx.x == 0) {
             producer_loop_f8<kD>(&tq, &tk, &tv, sq, sk, svs, bf, p);
         } else if (threadIdx.x >= 32) {
             convert_loop<kD>(svs, sv, bf, p);
         }
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        regs_inc<Geo<kD>::kConsumerRegs>();
         consumer_loop<T, 2, kD, false, QF8<T, kD>>(sq, sk, sv, &bf->b, p);
     }
 #endif

@@ -517,10 +517,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
     if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        regs_dec<40>();
         if (threadIdx.x == 0) produce(&map, p, sq, base + kOffK, b, t_begin, t_end);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+        regs_inc<232>();
         if (threadIdx.x < 256)
             consume<0>(p, sq, base, b, row0, rows, cta, t_begin, t_end);
         else
