@@ -2,8 +2,8 @@
  * shared-memory addresses, mbarriers (init, expect_tx, arrive, wait on a phase), TMA tensor loads
  * completing on an mbarrier (optionally with an L2 cache policy), the wgmma shared-memory
  * descriptor (128-byte swizzle) and the wgmma fence / commit / wait ordering, named barriers,
- * ex2, and on the host the driver's cuTensorMapEncodeTiled reached through the runtime. The wgmma
- * instructions themselves are in wgmma.cuh. */
+ * setmaxnreg, ex2, and on the host the driver's cuTensorMapEncodeTiled reached through the
+ * runtime. The wgmma instructions themselves are in wgmma.cuh. */
 #ifndef AP_COMMON_SM90_CUH
 #define AP_COMMON_SM90_CUH
 
