@@ -7,7 +7,7 @@
  * H32/8 and H32/32 D128 (ragged, and paged with page 16), B4 S4096 H32/8 D64 and D256 and MLA
  * prefill B1 S4096 H128 qk192/v128.
  * Usage: hopper_prefill_check [--no-bench | --bench-only | --quick | --time | --time-dim D |
- * --time-paged | --profile V | --match TEXT].
+ * --time-paged | --time-f8 | --profile V | --match TEXT].
  * Exit 1 on any failed case. */
 #include <cuda_fp8.h>
 
@@ -273,6 +273,7 @@ static int launch_f8(const void *q, const void *k, const void *v, int tq, int tk
     Params pn = p;
     pn.num_items = num_items;
     const dim3 grid = launch_schedule(pn, kD, kRagged);
+    g_last_dynamic = false; /* the fp8 kernel has no dynamic schedule */
     prefill_hopper_f8_kernel<T, kD><<<grid, kThreads, GeoF8<kD>::kSmem, st>>>(mq, mk, mv, pn);
     return 0;
 }
@@ -752,6 +753,7 @@ int main(int argc, char **argv) {
      * (for ncu), pack_shift PS, the varlen mix or B4 S4096, on the schedule named;
      * --time: bench_tiles' timings only (the per-work-tile overhead's shapes); --time-dim D:
      * bench_dim's (head dim 64, 128 or 256); --time-paged: bench_paged's (the paged source);
+     * --time-f8: bench_f8's (the fp8 K/V kernel beside the 16-bit one);
      * --match TEXT: the checks whose name holds TEXT only. */
     std::setvbuf(stdout, nullptr, _IOLBF, 0); /* lines survive a timeout's kill */
     const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
@@ -759,6 +761,10 @@ int main(int argc, char **argv) {
     const bool do_bench = argc == 1 || bench_only;
     if (argc > 1 && std::strcmp(argv[1], "--time") == 0) {
         bench_tiles();
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "--time-f8") == 0) {
+        bench_f8();
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "--time-paged") == 0) {

@@ -6,7 +6,7 @@
 /* Sequences of lens tokens (Q and K/V alike), H query heads over hkv, Q/K dqk wide (V
  * dv_of(dqk)); page > 0: K/V read as a paged cache of that page size through a shuffled page
  * table; ps: Params.pack_shift (-1: the dispatch's, pack_shift_for). what: the shape in the
- * printed line. */
+ * printed line. variant -1: fp8 K/V (the fp8 kernel, ragged; scales 1, values in [-1, 1]). */
 static void bench_lens(bool causal, const std::vector<int> &lens, const char *what, int H, int hkv,
                        int dqk, int variant, int page = 0, int ps = -1) {
     const int D = dv_of(dqk);
@@ -19,6 +19,7 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
     }
     const Batch b = make_batch(c, ps);
     g_min_kv_tiles = min_kv_tiles(b.items);
+    const bool f8 = variant < 0;
     const int sets = 2;
     std::vector<void *> bufs;
     const size_t qn = static_cast<size_t>(b.tq) * H * dqk,
@@ -41,12 +42,26 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
             e = y.x;
         }
     }
+    static std::vector<uint8_t> host8; /* the pool's values as e4m3 */
+    if (f8 && host8.size() < host.size()) {
+        host8.resize(host.size());
+        for (size_t i = 0; i < host.size(); ++i) {
+            __nv_bfloat16_raw r;
+            r.x = host[i];
+            host8[i] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(
+                __bfloat162float(__nv_bfloat16(r)), __NV_SATFINITE, __NV_E4M3));
+        }
+    }
     int slice = 0;
     for (int s = 0; s < sets; ++s) {
         for (size_t n : {qn, kn, vn}) {
             void *p;
-            CK(cudaMalloc(&p, n * 2));
-            CK(cudaMemcpy(p, host.data() + 97 * (slice++), n * 2, cudaMemcpyHostToDevice));
+            const bool bytes = f8 && n != qn; /* fp8 K / V */
+            CK(cudaMalloc(&p, bytes ? n : n * 2));
+            const size_t at = 97 * (slice++);
+            CK(cudaMemcpy(p,
+                          bytes ? static_cast<const void *>(host8.data() + at) : host.data() + at,
+                          bytes ? n : n * 2, cudaMemcpyHostToDevice));
             bufs.push_back(p);
         }
     }
@@ -109,8 +124,10 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
         p.v_pages = bufs[3 * s + 2];
         CK(cudaEventRecord(e0));
         const int rc =
-            launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
-                       b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
+            f8 ? launch_f8_any(dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2], b.tq,
+                               b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0)
+               : launch_any(variant, dqk, false, bufs[3 * s], bufs[3 * s + 1], bufs[3 * s + 2],
+                            b.tq, b.tkv, H, hkv, p, static_cast<int>(b.items.size()), 0);
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         if (rc != 0) {
@@ -145,9 +162,10 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
     if (page > 0) {
         std::snprintf(pg, sizeof pg, " paged%d", page);
     }
-    std::printf("hopper %s %s H%d/%d D%d/%d bf16 %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
-                causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, kVariant[variant], pg,
-                1 << ps, sched, med, flops / med / 1e9);
+    std::printf("hopper %s %s H%d/%d D%d/%d %s %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
+                causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, f8 ? "fp8-kv" : "bf16",
+                f8 ? "overlap+pingpong" : kVariant[variant], pg, 1 << ps, sched, med,
+                flops / med / 1e9);
     cudaFree(dpi);
     cudaFree(dpx);
     cudaFree(dpl);
@@ -247,6 +265,21 @@ static void bench_dim(int dqk) {
             }
         }
         bench_lens(true, varlen_mix(), "varlen64", 32, 8, dqk, 2);
+    }
+}
+
+/* --time-f8: the fp8 K/V kernel beside the 16-bit one (the dispatched mode and schedule), three
+ * rounds: B4 S4096 H32/8 D128 causal and not, the varlen mix causal D128, MLA's B1 S4096 H128
+ * qk 192 / v 128 causal. */
+static void bench_f8() {
+    for (int round = 0; round < 3; ++round) {
+        for (int variant : {-1, 2}) {
+            for (bool causal : {true, false}) {
+                bench(causal, 4, 32, 8, 128, variant);
+            }
+            bench_lens(true, varlen_mix(), "varlen64", 32, 8, 128, variant);
+            bench_lens(true, std::vector<int>(1, 4096), "B1 S4096", 128, 128, 192, variant);
+        }
     }
 }
 
