@@ -270,17 +270,52 @@ __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two) {
     return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
+/* 16 bytes of shared memory at a shared-space address, and back (ld / st.shared: through plain
+ * pointers the compiler issued generic loads and stores with 64-bit address arithmetic). */
+__device__ __forceinline__ uint4 lds128(uint32_t at) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "r"(at));
+    return v;
+}
+__device__ __forceinline__ void sts128(uint32_t at, const uint4 &v) {
+    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w)
+                 : "memory");
+}
+
+/* Eight e4m3 values (two registers, the lowest byte first) as f16, exactly: four f16 pairs. */
+__device__ __forceinline__ uint4 e4m3x8_to_h(uint32_t a, uint32_t b) {
+    return make_uint4(e4m3x2_to_h2(a), e4m3x2_to_h2(a >> 16), e4m3x2_to_h2(b),
+                      e4m3x2_to_h2(b >> 16));
+}
+
 /* The converter warps (1..kConvWarps of the producer warpgroup) over the CTA's K/V tiles in the
  * producer's order: staging slot g % 2 (fp8 [128 keys][128], 128-byte swizzle) into V stage
  * g % kStg (f16, two 64-column chunks of 128-byte rows, 128-byte swizzle), once the consumers
- * released that stage. A warp's unit: 8 rows x 4 of a row's eight 16-column groups, so each
- * quarter-warp's 16-byte loads and stores fall in 8 distinct bank groups. */
+ * released that stage. A warp takes groups of 8 rows (warp w: groups w, w + kConvWarps, ..): lane
+ * l reads the 16 fp8 columns from 16 (l / 8) of row l % 8, then those 64 columns on (16-byte
+ * loads, each quarter-warp's in 8 distinct bank groups), and writes each one's 32 f16 bytes into
+ * the first, then the second 64-column chunk. A lane's offsets in a group (the swizzle's XOR with
+ * the row) are the same in every group and every tile, so they are computed once, and the
+ * accesses are ld / st.shared on 32-bit addresses. The converters share the SM sub-partitions
+ * with the consumers, so every instruction of theirs is an issue slot the consumers lose: H100,
+ * 2026-11-28 (bench/results/2026-11-28-h100-d.md), HEAD's kernel with two converter warps in
+ * place of three ran 16% slower, and this loop (about 20 instructions per 16 bytes, where the
+ * generic loads and stores and the per-unit index math took 47) 6% faster. */
 template <int kD>
 __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, BarsF8 *bf,
                                              const Params &p) {
     using G = GeoF8<kD>;
     const int cw = threadIdx.x / 32 - 1;
     const int lane = threadIdx.x % 32;
+    const int r7 = lane & 7, qd = lane >> 3;
+    const uint32_t src0 = smem_u32(svs), dst0 = smem_u32(sv);
+    /* columns 16 qd .. of the row (and 64 + 16 qd ..: unit qd + 4, the offset ^ 64); their
+     * first 8 as f16 (the next 8: unit 2 qd + 1, the offset ^ 16) */
+    const uint32_t so = r7 * 128 + ((qd ^ r7) << 4);
+    const uint32_t dof = r7 * 128 + (((2 * qd) ^ r7) << 4);
     int g = 0, item = 0, h = 0;
     for (int r = 0; tile_at(p, r, item, h); ++r) {
         const Shape sh = item_shape<false, G::kKeys>(p, item);
@@ -289,26 +324,17 @@ __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, Ba
             const int s = g % G::kStg;
             bar_wait(&bf->vs_full[t], (g / G::kVsStages) & 1);
             bar_wait(&bf->b.v_empty[s], ((g / G::kStg) & 1) ^ 1);
-            const uint8_t *src = svs + t * G::kVsBytes;
-            uint8_t *dst = sv + s * G::kVBytes;
-            for (int u = cw; u < 2 * G::kKeys / 8; u += kConvWarps) {
-                const int row = (u >> 1) * 8 + (lane & 7);
-                const int j = (u & 1) * 4 + (lane >> 3); /* fp8 columns 16 j .. 16 j + 15 */
-                const uint4 x =
-                    *reinterpret_cast<const uint4 *>(src + row * 128 + ((j ^ (row & 7)) << 4));
-                uint4 lo, hi;
-                lo.x = e4m3x2_to_h2(x.x);
-                lo.y = e4m3x2_to_h2(x.x >> 16);
-                lo.z = e4m3x2_to_h2(x.y);
-                lo.w = e4m3x2_to_h2(x.y >> 16);
-                hi.x = e4m3x2_to_h2(x.z);
-                hi.y = e4m3x2_to_h2(x.z >> 16);
-                hi.z = e4m3x2_to_h2(x.w);
-                hi.w = e4m3x2_to_h2(x.w >> 16);
-                uint8_t *d = dst + (j >> 2) * G::kKChunk + row * 128;
-                const int u0 = (j & 3) * 2;
-                *reinterpret_cast<uint4 *>(d + ((u0 ^ (row & 7)) << 4)) = lo;
-                *reinterpret_cast<uint4 *>(d + (((u0 + 1) ^ (row & 7)) << 4)) = hi;
+            const uint32_t src = src0 + t * G::kVsBytes;
+            const uint32_t dst = dst0 + s * G::kVBytes;
+            for (int grp = cw; grp < G::kKeys / 8; grp += kConvWarps) {
+                const uint32_t at = grp * 8 * 128;
+#pragma unroll
+                for (int half = 0; half < 2; ++half) { /* columns 0..63, then 64..127 */
+                    const uint4 x = lds128(src + at + (so ^ (64 * half)));
+                    const uint32_t d = dst + half * G::kKChunk + at;
+                    sts128(d + dof, e4m3x8_to_h(x.x, x.y));
+                    sts128(d + (dof ^ 16), e4m3x8_to_h(x.z, x.w));
+                }
             }
             fence_proxy_async(); /* the f16 stores before the consumers' wgmma reads */
             __syncwarp();
