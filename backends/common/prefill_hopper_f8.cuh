@@ -294,16 +294,17 @@ __device__ __forceinline__ uint4 e4m3x8_to_h(uint32_t a, uint32_t b) {
 /* The converter warps (1..kConvWarps of the producer warpgroup) over the CTA's K/V tiles in the
  * producer's order: staging slot g % 2 (fp8 [128 keys][128], 128-byte swizzle) into V stage
  * g % kStg (f16, two 64-column chunks of 128-byte rows, 128-byte swizzle), once the consumers
- * released that stage. A warp takes groups of 8 rows (warp w: groups w, w + kConvWarps, ..): lane
- * l reads the 16 fp8 columns from 16 (l / 8) of row l % 8, then those 64 columns on (16-byte
- * loads, each quarter-warp's in 8 distinct bank groups), and writes each one's 32 f16 bytes into
- * the first, then the second 64-column chunk. A lane's offsets in a group (the swizzle's XOR with
- * the row) are the same in every group and every tile, so they are computed once, and the
- * accesses are ld / st.shared on 32-bit addresses. The converters share the SM sub-partitions
- * with the consumers, so every instruction of theirs is an issue slot the consumers lose: H100,
- * 2026-11-28 (bench/results/2026-11-28-h100-d.md), HEAD's kernel with two converter warps in
- * place of three ran 16% slower, and this loop (about 20 instructions per 16 bytes, where the
- * generic loads and stores and the per-unit index math took 47) 6% faster. */
+ * released that stage. Converter c (warp c + 1) takes the groups of 8 rows c, c + kConvWarps,
+ * ..: lane l reads the 16 fp8 columns from 16 (l / 8) of row l % 8, then those 64 columns on
+ * (16-byte loads, each quarter-warp's in 8 distinct bank groups), and writes each one's 32 f16
+ * bytes into the first, then the second 64-column chunk. A lane's offsets in a group (the
+ * swizzle's XOR with the row) are the same in every group and every tile, so they are computed
+ * once, and the accesses are ld / st.shared on 32-bit addresses. The converters share the SM
+ * sub-partitions with the consumers, so every instruction of theirs is an issue slot the
+ * consumers lose. H100, 2026-11-28 (bench/results/2026-11-28-h100-d.md): with two converter
+ * warps in place of three the kernel ran about 15% slower, and this loop (about 20 instructions
+ * per 16 bytes, where the generic loads and stores and the per-unit index math took 47) made it
+ * 6% faster. */
 template <int kD>
 __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, BarsF8 *bf,
                                              const Params &p) {
