@@ -87,7 +87,9 @@ constexpr int kThreads = 384; /* two consumer warpgroups (Geo::kThreads: three a
  * slower); 0: two on 128 rows with 192-key tiles. H100, 2026-11-28
  * (bench/results/2026-11-28-h100-c.md), B4 S4096 H32/8 TFLOP/s, two / three: non-causal 420-437
  * / 478-491, the varlen mix 330-341 / 350-362, causal 392-405 / 404-412 (packed: 48-token
- * tiles); H32/8 forced to one head a tile causal 393-400 / 381-382, non-causal the same. */
+ * tiles); H32/8 forced to one head a tile causal 393-400 / 381-382, non-causal the same; without
+ * GQA (H32/32, one CTA per tile; 2026-11-28-h100-d.md) causal 365-368 / 373-378, non-causal
+ * 411-414 / 444-447. */
 #ifndef AP_HOPPER_D64_WG3
 #define AP_HOPPER_D64_WG3 1
 #endif
