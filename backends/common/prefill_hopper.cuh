@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "mma.cuh" /* ap_smem_addr, ap_lds128 / ap_sts128 */
 #include "prefill_internal.h"
 #include "prefill_schedule.h"
 #include "sm90.cuh"

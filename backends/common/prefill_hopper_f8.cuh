@@ -270,25 +270,10 @@ __device__ __forceinline__ uint32_t e4m3x2_to_h2(uint32_t two) {
     return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-/* 16 bytes of shared memory at a shared-space address, and back (ld / st.shared: through plain
- * pointers the compiler issued generic loads and stores with 64-bit address arithmetic). */
-__device__ __forceinline__ uint4 lds128(uint32_t at) {
-    uint4 v;
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "r"(at));
-    return v;
-}
-__device__ __forceinline__ void sts128(uint32_t at, const uint4 &v) {
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(at), "r"(v.x), "r"(v.y),
-                 "r"(v.z), "r"(v.w)
-                 : "memory");
-}
-
-/* Eight e4m3 values (two registers, the lowest byte first) as f16, exactly: four f16 pairs. */
-__device__ __forceinline__ uint4 e4m3x8_to_h(uint32_t a, uint32_t b) {
-    return make_uint4(e4m3x2_to_h2(a), e4m3x2_to_h2(a >> 16), e4m3x2_to_h2(b),
-                      e4m3x2_to_h2(b >> 16));
+/* Eight e4m3 values (two registers, the lowest byte first) as f16, exactly, stored as 16 bytes at
+ * the shared-space address at. */
+__device__ __forceinline__ void sts_e4m3x8_as_h(uint32_t at, uint32_t a, uint32_t b) {
+    ap_sts128(at, e4m3x2_to_h2(a), e4m3x2_to_h2(a >> 16), e4m3x2_to_h2(b), e4m3x2_to_h2(b >> 16));
 }
 
 /* The converter warps (1..kConvWarps of the producer warpgroup) over the CTA's K/V tiles in the
@@ -312,7 +297,7 @@ __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, Ba
     const int cw = threadIdx.x / 32 - 1;
     const int lane = threadIdx.x % 32;
     const int r7 = lane & 7, qd = lane >> 3;
-    const uint32_t src0 = smem_u32(svs), dst0 = smem_u32(sv);
+    const uint32_t src0 = ap_smem_addr(svs), dst0 = ap_smem_addr(sv);
     /* columns 16 qd .. of the row (and 64 + 16 qd ..: unit qd + 4, the offset ^ 64); their
      * first 8 as f16 (the next 8: unit 2 qd + 1, the offset ^ 16) */
     const uint32_t so = r7 * 128 + ((qd ^ r7) << 4);
@@ -331,10 +316,11 @@ __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, Ba
                 const uint32_t at = grp * 8 * 128;
 #pragma unroll
                 for (int half = 0; half < 2; ++half) { /* columns 0..63, then 64..127 */
-                    const uint4 x = lds128(src + at + (so ^ (64 * half)));
+                    uint32_t x[4];
+                    ap_lds128(x, src + at + (so ^ (64 * half)));
                     const uint32_t d = dst + half * G::kKChunk + at;
-                    sts128(d + dof, e4m3x8_to_h(x.x, x.y));
-                    sts128(d + (dof ^ 16), e4m3x8_to_h(x.z, x.w));
+                    sts_e4m3x8_as_h(d + dof, x[0], x[1]);
+                    sts_e4m3x8_as_h(d + (dof ^ 16), x[2], x[3]);
                 }
             }
             fence_proxy_async(); /* the f16 stores before the consumers' wgmma reads */

@@ -451,9 +451,7 @@ __device__ __forceinline__ void nvfp4_unpack_tile(uint32_t stage, uint32_t unpac
                                 reinterpret_cast<__half2 *>(&out));
         const uint32_t dst = unpacked + is_v * U::tile_bytes + row * U::row_bytes +
                              ap_swizzle<U::chunks>(row, word) * 16;
-        asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(out.x),
-                     "r"(out.y), "r"(out.z), "r"(out.w)
-                     : "memory");
+        ap_sts128(dst, out.x, out.y, out.z, out.w);
     }
 }
 

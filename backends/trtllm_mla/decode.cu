@@ -185,12 +185,9 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qf)[L::kQReg ? MLA_ROW / 
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int r = (lane >> 2) + 8 * h;
-                    uint4 v;
-                    asm volatile(
-                        "ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                        : "r"(q_base + tile_off(r, 8 * (k32 >> 1) + 2 * (lane & 3) + (k32 & 1))));
-                    const uint32_t in[4] = {v.x, v.y, v.z, v.w};
+                    uint32_t in[4];
+                    ap_lds128(in,
+                              q_base + tile_off(r, 8 * (k32 >> 1) + 2 * (lane & 3) + (k32 & 1)));
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const float2 f = ap_unpack2<__nv_bfloat16>(in[i]);
@@ -227,9 +224,7 @@ qk_step_fp8(int k32, const uint32_t *a0, const uint32_t *a1, float (*sa)[4], flo
         if ((k32 & 1) == 0) {
             const int krow = w.cs * L::kTN + j * 8 + w.g;
             const uint32_t addr = k_base + fp8_off(krow, w.t4) + 64 * (k32 >> 1);
-            asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                         : "=r"(kw[j][0]), "=r"(kw[j][1]), "=r"(kw[j][2]), "=r"(kw[j][3])
-                         : "r"(addr));
+            ap_lds128(kw[j], addr);
         }
         uint32_t b[4];
         ap_fp8x4_to_half2x2(kw[j][2 * (k32 & 1)], b[0], b[1]);
