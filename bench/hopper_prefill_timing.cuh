@@ -164,8 +164,7 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
     }
     std::printf("hopper %s %s H%d/%d D%d/%d %s %s%s pack%d%s: %.3f ms %.1f TFLOP/s\n",
                 causal ? "causal    " : "non-causal", what, H, hkv, dqk, D, f8 ? "fp8-kv" : "bf16",
-                f8 ? "overlap+pingpong" : kVariant[variant], pg, 1 << ps, sched, med,
-                flops / med / 1e9);
+                kVariant[f8 ? 2 : variant], pg, 1 << ps, sched, med, flops / med / 1e9);
     cudaFree(dpi);
     cudaFree(dpx);
     cudaFree(dpl);
