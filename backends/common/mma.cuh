@@ -19,14 +19,17 @@ __device__ __forceinline__ uint32_t ap_smem_addr(const void *ptr) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(ptr));
 }
 
-// 16 bytes of shared memory at a shared-space address (ap_smem_addr), and back: ld / st.shared
-// on a 32-bit address, where a plain pointer into shared memory whose address space the compiler
-// lost (an aligned base computed through an integer) becomes a generic access with 64-bit address
-// arithmetic.
+// 16 (or 8) bytes of shared memory at a shared-space address (ap_smem_addr), and back: ld /
+// st.shared on a 32-bit address, where a plain pointer into shared memory whose address space the
+// compiler lost (an aligned base computed through an integer) becomes a generic access with
+// 64-bit address arithmetic.
 __device__ __forceinline__ void ap_lds128(uint32_t (&v)[4], uint32_t addr) {
     asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                  : "r"(addr));
+}
+__device__ __forceinline__ void ap_lds64(uint32_t (&v)[2], uint32_t addr) {
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(v[0]), "=r"(v[1]) : "r"(addr));
 }
 __device__ __forceinline__ void ap_sts128(uint32_t addr, uint32_t a, uint32_t b, uint32_t c,
                                           uint32_t d) {

@@ -95,14 +95,15 @@ __device__ __forceinline__ void q_load4(const uint8_t *q, int r, int c, float (&
     const int cc = c & 63;
     const uint8_t *at =
         q + (c >> 6) * kHalfBytes + r * 128 + ((((cc >> 3) ^ (r & 7)) << 4) | ((cc & 7) << 1));
-    const uint2 w = *reinterpret_cast<const uint2 *>(at);
+    uint32_t w[2];
+    ap_lds64(w, ap_smem_addr(at));
     float2 lo, hi;
     if constexpr (std::is_same<T, __half>::value) {
-        lo = __half22float2(*reinterpret_cast<const __half2 *>(&w.x));
-        hi = __half22float2(*reinterpret_cast<const __half2 *>(&w.y));
+        lo = __half22float2(*reinterpret_cast<const __half2 *>(&w[0]));
+        hi = __half22float2(*reinterpret_cast<const __half2 *>(&w[1]));
     } else {
-        lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w.x));
-        hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w.y));
+        lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[0]));
+        hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&w[1]));
     }
     f[0] = lo.x;
     f[1] = lo.y;
