@@ -47,6 +47,10 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
         .device_buffer = buffer->dev,
         .buffer_bytes = buffer->bytes,
         .caller_uploads = 1,
+        /* the K/V type the kernel reads (nvfp4 pages are staged to the query's type first):
+         * 16-bit lets the kit plan for its Hopper kernel, with the dynamic tile schedule */
+        .kv_dtype = m->kv_dtype == AP_DTYPE_NVFP4 ? m->dtype : m->kv_dtype,
+        .tile_counters = buffer->tile_counters,
     };
     mha_plan *p = &b->plan;
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
