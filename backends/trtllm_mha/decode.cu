@@ -62,7 +62,7 @@ template <int D, typename KV, int KW, int KM = kRowsM> struct decode_shape {
     static constexpr bool pages_ahead = keys * raw_chunks % kThreads == 0;
     // 16-bit caches with KW = kWarps over one head: warp w copies the rows of its own 32-key
     // sub-tile, the only rows it reads, so a split-grid step waits for that warp's copies alone
-    // (__syncwarp), not for the CTA's (__syncthreads). H200, 2026-11-28: B64 L4096 bf16 -6.5%,
+    // (__syncwarp), not for the CTA's (__syncthreads). H200, 2026-11-28: B64 L4096 bf16 -6.2%,
     // B32 D64 group 1 -19%; fp8 measured 0-2.6% slower that way, so it keeps the CTA's copies.
     static constexpr bool warp_private =
         KW == kWarps && heads == 1 && KM == kRowsM && !half_math && pages_ahead;
