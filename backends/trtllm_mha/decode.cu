@@ -161,6 +161,23 @@ __device__ __forceinline__ void chunk_copy(const cta_work &w, const decode_args 
     ap_cp_async_16(stage + S::raw_tile + dst, a.v_pages + src, valid);
 }
 
+// S::pages_ahead: the K and V copies of chunk `chunk` of the stage's row `row` (key first + row),
+// its page-table entry shuffled from the lane that holds it (stage_pages); k_src / v_src point at
+// the chunk of the KV head's row in slot 0. A slot fits 32 bits (K and V each hold slots * H *
+// raw_row bytes of device memory): one wide multiply-add per address.
+template <class S>
+__device__ __forceinline__ void
+row_copy_ahead(uint32_t stage, const uint8_t *k_src, const uint8_t *v_src, uint32_t stride,
+               int first, int row, int chunk, int shift, int32_t pages, int key_end) {
+    const int pos = first + row;
+    const uint32_t page = __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
+    const bool valid = pos < key_end;
+    const uint32_t slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
+    const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
+    ap_cp_async_16(stage + dst, k_src + (uint64_t)slot * stride, valid);
+    ap_cp_async_16(stage + S::raw_tile + dst, v_src + (uint64_t)slot * stride, valid);
+}
+
 // Issue the copies of stage `index` (keys key_begin + S::keys * index ..) into a stage buffer.
 // S::pages_ahead: `pages` is the stage's stage_pages, each copy takes its row's entry by a
 // shuffle; a thread's copies are one chunk of rows r, r + kThreads / chunks, .. (fully unrolled:
@@ -182,20 +199,12 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
 #pragma unroll
         for (int j = 0; j < kTile * S::raw_chunks / 32; j++) {
             const int row = row0 + lane / S::raw_chunks + j * (32 / S::raw_chunks);
-            const int pos = first + row;
-            const uint32_t page =
-                __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
-            const bool valid = pos < w.key_end;
-            const uint32_t slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
-            const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
-            ap_cp_async_16(stage + dst, k_src + (uint64_t)slot * stride, valid);
-            ap_cp_async_16(stage + S::raw_tile + dst, v_src + (uint64_t)slot * stride, valid);
+            row_copy_ahead<S>(stage, k_src, v_src, stride, first, row, chunk, shift, pages,
+                              w.key_end);
         }
     } else if constexpr (S::pages_ahead) {
         static_assert(copies % kThreads == 0 && kThreads % S::raw_chunks == 0,
                       "every lane shuffles in every round");
-        // A slot fits 32 bits (K and V each hold slots * H * raw_row bytes of device memory):
-        // one wide multiply-add per address.
         const int shift = a.log2_page_size, chunk = threadIdx.x % S::raw_chunks;
         const uint32_t stride = (uint32_t)a.num_kv_heads * S::raw_row;
         const int64_t head = (int64_t)w.kv_head * S::raw_row + chunk * 16;
@@ -203,14 +212,8 @@ __device__ __forceinline__ void tile_issue(const cta_work &w, const decode_args 
 #pragma unroll
         for (int j = 0; j < copies / kThreads; j++) {
             const int row = threadIdx.x / S::raw_chunks + j * (kThreads / S::raw_chunks);
-            const int pos = first + row;
-            const uint32_t page =
-                __shfl_sync(0xffffffffu, pages, (pos >> shift) - (first >> shift));
-            const bool valid = pos < w.key_end;
-            const uint32_t slot = valid ? (page << shift) + (pos & ((1 << shift) - 1)) : 0u;
-            const uint32_t dst = row * S::raw_row + ap_swizzle<S::raw_chunks>(row, chunk) * 16;
-            ap_cp_async_16(stage + dst, k_src + (uint64_t)slot * stride, valid);
-            ap_cp_async_16(stage + S::raw_tile + dst, v_src + (uint64_t)slot * stride, valid);
+            row_copy_ahead<S>(stage, k_src, v_src, stride, first, row, chunk, shift, pages,
+                              w.key_end);
         }
     } else {
 #pragma unroll 4
