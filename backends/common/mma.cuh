@@ -1,5 +1,5 @@
 // mma.cuh: warp-level tensor-core helpers (ldmatrix, mma.sync m16n8k16, fragment packing) and
-// 16-byte shared-memory loads and stores.
+// 8- and 16-byte shared-memory loads and stores.
 #ifndef AP_COMMON_MMA_CUH
 #define AP_COMMON_MMA_CUH
 

@@ -129,12 +129,13 @@ __device__ __forceinline__ float ex2(float x) {
 /* setmaxnreg: the calling warpgroup gives registers back to the CTA's pool (regs_dec) or takes
  * them from it (regs_inc), kN a thread; what the producers give must cover what the consumers
  * take (a producer at 32 beside consumers at 240 deadlocked them). */
+template <int kN> constexpr bool kRegsValid = kN % 8 == 0 && kN >= 24 && kN <= 256;
 template <int kN> __device__ __forceinline__ void regs_dec() {
-    static_assert(kN % 8 == 0 && kN >= 24 && kN <= 256, "setmaxnreg: a multiple of 8, 24..256");
+    static_assert(kRegsValid<kN>, "setmaxnreg: a multiple of 8, 24..256");
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kN));
 }
 template <int kN> __device__ __forceinline__ void regs_inc() {
-    static_assert(kN % 8 == 0 && kN >= 24 && kN <= 256, "setmaxnreg: a multiple of 8, 24..256");
+    static_assert(kRegsValid<kN>, "setmaxnreg: a multiple of 8, 24..256");
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kN));
 }
 
