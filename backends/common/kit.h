@@ -113,6 +113,10 @@ ap_status ap_kit_kv_spec_nhd(const ap_model *model, size_t alignment, ap_kv_spec
 ap_status ap_kit_batch_check(const ap_batch *batch, const ap_model *model, int32_t *max_page,
                              const char *who, ap_msgbuf *msg);
 
+/* 1 when no sequence of a paged batch holds keys before its new tokens (from its host mirrors
+ * qo_indptr_host, kv_page_indptr_host, kv_last_page_len_host; 0 when one is missing). */
+int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size);
+
 /* ---------------------------------------------------------------------------------------------
  * The batch plan buffer (kit_plan_buffer.c): a plan is written in pinned host memory and moved to
  * the device in one copy per batch, shared by every layer. The next plan waits until the last

@@ -348,3 +348,26 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
 }
 
 #endif
+
+// Both builds (ap_kit_prefill_plan_ragged_ok has a form in each; without sm_90a code no plan is a
+// Hopper one, so this returns 0).
+extern "C" int32_t ap_kit_prefill_fresh_in_place(const ap_kit_prefill_plan *plan, int32_t fresh,
+                                                 const ap_model *model, const ap_layer *layer,
+                                                 const ap_forward_args *args, int32_t num_tokens,
+                                                 ap_kit_prefill_params *params,
+                                                 ap_kit_prefill_plan *ragged) {
+    if (!fresh || plan == NULL || !plan->hopper || !ap_kit_prefill_plan_ragged_ok(plan) ||
+        !args->save_kv || args->k == NULL || args->v == NULL || layer->kv->dtype != model->dtype ||
+        model->kv_dtype != model->dtype ||
+        (model->dtype != AP_DTYPE_BF16 && model->dtype != AP_DTYPE_F16))
+        return 0;
+    /* the same work items over the ragged source: with no prefix, item kv_tiles count the
+     * sequence's own tokens either way; the K/V rows are the new tokens', by qo_indptr */
+    *ragged = *plan;
+    ragged->ragged = 1;
+    ragged->num_kv_rows = num_tokens;
+    params->k = ap_kit_data(args->k);
+    params->v = ap_kit_data(args->v);
+    params->kv_indptr = params->qo_indptr;
+    return 1;
+}

@@ -95,20 +95,6 @@ static void fil_extend_params_of(const ap_model *m, const ap_layer *layer,
     };
 }
 
-/* A fresh prefill (no sequence has a cached prefix) that saved its k / v into a cache of the
- * activations' own 16-bit dtype: the cache then holds exactly args->k / args->v (the save is a
- * copy), and they are the whole K/V. The Hopper kernel reads them in place, contiguous rows
- * instead of one TMA box per page (SGLang's flashinfer backend does the same: ragged prefill
- * for the new tokens, paged only for a prefix). Same inputs, same tiles (where the ragged kernel
- * has the paged one's: ap_kit_prefill_plan_ragged_ok; at head dim 64 the paged source reads them). */
-static int fil_extend_reads_saved_kv(const ap_model *model, const ap_layer *layer,
-                                     const ap_forward_args *args, const fil_batch_plan *plan) {
-    return plan->extend_fresh && plan->extend.hopper &&
-           ap_kit_prefill_plan_ragged_ok(&plan->extend) && args->save_kv && args->k != NULL &&
-           args->v != NULL && layer->kv->dtype == model->dtype &&
-           (model->dtype == AP_DTYPE_BF16 || model->dtype == AP_DTYPE_F16);
-}
-
 ap_status fil_extend_run(const ap_model *model, const ap_layer *layer, const ap_forward_args *args,
                          const fil_batch_plan *plan, void *stream, ap_msgbuf *msg) {
     const ap_kv_cache *kv = layer->kv;
@@ -118,15 +104,10 @@ ap_status fil_extend_run(const ap_model *model, const ap_layer *layer, const ap_
     if (st != AP_OK) return st;
     ap_kit_prefill_params kit;
     fil_extend_params_of(model, layer, args, plan, &kit);
-    if (!fil_extend_reads_saved_kv(model, layer, args, plan))
-        return ap_kit_prefill_run(&kit, &plan->extend, stream, FIL_EXTEND_WHO, msg);
-    /* The same work items over the ragged source: with no prefix, item kv_tiles count the
-     * sequence's own tokens either way; the K/V rows are the new tokens', by qo_indptr. */
-    ap_kit_prefill_plan ragged = plan->extend;
-    ragged.ragged = 1;
-    ragged.num_kv_rows = plan->num_tokens;
-    kit.k = ap_kit_data(args->k);
-    kit.v = ap_kit_data(args->v);
-    kit.kv_indptr = plan->qo_indptr;
-    return ap_kit_prefill_run(&kit, &ragged, stream, FIL_EXTEND_WHO, msg);
+    /* a fresh prefill reads its saved k / v in place where the plan's tiles allow (the kit) */
+    ap_kit_prefill_plan ragged;
+    const int in_place = ap_kit_prefill_fresh_in_place(
+        &plan->extend, plan->extend_fresh, model, layer, args, plan->num_tokens, &kit, &ragged);
+    return ap_kit_prefill_run(&kit, in_place ? &ragged : &plan->extend, stream, FIL_EXTEND_WHO,
+                              msg);
 }

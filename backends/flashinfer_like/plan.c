@@ -165,16 +165,12 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *ite
         .device_buffer = NULL,
         .buffer_bytes = items_bytes,
         .caller_uploads = 1,
-        .kv_dtype = m->kv_dtype, /* 16-bit K/V lets the kit plan for its Hopper kernel */
+        /* the K/V type the kernel reads (an nvfp4 cache is staged to the query's type first,
+         * extend_nvfp4.c): 16-bit lets the kit plan for its Hopper kernel */
+        .kv_dtype = m->kv_dtype == AP_DTYPE_NVFP4 ? m->dtype : m->kv_dtype,
     };
-    int32_t fresh = 1; /* no prefix anywhere: extend.c may read the saved k / v in place */
-    for (int32_t i = 0; i < batch->num_seqs && fresh; ++i) {
-        const int64_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
-        const int64_t kv_len =
-            pages > 0 ? (pages - 1) * m->page_size + batch->kv_last_page_len_host[i] : 0;
-        fresh = kv_len == (int64_t)batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i];
-    }
-    b->plan.extend_fresh = fresh;
+    /* no prefix anywhere: extend.c may read the saved k / v in place */
+    b->plan.extend_fresh = ap_kit_batch_fresh(batch, m->page_size);
     return fil_extend_plan_build(&args, NULL, &b->plan.extend, msg);
 }
 

@@ -53,6 +53,7 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
         .tile_counters = buffer->tile_counters,
     };
     mha_plan *p = &b->plan;
+    p->fresh = ap_kit_batch_fresh(batch, m->page_size);
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
     if (st == AP_OK && m->kv_dtype == AP_DTYPE_NVFP4)
         st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
@@ -172,7 +173,7 @@ static ap_status mha_run_prefill(ap_backend *b, const ap_layer *layer, const ap_
         page_indices = staged.page_indices;
     }
     const ap_kv_cache *kv = layer->kv;
-    const ap_kit_prefill_params kit = {
+    ap_kit_prefill_params kit = {
         .q = ap_kit_data(args->q),
         .out = ap_kit_data(args->out),
         .lse = args->lse != NULL ? (float *)ap_kit_data(args->lse) : NULL,
@@ -194,7 +195,12 @@ static ap_status mha_run_prefill(ap_backend *b, const ap_layer *layer, const ap_
         .kv_page_indices = page_indices,
         .kv_last_page_len = p->kv_last_page_len,
     };
-    return ap_kit_prefill_run(&kit, &p->prefill_plan, stream, MHA_NAME ": prefill", msg);
+    /* a fresh prefill reads its saved k / v in place where the plan's tiles allow (the kit) */
+    ap_kit_prefill_plan ragged;
+    const int in_place = ap_kit_prefill_fresh_in_place(&p->prefill_plan, p->fresh, &b->model, layer,
+                                                       args, p->num_tokens, &kit, &ragged);
+    return ap_kit_prefill_run(&kit, in_place ? &ragged : &p->prefill_plan, stream,
+                              MHA_NAME ": prefill", msg);
 }
 
 static ap_status mha_forward(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,

@@ -188,6 +188,25 @@ static void check_hopper(void) {
     hopper_stub = 0;
 }
 
+/* ap_kit_batch_fresh (kit_batch.c): a paged batch whose sequences hold only their new tokens. */
+static void check_fresh(void) {
+    const int32_t qo[] = {0, 17, 37}, pages[] = {0, 2, 4};
+    int32_t last[] = {1, 4};
+    ap_batch batch = {.struct_size = sizeof(ap_batch),
+                      .num_seqs = 2,
+                      .qo_indptr_host = qo,
+                      .kv_page_indptr_host = pages,
+                      .kv_last_page_len_host = last};
+    EXPECT(ap_kit_batch_fresh(&batch, 16) == 1, "17 and 20 new tokens in 17 and 20 keys: fresh");
+    last[1] = 5;
+    EXPECT(ap_kit_batch_fresh(&batch, 16) == 0, "a key before sequence 1's new tokens: not fresh");
+    last[1] = 4;
+    EXPECT(ap_kit_batch_fresh(&batch, 32) == 0, "pages of 32: 33 and 36 keys, not fresh");
+    batch.kv_last_page_len_host = NULL;
+    EXPECT(ap_kit_batch_fresh(&batch, 16) == 0, "without the last-page mirror: not fresh");
+    EXPECT(ap_kit_batch_fresh(NULL, 16) == 0, "no batch: not fresh");
+}
+
 int main(void) {
     const int32_t qo[] = {0, 1, 18, 318, 1318};
     check_items("causal 1/17/300/1000", 4, qo, qo, 1);
@@ -202,6 +221,7 @@ int main(void) {
     check_refusals();
     check_paged();
     check_hopper();
+    check_fresh();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
