@@ -41,6 +41,7 @@ static const fb_case fb_cases[] = {
     {"fav_varlen_64seqs_16_4096_causal", FB_VARLEN, 128, 32, 8, 64, 4096, 1, 0},
     {"fav_causal_b16_s4096_d128_ragged", FB_RAGGED, 128, 32, 8, 16, 4096, 1, 0},
     {"fav_fp8kv_causal_b4_s4096_d128_ragged", FB_RAGGED, 128, 32, 8, 4, 4096, 1, 1},
+    {"fav_fp8kv_causal_b4_s4096_d128_paged", FB_PAGED, 128, 32, 8, 4, 4096, 1, 1},
 };
 
 static int fb_runs = 100;

@@ -117,6 +117,15 @@ ap_status ap_kit_batch_check(const ap_batch *batch, const ap_model *model, int32
  * qo_indptr_host, kv_page_indptr_host, kv_last_page_len_host; 0 when one is missing). */
 int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size);
 
+/* The K/V type a prefill plan over the model's paged cache names for the kernel (the plan args'
+ * kv_dtype): an nvfp4 or fp8_e4m3 cache is staged to the query's 16-bit type (the stager, below),
+ * so the plan can be the Hopper kernel's; any other cache is read as stored. An fp8 cache is
+ * staged only where the plan then is the Hopper kernel's (the caller's check of plan.hopper);
+ * otherwise the mma.sync kernel reads it as stored. Staging pays at every chunk measured: 4 to
+ * 4096 new tokens over 8192 cached, 2.0-2.1x faster than the mma.sync kernel over fp8 (H200,
+ * bench/results/2026-11-28-h200-b.md). */
+ap_dtype ap_kit_staged_kv_dtype(const ap_model *m);
+
 /* ---------------------------------------------------------------------------------------------
  * The batch plan buffer (kit_plan_buffer.c): a plan is written in pinned host memory and moved to
  * the device in one copy per batch, shared by every layer. The next plan waits until the last
@@ -258,8 +267,9 @@ ap_status ap_kit_save_kv(const ap_model *model, const ap_layer *layer, const ap_
                          ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
- * NVFP4 staging (nvfp4_stage.cu): the pages a batch reads, dequantized into a compact 16-bit
- * cache for kernels that read 16-bit K/V (flashinfer_like's extend). Staged page j is cache page
+ * NVFP4 (and fp8) staging (nvfp4_stage.cu): the pages a batch reads, dequantized into a compact
+ * 16-bit cache for kernels that read 16-bit K/V (the extends on the Hopper prefill kernel, whose
+ * paged source takes 16-bit K/V only; an fp8 cache is staged only where that kernel runs). Staged page j is cache page
  * page_indices[j]; element = 16-bit(e2m1 * e4m3 * multiplier[kv]), the product exact in float32
  * and one rounding to the 16-bit type (multiplier 1: exact, every e2m1 * e4m3 is a bf16 and a
  * half). K (kv 0) and V (kv 1) in one launch.
@@ -276,7 +286,9 @@ typedef struct ap_kit_nvfp4_stage_args {
     int32_t num_pages;
     int32_t page_size;
     int32_t num_kv_heads;
-    int32_t head_dim; /* a multiple of 16 */
+    int32_t head_dim;  /* a multiple of 16 */
+    ap_dtype in_dtype; /* FP8_E4M3: fp8 pages [page][page_size][heads][head_dim] (no block
+                        * scales; element = 16-bit(e4m3 * multiplier[kv])); else nvfp4 */
 } ap_kit_nvfp4_stage_args;
 
 ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *args, void *stream, const char *who,
@@ -287,7 +299,8 @@ ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *args, void *stre
  * batch's `pages` (kv_page_indptr's total); per layer, _run dequantizes them, in the batch's
  * page-list order, into a compact cache of the query's type and fills `out`: a copy of the layer
  * whose cache is that copy (K exact with k_scale folded into sm_scale, V times v_scale) and the
- * page indices 0 .. pages - 1 to plan-read it with the batch's own kv_page_indptr. */
+ * page indices 0 .. pages - 1 to plan-read it with the batch's own kv_page_indptr. An fp8_e4m3
+ * cache is staged the same way (no block scales; every e4m3 value is a bf16 and a half). */
 typedef struct ap_kit_nvfp4_stager {
     void *buffer;
     size_t bytes;

@@ -1,5 +1,5 @@
-/* kit_nvfp4_extend.c: extend over an nvfp4 cache for any backend: the batch's pages staged as a
- * compact 16-bit cache, then the 16-bit prefill runs over that copy. */
+/* kit_nvfp4_extend.c: extend over an nvfp4 (or fp8) cache for any backend: the batch's pages
+ * staged as a compact 16-bit cache, then the 16-bit prefill runs over that copy. */
 #include <stdint.h>
 #include <string.h>
 
@@ -50,7 +50,8 @@ ap_status ap_kit_nvfp4_stager_run(const ap_kit_nvfp4_stager *s, const ap_model *
                                   const ap_layer *layer, const int32_t *page_indices, void *stream,
                                   ap_kit_nvfp4_staged *out, const char *who, ap_msgbuf *msg) {
     const ap_kv_cache *kv = layer->kv;
-    if (s->buffer == NULL || kv->k_block_scales == NULL || kv->v_block_scales == NULL) {
+    const int fp8 = kv->dtype == AP_DTYPE_FP8_E4M3;
+    if (s->buffer == NULL || (!fp8 && (kv->k_block_scales == NULL || kv->v_block_scales == NULL))) {
         ap_msgbuf_add(msg, "%s: layer %d: no staging buffer or block scales", who, layer->layer_id);
         return AP_ERR_INVALID_ARGUMENT;
     }
@@ -69,6 +70,7 @@ ap_status ap_kit_nvfp4_stager_run(const ap_kit_nvfp4_stager *s, const ap_model *
         .page_size = kv->page_size,
         .num_kv_heads = kv->num_kv_heads,
         .head_dim = kv->head_dim_qk,
+        .in_dtype = kv->dtype,
     };
     ap_status st = ap_kit_nvfp4_stage_run(&args, stream, who, msg);
     if (st != AP_OK) return st;

@@ -1,4 +1,5 @@
-// nvfp4_stage.cu: the pages a batch reads, dequantized from nvfp4 into a compact 16-bit cache.
+// nvfp4_stage.cu: the pages a batch reads, dequantized from nvfp4 (or fp8_e4m3) into a compact
+// 16-bit cache.
 #include <cuda_runtime.h>
 
 #include "cuda_status.cuh"
@@ -71,6 +72,38 @@ __global__ void __launch_bounds__(kThreads) ap_nvfp4_stage_kernel(const stage_ar
     dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
 }
 
+// fp8_e4m3 pages: one thread per 16 bytes (16 values; blockIdx.y: K or V) of staged page j, cache
+// page page_indices[j]: out = 16-bit(e4m3 * multiplier), the e4m3 value exact in half and float,
+// one rounding to 16 bits (none with multiplier 1). blocks_per_page counts 16-value units here.
+template <typename OUT>
+__global__ void __launch_bounds__(kThreads) ap_fp8_stage_kernel(const stage_args a) {
+    const int which = blockIdx.y;
+    const int64_t idx = (int64_t)blockIdx.x * kThreads + threadIdx.x;
+    if (idx >= a.num_blocks) return;
+    const int64_t j = idx / a.blocks_per_page;
+    const int64_t b = idx - j * a.blocks_per_page;
+    if (b == 0 && which == 0 && a.staged_indices != NULL) a.staged_indices[j] = (int32_t)j;
+    const int64_t src = (int64_t)__ldg(a.page_indices + j) * a.blocks_per_page + b;
+    const uint4 in =
+        __ldg(reinterpret_cast<const uint4 *>((which ? a.pages[1] : a.pages[0])) + src);
+    const uint32_t words[4] = {in.x, in.y, in.z, in.w};
+    const float mult = (which ? a.multiplier[1] : a.multiplier[0]);
+    uint32_t packed[8];
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const __half2 two = __half2(__nv_cvt_fp8x2_to_halfraw2(
+                static_cast<__nv_fp8x2_storage_t>((words[w] >> (16 * h)) & 0xffffu), __NV_E4M3));
+            const float2 f = __half22float2(two);
+            packed[2 * w + h] = stage_pack2<OUT>(__fmul_rn(f.x, mult), __fmul_rn(f.y, mult));
+        }
+    }
+    uint4 *dst = reinterpret_cast<uint4 *>((which ? a.out[1] : a.out[0])) + 2 * idx;
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+}
+
 } // namespace
 
 extern "C" ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *p, void *stream,
@@ -78,7 +111,7 @@ extern "C" ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *p, vo
     if ((p->out_dtype != AP_DTYPE_BF16 && p->out_dtype != AP_DTYPE_F16) ||
         p->head_dim % AP_NVFP4_BLOCK != 0 || p->head_dim <= 0 || p->page_size <= 0 ||
         p->num_kv_heads <= 0 || p->num_pages < 0) {
-        ap_msgbuf_add(msg, "%s: nvfp4 staging: no kernel into %s for head_dim %d", who,
+        ap_msgbuf_add(msg, "%s: staging: no kernel into %s for head_dim %d", who,
                       ap_dtype_str(p->out_dtype), p->head_dim);
         return AP_ERR_UNSUPPORTED;
     }
@@ -91,20 +124,25 @@ extern "C" ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *p, vo
     }
     a.page_indices = p->page_indices;
     a.staged_indices = p->staged_indices;
+    const bool fp8 = p->in_dtype == AP_DTYPE_FP8_E4M3; // 16 values a unit, as nvfp4's blocks
     a.blocks_per_page = (int64_t)p->page_size * p->num_kv_heads * (p->head_dim / AP_NVFP4_BLOCK);
     a.num_blocks = (int64_t)p->num_pages * a.blocks_per_page;
     if (a.num_blocks == 0) return AP_OK;
     const int64_t ctas = (a.num_blocks + kThreads - 1) / kThreads;
     if (ctas > 0x7fffffff) {
-        ap_msgbuf_add(msg, "%s: nvfp4 staging: %d pages are more than one launch covers", who,
+        ap_msgbuf_add(msg, "%s: staging: %d pages are more than one launch covers", who,
                       p->num_pages);
         return AP_ERR_UNSUPPORTED;
     }
     const dim3 grid((unsigned)ctas, 2);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (p->out_dtype == AP_DTYPE_BF16)
+    if (fp8 && p->out_dtype == AP_DTYPE_BF16)
+        ap_fp8_stage_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(a);
+    else if (fp8)
+        ap_fp8_stage_kernel<__half><<<grid, kThreads, 0, s>>>(a);
+    else if (p->out_dtype == AP_DTYPE_BF16)
         ap_nvfp4_stage_kernel<__nv_bfloat16><<<grid, kThreads, 0, s>>>(a);
     else
         ap_nvfp4_stage_kernel<__half><<<grid, kThreads, 0, s>>>(a);
-    return ap_cuda_launch_status(who, "ap_nvfp4_stage_kernel", msg);
+    return ap_cuda_launch_status(who, fp8 ? "ap_fp8_stage_kernel" : "ap_nvfp4_stage_kernel", msg);
 }

@@ -53,6 +53,7 @@ typedef struct fav_plan {
     const int32_t *kv_last_page_len;
     const int32_t *slots; /* device [num_tokens]: where save_kv writes each new token */
     ap_kit_prefill_plan prefill;
+    int staged; /* paged fp8 cache staged to 16 bits for the Hopper kernel (the kit's stager) */
 } fav_plan;
 
 struct ap_backend {
@@ -62,6 +63,7 @@ struct ap_backend {
     int rounds;                /* option schedule: rounds (no tile counters for the plan) */
     ap_kit_plan_buffer buffer; /* slots, then the prefill's work items: one upload per batch */
     size_t item_bytes;         /* the work items' capacity */
+    ap_kit_nvfp4_stager stage; /* a paged fp8 batch's pages as 16 bits (fav_plan.staged) */
     fav_plan plan;
 };
 

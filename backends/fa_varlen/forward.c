@@ -112,6 +112,15 @@ static ap_status fav_forward(ap_backend *b, const ap_layer *layer, const ap_forw
         st = ap_kit_save_kv(&b->model, layer, a, b->plan.slots, b->plan.num_tokens, stream,
                             FAV_FORWARD_WHO, msg);
     if (st != AP_OK) return st;
+    if (b->plan.staged) { /* a paged fp8 cache, staged to 16 bits for the Hopper kernel */
+        ap_kit_nvfp4_staged staged;
+        st = ap_kit_nvfp4_stager_run(&b->stage, &b->model, layer, b->plan.kv_page_indices, stream,
+                                     &staged, FAV_FORWARD_WHO, msg);
+        if (st != AP_OK) return st;
+        ap_kit_prefill_params params = fav_params_of(b, &staged.layer, a, staged.kv.dtype);
+        params.kv_page_indices = staged.page_indices;
+        return ap_kit_prefill_run(&params, &b->plan.prefill, stream, FAV_FORWARD_WHO, msg);
+    }
     const ap_kit_prefill_params params = fav_params_of(b, layer, a, kv_dtype);
     return ap_kit_prefill_run(&params, &b->plan.prefill, stream, FAV_FORWARD_WHO, msg);
 }

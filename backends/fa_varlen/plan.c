@@ -136,13 +136,20 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
         .buffer_bytes = b->item_bytes,
         .caller_uploads = 1,
         /* the model's K/V type: a 16-bit one lets the kit plan for its Hopper kernel where it
-         * serves the shape; raw fp8 k/v then need a model whose kv_dtype says fp8_e4m3 */
-        .kv_dtype = m->kv_dtype,
+         * serves the shape; raw fp8 k/v then need a model whose kv_dtype says fp8_e4m3. A paged
+         * fp8 cache is staged to 16 bits where the plan is then the Hopper kernel's (its paged
+         * source reads 16-bit K/V only), else read as stored by mma.sync */
+        .kv_dtype = paged ? ap_kit_staged_kv_dtype(m) : m->kv_dtype,
         /* the Hopper kernel's dynamic schedule (this instance's launches run one at a time),
          * unless the schedule option says rounds */
         .tile_counters = b->rounds ? NULL : b->buffer.tile_counters,
     };
-    return ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
+    ap_status st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
+    p->staged = st == AP_OK && paged && m->kv_dtype == AP_DTYPE_FP8_E4M3 && p->prefill.hopper;
+    if (p->staged)
+        st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
+                                         FAV_PLAN_WHO, msg);
+    return st;
 }
 
 /* One plan per batch, shared by every layer: the source, the work list and (paged) the slots,

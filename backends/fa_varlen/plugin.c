@@ -32,8 +32,10 @@ static ap_caps fav_caps = {
 
 static void fav_destroy(ap_backend *b) {
     if (b == NULL) return;
-    if (ap_kit_set_device(b->device_ordinal, FAV_NAME, NULL) == AP_OK)
+    if (ap_kit_set_device(b->device_ordinal, FAV_NAME, NULL) == AP_OK) {
         ap_kit_plan_buffer_free(&b->buffer);
+        ap_kit_nvfp4_stager_free(&b->stage);
+    }
     free(b);
 }
 

@@ -1,14 +1,19 @@
-/* extend_nvfp4.c: extend over an nvfp4 cache: the kit stages the batch's pages as 16-bit, then
- * the 16-bit extend runs over that copy. */
+/* extend_nvfp4.c: extend over an nvfp4 cache (and an fp8 one on the Hopper kernel): the kit
+ * stages the batch's pages as 16-bit, then the 16-bit extend runs over that copy. */
 #include <stdint.h>
 
 #include "glue.h"
 
-#define FIL_NVFP4_WHO FIL_NAME ": nvfp4 extend"
+#define FIL_NVFP4_WHO FIL_NAME ": staged extend"
 
-/* Every page the batch names is staged, shared prefix pages once per naming. */
+/* Every page the batch names is staged, shared prefix pages once per naming: an nvfp4 cache, and
+ * an fp8 one whose plan is the Hopper kernel's (after fil_plan_extend). */
 ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
-    if (b->model.kv_dtype != AP_DTYPE_NVFP4 || batch->mode != AP_MODE_EXTEND) return AP_OK;
+    const ap_dtype kv = b->model.kv_dtype;
+    b->plan.extend_staged =
+        batch->mode == AP_MODE_EXTEND &&
+        (kv == AP_DTYPE_NVFP4 || (kv == AP_DTYPE_FP8_E4M3 && b->plan.extend.hopper));
+    if (!b->plan.extend_staged) return AP_OK;
     return ap_kit_nvfp4_stager_reserve(
         &b->stage, &b->model, batch->kv_page_indptr_host[batch->num_seqs], FIL_NVFP4_WHO, msg);
 }

@@ -68,6 +68,8 @@ typedef struct fil_batch_plan {
     int32_t extend_fresh;       /* EXTEND: 1 when no sequence has a cached prefix (every KV length
                                  * equals its new tokens): the saved k / v are then the whole K/V,
                                  * readable as a ragged source (extend.c) */
+    int32_t extend_staged;      /* EXTEND: the cache is staged to 16 bits first (extend_nvfp4.c):
+                                 * nvfp4 always, fp8 where the plan is the Hopper kernel's */
 } fil_batch_plan;
 
 /* Warps that run at once on `sm_count` SMs for this shape (the planner's budget), after raising

@@ -64,7 +64,7 @@ ap_status fil_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forw
                              void *stream, ap_msgbuf *msg) {
     ap_status st = fil_forward_begin(b, layer, args, AP_MODE_EXTEND, stream, msg);
     if (st != AP_OK || b->plan.num_tokens == 0) return st;
-    if (layer->kv->dtype == AP_DTYPE_NVFP4) /* staged to 16 bits first (extend_nvfp4.c) */
+    if (b->plan.extend_staged) /* staged to 16 bits first (extend_nvfp4.c) */
         return fil_extend_nvfp4_run(b, layer, args, stream, msg);
     return fil_extend_run(&b->model, layer, args, &b->plan, stream, msg);
 }

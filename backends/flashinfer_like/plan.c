@@ -165,9 +165,10 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *ite
         .device_buffer = NULL,
         .buffer_bytes = items_bytes,
         .caller_uploads = 1,
-        /* the K/V type the kernel reads (an nvfp4 cache is staged to the query's type first,
-         * extend_nvfp4.c): 16-bit lets the kit plan for its Hopper kernel */
-        .kv_dtype = m->kv_dtype == AP_DTYPE_NVFP4 ? m->dtype : m->kv_dtype,
+        /* the K/V type the kernel reads: an nvfp4 cache is staged to the query's type, an fp8 one
+         * too where the plan is then the Hopper kernel's (its paged source reads 16-bit K/V only;
+         * the mma.sync kernel reads fp8 as stored), extend_nvfp4.c */
+        .kv_dtype = ap_kit_staged_kv_dtype(m),
     };
     /* no prefix anywhere: extend.c may read the saved k / v in place */
     b->plan.extend_fresh = ap_kit_batch_fresh(batch, m->page_size);

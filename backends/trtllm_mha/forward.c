@@ -47,17 +47,21 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
         .device_buffer = buffer->dev,
         .buffer_bytes = buffer->bytes,
         .caller_uploads = 1,
-        /* the K/V type the kernel reads (nvfp4 pages are staged to the query's type first):
-         * 16-bit lets the kit plan for its Hopper kernel, with the dynamic tile schedule */
-        .kv_dtype = m->kv_dtype == AP_DTYPE_NVFP4 ? m->dtype : m->kv_dtype,
+        /* the K/V type the kernel reads: nvfp4 pages are staged to the query's type first, fp8
+         * ones too where the plan is then the Hopper kernel's (its paged source reads 16-bit K/V
+         * only; the mma.sync kernel reads fp8 as stored). 16-bit lets the kit plan for its
+         * Hopper kernel, with the dynamic tile schedule */
+        .kv_dtype = ap_kit_staged_kv_dtype(m),
         .tile_counters = buffer->tile_counters,
     };
     mha_plan *p = &b->plan;
     p->fresh = ap_kit_batch_fresh(batch, m->page_size);
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
-    if (st == AP_OK && m->kv_dtype == AP_DTYPE_NVFP4)
+    p->staged = m->kv_dtype == AP_DTYPE_NVFP4 ||
+                (m->kv_dtype == AP_DTYPE_FP8_E4M3 && p->prefill_plan.hopper);
+    if (st == AP_OK && p->staged)
         st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
-                                         MHA_NAME ": nvfp4 prefill", msg);
+                                         MHA_NAME ": staged prefill", msg);
     if (st == AP_OK && p->prefill_plan.num_items > 0)
         st = ap_kit_plan_buffer_upload(
             buffer, (size_t)p->prefill_plan.num_items * sizeof(ap_kit_prefill_item), stream,
@@ -165,9 +169,9 @@ static ap_status mha_run_prefill(ap_backend *b, const ap_layer *layer, const ap_
     const mha_plan *p = &b->plan;
     const int32_t *page_indices = p->kv_page_indices;
     ap_kit_nvfp4_staged staged;
-    if (layer->kv->dtype == AP_DTYPE_NVFP4) { /* staged to the query's type first */
+    if (p->staged) { /* staged to the query's type first */
         ap_status st = ap_kit_nvfp4_stager_run(&b->stage, &b->model, layer, page_indices, stream,
-                                               &staged, MHA_NAME ": nvfp4 prefill", msg);
+                                               &staged, MHA_NAME ": staged prefill", msg);
         if (st != AP_OK) return st;
         layer = &staged.layer;
         page_indices = staged.page_indices;

@@ -123,6 +123,61 @@ static void check_run(ap_backend *b) {
            "a cache without block scales is refused");
 }
 
+/* An fp8 cache is staged only where the extend's plan is the Hopper kernel's (whose paged source
+ * reads 16-bit K/V); staged like nvfp4, without block scales. */
+static void check_fp8(ap_backend *b) {
+    char text[256] = "";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    const int32_t four[2] = {0, 4}, indices[4] = {5, 1, 2, 9};
+    ap_batch batch = test_batch(AP_MODE_EXTEND, four, 1);
+    b->model.kv_dtype = AP_DTYPE_FP8_E4M3;
+    b->plan.extend.hopper = 0;
+    const int32_t before = b->stage.pages;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && !b->plan.extend_staged &&
+               b->stage.pages == before,
+           "fp8 on the mma.sync plan stages nothing: %s", text);
+    b->plan.extend.hopper = 1;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && b->plan.extend_staged &&
+               b->stage.pages == 4,
+           "fp8 on the Hopper plan reserves its 4 pages: %s", text);
+    batch.mode = AP_MODE_DECODE;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && !b->plan.extend_staged,
+           "a decode batch stages nothing");
+    batch.mode = AP_MODE_EXTEND;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && b->plan.extend_staged, "again");
+    char k_pages[64], v_pages[64];
+    ap_kv_cache kv = {.struct_size = sizeof kv,
+                      .dtype = AP_DTYPE_FP8_E4M3,
+                      .page_size = 16,
+                      .num_pages = 10,
+                      .num_kv_heads = 8,
+                      .head_dim_qk = 128,
+                      .head_dim_v = 128,
+                      .k_pages = k_pages,
+                      .v_pages = v_pages};
+    ap_layer layer = {.struct_size = sizeof layer,
+                      .sm_scale = 0.125f,
+                      .k_scale = 2.0f,
+                      .v_scale = 0.75f,
+                      .window_left = -1,
+                      .kv = &kv};
+    ap_forward_args args = {.struct_size = sizeof args};
+    b->plan.kv_page_indices = indices;
+    EXPECT(fil_extend_nvfp4_run(b, &layer, &args, NULL, &msg) == AP_OK, "fp8 run: %s", text);
+    EXPECT(staged_args.in_dtype == AP_DTYPE_FP8_E4M3 && staged_args.pages[0] == k_pages &&
+               staged_args.pages[1] == v_pages && staged_args.num_pages == 4 &&
+               staged_args.page_indices == indices,
+           "the stage reads the fp8 pages of the batch");
+    EXPECT(staged_args.multiplier[0] == 1.0f && staged_args.multiplier[1] == 0.75f,
+           "fp8 multipliers %g, %g", staged_args.multiplier[0], staged_args.multiplier[1]);
+    EXPECT(extend_layer.sm_scale == 0.125f * 2.0f && extend_kv.dtype == AP_DTYPE_F16 &&
+               extend_kv.k_pages == b->stage.buffer,
+           "the extend reads the staged f16 cache, k_scale in the softmax scale (%g)",
+           extend_layer.sm_scale);
+    b->model.kv_dtype = AP_DTYPE_NVFP4;
+    b->plan.extend.hopper = 0;
+}
+
 int main(void) {
     ap_backend b;
     memset(&b, 0, sizeof b);
@@ -136,6 +191,7 @@ int main(void) {
                          .page_size = 16};
     check_reserve(&b);
     check_run(&b);
+    check_fp8(&b);
     fil_extend_nvfp4_free(&b);
     EXPECT(b.stage.buffer == NULL && frees == 2, "free releases the buffer");
     printf("%s\n", failures == 0 ? "ok" : "FAILED");

@@ -78,6 +78,12 @@ static const gpu_case gpu_named_cases[] = {
              "200:55,0:31"),
     GPU_ATTN("extend_cached_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 32, 64, 8, 1, 1, 0, 0,
              "200:55,0:31"),
+    /* fp8 caches that the Hopper prefill reads staged to 16 bits (ap_kit_staged_kv_dtype): pages
+     * of 64 with a prefix, GQA 4; head dim 64, group 8 */
+    GPU_ATTN("extend_staged_fp8_p64", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 64, 128, 32, 8, 1, 1, 1,
+             "700:300,0:513"),
+    GPU_ATTN("extend_staged_fp8_d64", AP_MODE_EXTEND, GPU_F16, GPU_FP8, 32, 64, 8, 1, 1, 1, 0,
+             "0:400,129:200"),
     /* The append_kv/1 hook, where a backend has one: full and partial rotary dims, both pairings,
      * decode-like and chunked batches. */
     GPU_APPEND("append_rope_neox_bf16", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 8, 2, 1,

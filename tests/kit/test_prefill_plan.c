@@ -207,6 +207,23 @@ static void check_fresh(void) {
     EXPECT(ap_kit_batch_fresh(NULL, 16) == 0, "no batch: not fresh");
 }
 
+/* ap_kit_staged_kv_dtype (kit_batch.c): the type a prefill plan names for each cache type. */
+static void check_staged_kv_dtype(void) {
+    ap_model m = {.struct_size = sizeof m, .dtype = AP_DTYPE_BF16};
+    const ap_dtype kv[] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, AP_DTYPE_FP8_E5M2,
+                           AP_DTYPE_NVFP4};
+    const ap_dtype want[] = {AP_DTYPE_BF16, AP_DTYPE_F16, AP_DTYPE_BF16, AP_DTYPE_FP8_E5M2,
+                             AP_DTYPE_BF16};
+    for (int i = 0; i < 5; i++) {
+        m.kv_dtype = kv[i];
+        EXPECT(ap_kit_staged_kv_dtype(&m) == want[i], "kv %s: plan names %s, want %s",
+               ap_dtype_str(kv[i]), ap_dtype_str(ap_kit_staged_kv_dtype(&m)),
+               ap_dtype_str(want[i]));
+    }
+    m.dtype = AP_DTYPE_F16, m.kv_dtype = AP_DTYPE_FP8_E4M3;
+    EXPECT(ap_kit_staged_kv_dtype(&m) == AP_DTYPE_F16, "an f16 model stages fp8 to f16");
+}
+
 int main(void) {
     const int32_t qo[] = {0, 1, 18, 318, 1318};
     check_items("causal 1/17/300/1000", 4, qo, qo, 1);
@@ -222,6 +239,7 @@ int main(void) {
     check_paged();
     check_hopper();
     check_fresh();
+    check_staged_kv_dtype();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
