@@ -95,6 +95,7 @@ typedef struct mla_pack_params {
     int64_t tokens;
     int32_t heads, nope_dim, rope_dim, v_dim;
     float k_scale, v_scale;
+    float k_rcp, v_rcp; /* set by mla_pack_run: ap_e4m3_div_rcp of the scales (0: divide) */
     int32_t use_pdl;
 } mla_pack_params;
 

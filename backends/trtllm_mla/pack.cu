@@ -3,7 +3,8 @@
 //   k_out[t][h][d] = sat_e4m3(k_nope[t][h][d] / k_scale)          d < nope
 //                  = sat_e4m3(k_pe[t][d - nope] / k_scale)          nope <= d < nope + rope
 //   v_out[t][h][d] = sat_e4m3(v[t][h][d] / v_scale)
-// with a float32 division rounded once (the bits of cpu_ref's pack.c). A thread makes 16 output
+// with a float32 division rounded once (the bits of cpu_ref's pack.c; the vector path divides by
+// numeric/e4m3_div.h's multiply and correction: the same e4m3 bytes). A thread makes 16 output
 // bytes (one 16-byte store) from two 16-byte loads; few tokens take a 2-D grid (token x units of
 // the token), many a flat 1-D grid. The kernel waits on its predecessor with griddepcontrol, so
 // under programmatic dependent launch its launch overlaps the previous kernel's tail.
@@ -12,6 +13,7 @@
 #include "../common/cuda_status.cuh"
 #include "../common/dtype.cuh"
 #include "../common/pdl.cuh"
+#include "../numeric/e4m3_div.h"
 #include "mla.h"
 
 #define MLA_WHO "trtllm_mla pack_prefix_chunk_kv"
@@ -33,19 +35,26 @@ template <> __device__ __forceinline__ float in_at<float>(const float *b, int64_
     return b[i];
 }
 
+// The scale of a unit and its reciprocal for ap_e4m3_div (mla_pack_run computes them once).
+struct div_by {
+    float scale, rcp;
+};
+
 // sat_e4m3(a / scale) .. sat_e4m3(d / scale) packed low byte first. One cvt makes two bytes
 // (cvt.rn.satfinite.e4m3x2.f32: the same rounding and saturation as the single conversion).
-__device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, float scale) {
+__device__ __forceinline__ uint32_t quant4(float a, float b, float c, float d, div_by s) {
     const __nv_fp8x2_storage_t lo = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fdiv_rn(a, scale), __fdiv_rn(b, scale)), __NV_SATFINITE, __NV_E4M3);
+        make_float2(ap_e4m3_div(a, s.scale, s.rcp), ap_e4m3_div(b, s.scale, s.rcp)), __NV_SATFINITE,
+        __NV_E4M3);
     const __nv_fp8x2_storage_t hi = __nv_cvt_float2_to_fp8x2(
-        make_float2(__fdiv_rn(c, scale), __fdiv_rn(d, scale)), __NV_SATFINITE, __NV_E4M3);
+        make_float2(ap_e4m3_div(c, s.scale, s.rcp), ap_e4m3_div(d, s.scale, s.rcp)), __NV_SATFINITE,
+        __NV_E4M3);
     return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
 // 16 contiguous 16-bit inputs (two 16-byte words) -> 16 fp8 bytes.
 template <typename T>
-__device__ __forceinline__ uint4 quant16_words(const uint4 lo, const uint4 hi, float scale) {
+__device__ __forceinline__ uint4 quant16_words(const uint4 lo, const uint4 hi, div_by scale) {
     const uint32_t w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
     uint32_t out[4];
 #pragma unroll
@@ -56,7 +65,7 @@ __device__ __forceinline__ uint4 quant16_words(const uint4 lo, const uint4 hi, f
     return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, float scale) {
+template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, div_by scale) {
     return quant16_words<T>(*reinterpret_cast<const uint4 *>(src),
                             *reinterpret_cast<const uint4 *>(src + 8), scale);
 }
@@ -66,7 +75,7 @@ template <typename T> __device__ __forceinline__ uint4 quant16(const T *src, flo
 template <typename T> struct unit_ref {
     const T *src;
     uint8_t *dst;
-    float scale;
+    div_by scale;
 };
 
 template <typename T>
@@ -79,12 +88,14 @@ __device__ __forceinline__ unit_ref<T> unit_at(const mla_pack_params &p, int64_t
             d < p.nope_dim
                 ? static_cast<const T *>(p.k_nope) + t * p.kn_stride_t + h * p.kn_stride_h + d
                 : static_cast<const T *>(p.k_pe) + t * p.pe_stride_t + (d - p.nope_dim);
-        return {src, static_cast<uint8_t *>(p.k_out) + th * (p.nope_dim + p.rope_dim) + d,
-                p.k_scale};
+        return {src,
+                static_cast<uint8_t *>(p.k_out) + th * (p.nope_dim + p.rope_dim) + d,
+                {p.k_scale, p.k_rcp}};
     }
     const int d = (u - k_units) << 4;
     return {static_cast<const T *>(p.v) + t * p.v_stride_t + h * p.v_stride_h + d,
-            static_cast<uint8_t *>(p.v_out) + th * p.v_dim + d, p.v_scale};
+            static_cast<uint8_t *>(p.v_out) + th * p.v_dim + d,
+            {p.v_scale, p.v_rcp}};
 }
 
 template <typename T>
@@ -109,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) pack_flat(const mla_pack_params p) {
     const IDX first = static_cast<IDX>(blockIdx.x) * (kThreads * kFlatUnits) + threadIdx.x;
     uint4 lo[kFlatUnits], hi[kFlatUnits];
     uint8_t *dst[kFlatUnits];
-    float scale[kFlatUnits];
+    div_by scale[kFlatUnits];
 #pragma unroll
     for (int j = 0; j < kFlatUnits; j++) {
         const IDX i = first + static_cast<IDX>(j) * kThreads;
@@ -172,10 +183,11 @@ __global__ void __launch_bounds__(kThreads) pack_any(const mla_pack_params p) {
     }
 }
 
-// The 16-byte path holds when every dim is a multiple of 16, rows are dense, and every row
-// start is 16-byte aligned (bases and the token/head strides). f32 takes the fallback.
+// The 16-byte path holds when every dim is a multiple of 16, rows are dense, every row start is
+// 16-byte aligned (bases and the token/head strides) and both scales have a reciprocal for
+// ap_e4m3_div. f32 takes the fallback.
 bool vector_ok(const mla_pack_params &p) {
-    if (p.in_dtype == AP_DTYPE_F32) return false;
+    if (p.in_dtype == AP_DTYPE_F32 || p.k_rcp == 0.0f || p.v_rcp == 0.0f) return false;
     if (p.nope_dim % 16 || p.rope_dim % 16 || p.v_dim % 16) return false;
     if (p.kn_stride_d != 1 || p.pe_stride_d != 1 || p.v_stride_d != 1) return false;
     const int64_t strides[] = {p.kn_stride_t, p.kn_stride_h, p.pe_stride_t, p.v_stride_t,
@@ -219,16 +231,19 @@ ap_status launch(const mla_pack_params &p, cudaStream_t stream, ap_msgbuf *msg) 
 
 } // namespace
 
-extern "C" ap_status mla_pack_run(const mla_pack_params *p, void *stream_ptr, ap_msgbuf *msg) {
-    if (p->tokens == 0 || p->heads == 0) return AP_OK;
+extern "C" ap_status mla_pack_run(const mla_pack_params *params, void *stream_ptr, ap_msgbuf *msg) {
+    if (params->tokens == 0 || params->heads == 0) return AP_OK;
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
-    switch (p->in_dtype) {
-        case AP_DTYPE_BF16: return launch<__nv_bfloat16>(*p, stream, msg);
-        case AP_DTYPE_F16: return launch<__half>(*p, stream, msg);
-        case AP_DTYPE_F32: return launch<float>(*p, stream, msg);
+    mla_pack_params p = *params;
+    p.k_rcp = ap_e4m3_div_rcp(p.k_scale);
+    p.v_rcp = ap_e4m3_div_rcp(p.v_scale);
+    switch (p.in_dtype) {
+        case AP_DTYPE_BF16: return launch<__nv_bfloat16>(p, stream, msg);
+        case AP_DTYPE_F16: return launch<__half>(p, stream, msg);
+        case AP_DTYPE_F32: return launch<float>(p, stream, msg);
         default:
             ap_msgbuf_add(msg, MLA_WHO ": input dtype %s is not bf16, f16 or f32",
-                          ap_dtype_str(p->in_dtype));
+                          ap_dtype_str(p.in_dtype));
             return AP_ERR_UNSUPPORTED;
     }
 }

@@ -1,4 +1,5 @@
-/* test_numeric_cuda.cu: host_numeric.h against CUDA's own conversions, for every float. */
+/* test_numeric_cuda.cu: host_numeric.h against CUDA's own conversions, for every float; and
+ * e4m3_div.h's division on the GPU against __fdiv_rn, every float over a few scales. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -8,14 +9,18 @@
 #include <cstdio>
 #include <cstring>
 
+#include "backends/numeric/e4m3_div.h"
 #include "backends/numeric/host_numeric.h"
 
 /* What is compared: 0 bf16, 1 f16, 2 e4m3, 3 e5m2 (float -> narrow, all 2^32 floats), then the
- * narrow -> float decodes of every code: 4 bf16, 5 f16, 6 e4m3, 7 e5m2. */
-#define KINDS 8
+ * narrow -> float decodes of every code: 4 bf16, 5 f16, 6 e4m3, 7 e5m2; then 8 the e4m3 bytes of
+ * ap_e4m3_div(x, s) against those of __fdiv_rn(x, s), every float x over each of E4M3_SCALES. */
+#define KINDS 9
 static const char *const kind_names[KINDS] = {"float->bf16", "float->f16",  "float->e4m3",
                                               "float->e5m2", "bf16->float", "f16->float",
-                                              "e4m3->float", "e5m2->float"};
+                                              "e4m3->float", "e5m2->float", "e4m3 div"};
+/* A typical per-tensor scale, 1 / 448, 1, 3, and scales near the reciprocal's limits (2^+-60). */
+static const float E4M3_SCALES[] = {0.0213f, 1.0f / 448.0f, 1.0f, 3.0f, 0x1.7p-60f, 0x1.fp59f};
 
 struct mismatch_report {
     unsigned long long checked; /* floats compared: must come to 2^32, or a launch was lost */
@@ -51,6 +56,17 @@ __global__ void compare_encodes(unsigned long long base, mismatch_report *r) {
     for (int k = 0; k < 4; k++)
         if (ours[k] != cudas[k]) record(r, k, bits, ours[k], cudas[k]);
     if (threadIdx.x == 0) atomicAdd(&r->checked, (unsigned long long)blockDim.x);
+}
+
+__global__ void compare_e4m3_div(unsigned long long base, float scale, float rcp,
+                                 mismatch_report *r) {
+    unsigned long long i = base + blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned int bits = (unsigned int)i;
+    float x = __uint_as_float(bits);
+    unsigned int ours =
+        __nv_cvt_float_to_fp8(ap_e4m3_div(x, scale, rcp), __NV_SATFINITE, __NV_E4M3);
+    unsigned int cudas = __nv_cvt_float_to_fp8(__fdiv_rn(x, scale), __NV_SATFINITE, __NV_E4M3);
+    if (ours != cudas) record(r, 8, bits, ours, cudas);
 }
 
 __global__ void compare_decodes(mismatch_report *r) {
@@ -110,6 +126,10 @@ int main(void) {
     for (unsigned long long base = 0; base < (1ull << 32); base += chunk)
         compare_encodes<<<(unsigned)(chunk / 256), 256>>>(base, report);
     compare_decodes<<<256, 256>>>(report);
+    for (float scale : E4M3_SCALES)
+        for (unsigned long long base = 0; base < (1ull << 32); base += chunk)
+            compare_e4m3_div<<<(unsigned)(chunk / 256), 256>>>(base, scale, ap_e4m3_div_rcp(scale),
+                                                               report);
     cudaError_t err = cudaGetLastError();
     if (err == cudaSuccess) err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
