@@ -33,6 +33,15 @@ template <> __device__ __forceinline__ uint32_t stage_pack2<__half>(float lo, fl
            (uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16;
 }
 
+// The thread's unit idx (< a.num_blocks) of staged page j: its unit in the cache (page
+// page_indices[j]); the first unit of a page writes the staged page's index j (once, for K).
+__device__ __forceinline__ int64_t stage_source(const stage_args &a, int64_t idx, int which) {
+    const int64_t j = idx / a.blocks_per_page;
+    const int64_t b = idx - j * a.blocks_per_page;
+    if (b == 0 && which == 0 && a.staged_indices != NULL) a.staged_indices[j] = (int32_t)j;
+    return (int64_t)__ldg(a.page_indices + j) * a.blocks_per_page + b;
+}
+
 // (Parameters picked by ternaries: an index by blockIdx.y would copy them to local memory.)
 // One thread per block of 16 values (blockIdx.y: K or V). Staged page j, block b is cache page
 // page_indices[j], block b: 8 bytes of codes and a scale byte in, 16 elements (32 bytes) out:
@@ -44,10 +53,7 @@ __global__ void __launch_bounds__(kThreads) ap_nvfp4_stage_kernel(const stage_ar
     const int which = blockIdx.y;
     const int64_t idx = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (idx >= a.num_blocks) return;
-    const int64_t j = idx / a.blocks_per_page;
-    const int64_t b = idx - j * a.blocks_per_page;
-    if (b == 0 && which == 0 && a.staged_indices != NULL) a.staged_indices[j] = (int32_t)j;
-    const int64_t src = (int64_t)__ldg(a.page_indices + j) * a.blocks_per_page + b;
+    const int64_t src = stage_source(a, idx, which);
     const uint2 codes =
         __ldg(reinterpret_cast<const uint2 *>((which ? a.pages[1] : a.pages[0])) + src);
     const uint8_t scale = __ldg((which ? a.scales[1] : a.scales[0]) + src);
@@ -80,10 +86,7 @@ __global__ void __launch_bounds__(kThreads) ap_fp8_stage_kernel(const stage_args
     const int which = blockIdx.y;
     const int64_t idx = (int64_t)blockIdx.x * kThreads + threadIdx.x;
     if (idx >= a.num_blocks) return;
-    const int64_t j = idx / a.blocks_per_page;
-    const int64_t b = idx - j * a.blocks_per_page;
-    if (b == 0 && which == 0 && a.staged_indices != NULL) a.staged_indices[j] = (int32_t)j;
-    const int64_t src = (int64_t)__ldg(a.page_indices + j) * a.blocks_per_page + b;
+    const int64_t src = stage_source(a, idx, which);
     const uint4 in =
         __ldg(reinterpret_cast<const uint4 *>((which ? a.pages[1] : a.pages[0])) + src);
     const uint32_t words[4] = {in.x, in.y, in.z, in.w};

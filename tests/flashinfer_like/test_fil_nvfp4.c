@@ -73,6 +73,26 @@ static void check_reserve(ap_backend *b) {
     b->model.kv_dtype = AP_DTYPE_NVFP4;
 }
 
+/* A layer over a cache of 8 KV heads, head dim 128, page 16 (host bytes: the stage is faked). */
+static void test_layer(ap_dtype dtype, int32_t num_pages, char *k_pages, char *v_pages,
+                       float k_scale, float v_scale, ap_kv_cache *kv, ap_layer *layer) {
+    *kv = (ap_kv_cache){.struct_size = sizeof *kv,
+                        .dtype = dtype,
+                        .page_size = 16,
+                        .num_pages = num_pages,
+                        .num_kv_heads = 8,
+                        .head_dim_qk = 128,
+                        .head_dim_v = 128,
+                        .k_pages = k_pages,
+                        .v_pages = v_pages};
+    *layer = (ap_layer){.struct_size = sizeof *layer,
+                        .sm_scale = 0.125f,
+                        .k_scale = k_scale,
+                        .v_scale = v_scale,
+                        .window_left = -1,
+                        .kv = kv};
+}
+
 /* K staged exactly with its scale in the softmax scale; V staged times its scale; the extend
  * reads the staged pages, in order, as a cache of the query's type. */
 static void check_run(ap_backend *b) {
@@ -80,23 +100,11 @@ static void check_run(ap_backend *b) {
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
     const int32_t indices[9] = {7, 3, 11, 0, 2, 4, 6, 8, 9};
     char k_pages[64], v_pages[64], k_scales[8], v_scales[8];
-    ap_kv_cache kv = {.struct_size = sizeof kv,
-                      .dtype = AP_DTYPE_NVFP4,
-                      .page_size = 16,
-                      .num_pages = 12,
-                      .num_kv_heads = 8,
-                      .head_dim_qk = 128,
-                      .head_dim_v = 128,
-                      .k_pages = k_pages,
-                      .v_pages = v_pages,
-                      .k_block_scales = k_scales,
-                      .v_block_scales = v_scales};
-    ap_layer layer = {.struct_size = sizeof layer,
-                      .sm_scale = 0.125f,
-                      .k_scale = 0.5f,
-                      .v_scale = 0.25f,
-                      .window_left = -1,
-                      .kv = &kv};
+    ap_kv_cache kv;
+    ap_layer layer;
+    test_layer(AP_DTYPE_NVFP4, 12, k_pages, v_pages, 0.5f, 0.25f, &kv, &layer);
+    kv.k_block_scales = k_scales;
+    kv.v_block_scales = v_scales;
     ap_forward_args args = {.struct_size = sizeof args};
     b->plan.kv_page_indices = indices;
     EXPECT(fil_extend_nvfp4_run(b, &layer, &args, NULL, &msg) == AP_OK, "run: %s", text);
@@ -146,21 +154,9 @@ static void check_fp8(ap_backend *b) {
     batch.mode = AP_MODE_EXTEND;
     EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && b->plan.extend_staged, "again");
     char k_pages[64], v_pages[64];
-    ap_kv_cache kv = {.struct_size = sizeof kv,
-                      .dtype = AP_DTYPE_FP8_E4M3,
-                      .page_size = 16,
-                      .num_pages = 10,
-                      .num_kv_heads = 8,
-                      .head_dim_qk = 128,
-                      .head_dim_v = 128,
-                      .k_pages = k_pages,
-                      .v_pages = v_pages};
-    ap_layer layer = {.struct_size = sizeof layer,
-                      .sm_scale = 0.125f,
-                      .k_scale = 2.0f,
-                      .v_scale = 0.75f,
-                      .window_left = -1,
-                      .kv = &kv};
+    ap_kv_cache kv;
+    ap_layer layer;
+    test_layer(AP_DTYPE_FP8_E4M3, 10, k_pages, v_pages, 2.0f, 0.75f, &kv, &layer);
     ap_forward_args args = {.struct_size = sizeof args};
     b->plan.kv_page_indices = indices;
     EXPECT(fil_extend_nvfp4_run(b, &layer, &args, NULL, &msg) == AP_OK, "fp8 run: %s", text);
