@@ -269,10 +269,10 @@ ap_status ap_kit_save_kv(const ap_model *model, const ap_layer *layer, const ap_
 /* ---------------------------------------------------------------------------------------------
  * NVFP4 (and fp8) staging (nvfp4_stage.cu): the pages a batch reads, dequantized into a compact
  * 16-bit cache for kernels that read 16-bit K/V (the extends on the Hopper prefill kernel, whose
- * paged source takes 16-bit K/V only; an fp8 cache is staged only where that kernel runs). Staged page j is cache page
- * page_indices[j]; element = 16-bit(e2m1 * e4m3 * multiplier[kv]), the product exact in float32
- * and one rounding to the 16-bit type (multiplier 1: exact, every e2m1 * e4m3 is a bf16 and a
- * half). K (kv 0) and V (kv 1) in one launch.
+ * paged source takes 16-bit K/V only; an fp8 cache is staged only where that kernel runs).
+ * Staged page j is cache page page_indices[j]; element = 16-bit(e2m1 * e4m3 * multiplier[kv]),
+ * the product exact in float32 and one rounding to the 16-bit type (multiplier 1: exact, every
+ * e2m1 * e4m3 is a bf16 and a half). K (kv 0) and V (kv 1) in one launch.
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct ap_kit_nvfp4_stage_args {

@@ -138,13 +138,13 @@ ap_status ap_kit_prefill_run(const ap_kit_prefill_params *params, const ap_kit_p
 int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan);
 
 /* A fresh prefill (`fresh`: ap_kit_batch_fresh of its batch) whose save_kv copied its k / v into
- * a cache of the activations' own 16-bit type (not a staged nvfp4 one: that holds the quantized
- * values): the cache then holds exactly args->k / args->v, the whole K/V, and the kernel reads
- * them in place, contiguous rows instead of one TMA box per page (SGLang's flashinfer backend
- * does the same: ragged prefill for the new tokens, paged only for a prefix). Where `plan` allows
- * it (ap_kit_prefill_plan_ragged_ok), points `params` at args->k / v over its qo_indptr, sets
- * `ragged` to the plan's copy for that source (num_tokens K/V rows) and returns 1; else returns 0
- * and leaves both alone. */
+ * a cache of the activations' own 16-bit type (not a staged nvfp4 or fp8 one: that holds the
+ * quantized values): the cache then holds exactly args->k / args->v, the whole K/V, and the
+ * kernel reads them in place, contiguous rows instead of one TMA box per page (SGLang's
+ * flashinfer backend does the same: ragged prefill for the new tokens, paged only for a prefix).
+ * Where `plan` allows it (ap_kit_prefill_plan_ragged_ok), points `params` at args->k / v over its
+ * qo_indptr, sets `ragged` to the plan's copy for that source (num_tokens K/V rows) and returns
+ * 1; else returns 0 and leaves both alone. */
 int32_t ap_kit_prefill_fresh_in_place(const ap_kit_prefill_plan *plan, int32_t fresh,
                                       const ap_model *model, const ap_layer *layer,
                                       const ap_forward_args *args, int32_t num_tokens,
