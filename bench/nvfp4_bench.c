@@ -77,7 +77,6 @@ static ap_model nb_model(ap_dtype kv, int32_t tokens, int32_t batch, int32_t kv_
                       .page_size = 16,
                       .num_layers = 1,
                       .causal = 1,
-                      .embedding = kv == AP_DTYPE_NVFP4, /* extend only where decode lacks it */
                       .max_batch = batch,
                       .max_tokens = tokens,
                       .max_kv_len = kv_len};
