@@ -120,8 +120,8 @@ int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size);
 /* The K/V type a prefill plan over the model's paged cache names for the kernel (the plan args'
  * kv_dtype): an nvfp4 or fp8_e4m3 cache is staged to the query's 16-bit type (the stager, below),
  * so the plan can be the Hopper kernel's; any other cache is read as stored. An fp8 cache is
- * staged only where the plan then is the Hopper kernel's (the caller's check of plan.hopper);
- * otherwise the mma.sync kernel reads it as stored. Staging pays at every chunk measured: 4 to
+ * staged only where the plan then is the Hopper kernel's and the staging buffer can be had
+ * (ap_kit_stage_reserve); otherwise the mma.sync kernel reads it as stored. Staging pays at every chunk measured: 4 to
  * 4096 new tokens over 8192 cached, 2.0-2.1x faster than the mma.sync kernel over fp8 (H200,
  * bench/results/2026-11-28-h200-b.md). */
 ap_dtype ap_kit_staged_kv_dtype(const ap_model *m);
@@ -316,6 +316,17 @@ typedef struct ap_kit_nvfp4_staged {
 size_t ap_kit_nvfp4_stage_bytes(const ap_model *model, int32_t pages);
 ap_status ap_kit_nvfp4_stager_reserve(ap_kit_nvfp4_stager *stager, const ap_model *model,
                                       int32_t pages, const char *who, ap_msgbuf *msg);
+
+/* After a prefill plan over the model's paged cache that named ap_kit_staged_kv_dtype(model):
+ * whether the batch's `pages` are staged, *staged (an nvfp4 cache always; an fp8 one where
+ * `plan_hopper`), with the stager reserved for them. An fp8 cache whose staging buffer cannot be
+ * allocated is read as stored instead: *staged 0, *replan 1 (the caller plans the batch again
+ * with kv_dtype fp8_e4m3, for the mma.sync kernel, as before fp8 was staged), AP_OK, and the
+ * allocation's message taken back out of `msg`; a serving engine's memory, filled by its KV
+ * pool, then costs speed, not the call. Any other failure is returned. */
+ap_status ap_kit_stage_reserve(ap_kit_nvfp4_stager *stager, const ap_model *model, int32_t pages,
+                               int32_t plan_hopper, int32_t *staged, int32_t *replan,
+                               const char *who, ap_msgbuf *msg);
 void ap_kit_nvfp4_stager_free(ap_kit_nvfp4_stager *stager);
 ap_status ap_kit_nvfp4_stager_run(const ap_kit_nvfp4_stager *stager, const ap_model *model,
                                   const ap_layer *layer, const int32_t *page_indices, void *stream,

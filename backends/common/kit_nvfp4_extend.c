@@ -36,6 +36,25 @@ ap_status ap_kit_nvfp4_stager_reserve(ap_kit_nvfp4_stager *s, const ap_model *mo
     return AP_OK;
 }
 
+ap_status ap_kit_stage_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, int32_t pages,
+                               int32_t plan_hopper, int32_t *staged, int32_t *replan,
+                               const char *who, ap_msgbuf *msg) {
+    const int fp8 = model->kv_dtype == AP_DTYPE_FP8_E4M3;
+    *staged = model->kv_dtype == AP_DTYPE_NVFP4 || (fp8 && plan_hopper);
+    *replan = 0;
+    if (!*staged) return AP_OK;
+    const size_t length = msg != NULL ? msg->length : 0;
+    const ap_status st = ap_kit_nvfp4_stager_reserve(s, model, pages, who, msg);
+    if (st != AP_ERR_OUT_OF_MEMORY || !fp8) return st;
+    if (msg != NULL && msg->text != NULL && length < msg->capacity) { /* the line added above */
+        msg->length = length;
+        msg->text[length] = '\0';
+    }
+    *staged = 0;
+    *replan = 1;
+    return AP_OK;
+}
+
 void ap_kit_nvfp4_stager_free(ap_kit_nvfp4_stager *s) {
     ap_kit_device_free(s->buffer);
     s->buffer = NULL;

@@ -9,11 +9,15 @@ extern "C" ap_status ap_kit_set_device(int32_t ordinal, const char *who, ap_msgb
     return ap_cuda_status(cudaSetDevice(ordinal), who, "cudaSetDevice", msg);
 }
 
+// A failed allocation is reported here, so the runtime's last error is cleared: left set, the
+// next launch's check (cudaGetLastError) would report it as that launch's failure.
 extern "C" ap_status ap_kit_device_alloc(size_t bytes, void **out, const char *who,
                                          ap_msgbuf *msg) {
     *out = NULL;
     if (bytes == 0) return AP_OK;
-    return ap_cuda_status(cudaMalloc(out, bytes), who, "cudaMalloc", msg);
+    const cudaError_t err = cudaMalloc(out, bytes);
+    if (err != cudaSuccess) (void)cudaGetLastError();
+    return ap_cuda_status(err, who, "cudaMalloc", msg);
 }
 
 extern "C" void ap_kit_device_free(void *ptr) {
@@ -24,7 +28,9 @@ extern "C" ap_status ap_kit_pinned_alloc(size_t bytes, void **out, const char *w
                                          ap_msgbuf *msg) {
     *out = NULL;
     if (bytes == 0) return AP_OK;
-    return ap_cuda_status(cudaMallocHost(out, bytes), who, "cudaMallocHost", msg);
+    const cudaError_t err = cudaMallocHost(out, bytes);
+    if (err != cudaSuccess) (void)cudaGetLastError(); // as ap_kit_device_alloc
+    return ap_cuda_status(err, who, "cudaMallocHost", msg);
 }
 
 extern "C" void ap_kit_pinned_free(void *ptr) {

@@ -53,7 +53,7 @@ typedef struct fav_plan {
     const int32_t *kv_last_page_len;
     const int32_t *slots; /* device [num_tokens]: where save_kv writes each new token */
     ap_kit_prefill_plan prefill;
-    int staged; /* paged fp8 cache staged to 16 bits for the Hopper kernel (the kit's stager) */
+    int32_t staged; /* paged fp8 cache staged to 16 bits for the Hopper kernel (the kit's stager) */
 } fav_plan;
 
 struct ap_backend {

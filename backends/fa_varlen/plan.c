@@ -116,7 +116,7 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
     fav_plan *p = &b->plan;
     const ap_model *m = &b->model;
     const int paged = p->source == FAV_SOURCE_PAGED;
-    const ap_kit_prefill_plan_args args = {
+    ap_kit_prefill_plan_args args = {
         .num_seqs = batch->num_seqs,
         .qo_indptr_host = batch->qo_indptr_host,
         .kv_page_indptr_host = paged ? batch->kv_page_indptr_host : NULL,
@@ -145,10 +145,15 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
         .tile_counters = b->rounds ? NULL : b->buffer.tile_counters,
     };
     ap_status st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
-    p->staged = st == AP_OK && paged && m->kv_dtype == AP_DTYPE_FP8_E4M3 && p->prefill.hopper;
-    if (p->staged)
-        st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
-                                         FAV_PLAN_WHO, msg);
+    int32_t replan = 0;
+    p->staged = 0;
+    if (st == AP_OK && paged)
+        st = ap_kit_stage_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
+                                  p->prefill.hopper, &p->staged, &replan, FAV_PLAN_WHO, msg);
+    if (st == AP_OK && replan) { /* no memory to stage the fp8 cache: read as stored */
+        args.kv_dtype = m->kv_dtype;
+        st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
+    }
     return st;
 }
 

@@ -7,15 +7,16 @@
 #define FIL_NVFP4_WHO FIL_NAME ": staged extend"
 
 /* Every page the batch names is staged, shared prefix pages once per naming: an nvfp4 cache, and
- * an fp8 one whose plan is the Hopper kernel's (after fil_plan_extend). */
-ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
-    const ap_dtype kv = b->model.kv_dtype;
-    b->plan.extend_staged =
-        batch->mode == AP_MODE_EXTEND &&
-        (kv == AP_DTYPE_NVFP4 || (kv == AP_DTYPE_FP8_E4M3 && b->plan.extend.hopper));
-    if (!b->plan.extend_staged) return AP_OK;
-    return ap_kit_nvfp4_stager_reserve(
-        &b->stage, &b->model, batch->kv_page_indptr_host[batch->num_seqs], FIL_NVFP4_WHO, msg);
+ * an fp8 one whose plan is the Hopper kernel's (after fil_plan_extend); *replan as the kit's
+ * ap_kit_stage_reserve says (an fp8 cache without memory to stage it). */
+ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, int32_t *replan,
+                                   ap_msgbuf *msg) {
+    *replan = 0;
+    b->plan.extend_staged = 0;
+    if (batch->mode != AP_MODE_EXTEND) return AP_OK;
+    return ap_kit_stage_reserve(&b->stage, &b->model, batch->kv_page_indptr_host[batch->num_seqs],
+                                b->plan.extend.hopper, &b->plan.extend_staged, replan,
+                                FIL_NVFP4_WHO, msg);
 }
 
 void fil_extend_nvfp4_free(ap_backend *b) {

@@ -37,11 +37,14 @@ ap_status fil_forward_extend(ap_backend *backend, const ap_layer *layer,
 ap_status fil_append_kv(ap_backend *backend, const ap_layer *layer, const ap_append_kv_args *args,
                         void *stream, ap_msgbuf *msg);
 
-/* extend_nvfp4.c: extend over an nvfp4 cache. _reserve (init_metadata of an extend batch) sizes
- * the staging buffer for the batch's pages; _run dequantizes them into it (K exact, V times its
- * global scale, one rounding to the query's 16-bit type) and runs the 16-bit extend over it with
- * the K scale in the softmax scale. _free releases the buffer. */
-ap_status fil_extend_nvfp4_reserve(ap_backend *backend, const ap_batch *batch, ap_msgbuf *msg);
+/* extend_nvfp4.c: extend over a staged cache (nvfp4, or fp8 on the Hopper kernel). _reserve
+ * (init_metadata) sizes the staging buffer for an extend batch's pages, or sets *replan where an
+ * fp8 cache cannot be staged for want of memory (the caller plans it again for the mma.sync
+ * kernel); _run dequantizes the pages into it (K exact, V times its scale, one rounding to the
+ * query's 16-bit type) and runs the 16-bit extend over it with the K scale in the softmax scale.
+ * _free releases the buffer. */
+ap_status fil_extend_nvfp4_reserve(ap_backend *backend, const ap_batch *batch, int32_t *replan,
+                                   ap_msgbuf *msg);
 ap_status fil_extend_nvfp4_run(ap_backend *backend, const ap_layer *layer,
                                const ap_forward_args *args, void *stream, ap_msgbuf *msg);
 void fil_extend_nvfp4_free(ap_backend *backend);

@@ -146,7 +146,7 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
 /* Extend's work list, written into the plan buffer at its capacity offset; the batch's one copy
  * moves it with the rest, and fil_plan_batch points the plan at its device place. */
 static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *items_host,
-                                 size_t items_bytes, ap_msgbuf *msg) {
+                                 size_t items_bytes, ap_dtype kv_dtype, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
     const ap_kit_prefill_plan_args args = {
         .num_seqs = batch->num_seqs,
@@ -165,10 +165,9 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *ite
         .device_buffer = NULL,
         .buffer_bytes = items_bytes,
         .caller_uploads = 1,
-        /* the K/V type the kernel reads: an nvfp4 cache is staged to the query's type, an fp8 one
-         * too where the plan is then the Hopper kernel's (its paged source reads 16-bit K/V only;
-         * the mma.sync kernel reads fp8 as stored), extend_nvfp4.c */
-        .kv_dtype = ap_kit_staged_kv_dtype(m),
+        /* the K/V type the kernel reads (the caller's: ap_kit_staged_kv_dtype, or fp8 as stored
+         * where there is no memory to stage it; extend_nvfp4.c) */
+        .kv_dtype = kv_dtype,
     };
     /* no prefix anywhere: extend.c may read the saved k / v in place */
     b->plan.extend_fresh = ap_kit_batch_fresh(batch, m->page_size);
@@ -216,9 +215,17 @@ ap_status fil_plan_batch(ap_backend *b, const ap_batch *batch, void *stream, ap_
         st = fil_decode_split(b, batch, &split, msg);
     } else {
         split.indptr[0] = 0;
-        st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, msg);
+        /* an nvfp4 cache is staged to the query's type, an fp8 one too where the plan is then the
+         * Hopper kernel's (its paged source reads 16-bit K/V only; the mma.sync kernel reads fp8
+         * as stored) */
+        st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items,
+                             ap_kit_staged_kv_dtype(&b->model), msg);
     }
-    if (st == AP_OK) st = fil_extend_nvfp4_reserve(b, batch, msg);
+    int32_t replan = 0;
+    if (st == AP_OK) st = fil_extend_nvfp4_reserve(b, batch, &replan, msg);
+    if (st == AP_OK && replan) /* no memory to stage the fp8 cache: read as stored */
+        st = fil_plan_extend(b, batch, host + cap.items, cap.end - cap.items, b->model.kv_dtype,
+                             msg);
     if (st != AP_OK) return st;
 
     const size_t items = batch->mode == AP_MODE_EXTEND ? (size_t)b->plan.extend.num_items : 0;

@@ -32,7 +32,7 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
     }
     ap_status st = ap_kit_plan_buffer_begin(buffer, MHA_NAME, msg);
     if (st != AP_OK) return st;
-    const ap_kit_prefill_plan_args args = {
+    ap_kit_prefill_plan_args args = {
         .num_seqs = batch->num_seqs,
         .qo_indptr_host = batch->qo_indptr_host,
         .kv_page_indptr_host = batch->kv_page_indptr_host,
@@ -57,11 +57,16 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
     mha_plan *p = &b->plan;
     p->fresh = ap_kit_batch_fresh(batch, m->page_size);
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
-    p->staged = m->kv_dtype == AP_DTYPE_NVFP4 ||
-                (m->kv_dtype == AP_DTYPE_FP8_E4M3 && p->prefill_plan.hopper);
-    if (st == AP_OK && p->staged)
-        st = ap_kit_nvfp4_stager_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
-                                         MHA_NAME ": staged prefill", msg);
+    int32_t replan = 0;
+    p->staged = 0;
+    if (st == AP_OK)
+        st = ap_kit_stage_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
+                                  p->prefill_plan.hopper, &p->staged, &replan,
+                                  MHA_NAME ": staged prefill", msg);
+    if (st == AP_OK && replan) { /* no memory to stage the fp8 cache: read as stored */
+        args.kv_dtype = m->kv_dtype;
+        st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
+    }
     if (st == AP_OK && p->prefill_plan.num_items > 0)
         st = ap_kit_plan_buffer_upload(
             buffer, (size_t)p->prefill_plan.num_items * sizeof(ap_kit_prefill_item), stream,

@@ -13,9 +13,9 @@
 typedef struct mha_plan {
     int ready;
     ap_forward_mode mode;
-    int prefill;   /* max_q_len > MHA_MAX_Q_LEN: the kit's prefill kernel */
-    int staged;    /* prefill over a copy staged to 16 bits: nvfp4, or fp8 on the Hopper kernel */
-    int32_t fresh; /* prefill: no sequence holds keys before its new tokens (ap_kit_batch_fresh) */
+    int prefill;    /* max_q_len > MHA_MAX_Q_LEN: the kit's prefill kernel */
+    int32_t staged; /* prefill over a copy staged to 16 bits: nvfp4, or fp8 on the Hopper kernel */
+    int32_t fresh;  /* prefill: no sequence holds keys before its new tokens (ap_kit_batch_fresh) */
     int32_t num_seqs;
     int32_t num_tokens;
     int32_t max_q_len;

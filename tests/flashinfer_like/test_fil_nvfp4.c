@@ -3,21 +3,26 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backends/flashinfer_like/glue.h"
 #include "tests/common/test_expect.h"
 
 /* The kit and extend calls under extend_nvfp4.c, replaced: allocations counted, the two
  * launches' arguments kept for the checks. */
-static int allocs, frees;
+static int allocs, frees, fail_alloc;
 static ap_kit_nvfp4_stage_args staged_args;
 static ap_layer extend_layer; /* what the extend saw, its cache copied out */
 static ap_kv_cache extend_kv;
 static const int32_t *extend_indices;
 
 ap_status ap_kit_device_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg) {
-    (void)who, (void)msg;
     allocs++;
+    if (fail_alloc) { /* as the kit's: a line in msg */
+        *out = NULL;
+        ap_msgbuf_add(msg, "%s: cudaMalloc: out of memory", who);
+        return AP_ERR_OUT_OF_MEMORY;
+    }
     *out = malloc(bytes);
     return *out != NULL ? AP_OK : AP_ERR_OUT_OF_MEMORY;
 }
@@ -51,23 +56,25 @@ static ap_batch test_batch(ap_forward_mode mode, const int32_t *indptr, int32_t 
 static void check_reserve(ap_backend *b) {
     char text[256] = "";
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    int32_t replan = 0;
     const int32_t five[3] = {0, 2, 5}, three[2] = {0, 3}, nine[2] = {0, 9};
     ap_batch batch = test_batch(AP_MODE_EXTEND, five, 2);
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 1, "5 pages: %s", text);
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && allocs == 1,
+           "5 pages: %s", text);
     EXPECT(b->stage.pages == 5 && b->stage.bytes == 2 * 5 * 32768 + 5 * 4,
            "5 pages: %d pages, %zu bytes", b->stage.pages, b->stage.bytes);
     batch = test_batch(AP_MODE_EXTEND, three, 1);
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 1 && frees == 0,
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && allocs == 1 && frees == 0,
            "3 pages reuse the buffer: %d allocations", allocs);
     EXPECT(b->stage.pages == 3, "3 pages: %d", b->stage.pages);
     batch = test_batch(AP_MODE_EXTEND, nine, 1);
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 2 && frees == 1,
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && allocs == 2 && frees == 1,
            "9 pages grow it: %d allocations, %d frees", allocs, frees);
     batch = test_batch(AP_MODE_DECODE, nine, 1);
     b->model.kv_dtype = AP_DTYPE_BF16;
     batch.mode = AP_MODE_EXTEND;
     int32_t before = b->stage.pages;
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && allocs == 2 &&
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && allocs == 2 &&
                b->stage.pages == before,
            "a bf16 model stages nothing");
     b->model.kv_dtype = AP_DTYPE_NVFP4;
@@ -136,23 +143,25 @@ static void check_run(ap_backend *b) {
 static void check_fp8(ap_backend *b) {
     char text[256] = "";
     ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+    int32_t replan = 0;
     const int32_t four[2] = {0, 4}, indices[4] = {5, 1, 2, 9};
     ap_batch batch = test_batch(AP_MODE_EXTEND, four, 1);
     b->model.kv_dtype = AP_DTYPE_FP8_E4M3;
     b->plan.extend.hopper = 0;
     const int32_t before = b->stage.pages;
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && !b->plan.extend_staged &&
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && !b->plan.extend_staged &&
                b->stage.pages == before,
            "fp8 on the mma.sync plan stages nothing: %s", text);
     b->plan.extend.hopper = 1;
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && b->plan.extend_staged &&
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && b->plan.extend_staged &&
                b->stage.pages == 4,
            "fp8 on the Hopper plan reserves its 4 pages: %s", text);
     batch.mode = AP_MODE_DECODE;
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && !b->plan.extend_staged,
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && !b->plan.extend_staged,
            "a decode batch stages nothing");
     batch.mode = AP_MODE_EXTEND;
-    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &msg) == AP_OK && b->plan.extend_staged, "again");
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && b->plan.extend_staged,
+           "again");
     char k_pages[64], v_pages[64];
     ap_kv_cache kv;
     ap_layer layer;
@@ -174,6 +183,30 @@ static void check_fp8(ap_backend *b) {
     b->plan.extend.hopper = 0;
 }
 
+/* No memory for the staging buffer: an fp8 cache is then read as stored (the caller plans again,
+ * the allocation's message taken back out); an nvfp4 cache, which has no other path, fails. */
+static void check_no_memory(ap_backend *b) {
+    char text[256] = "earlier line";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, strlen(text)};
+    int32_t replan = 0;
+    const int32_t many[2] = {0, 1000};
+    ap_batch batch = test_batch(AP_MODE_EXTEND, many, 1);
+    fail_alloc = 1;
+    b->model.kv_dtype = AP_DTYPE_FP8_E4M3;
+    b->plan.extend.hopper = 1;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_OK && replan == 1 &&
+               !b->plan.extend_staged && strcmp(text, "earlier line") == 0 &&
+               msg.length == strlen(text),
+           "fp8 without memory: replan %d, staged %d, message '%s'", replan, b->plan.extend_staged,
+           text);
+    b->model.kv_dtype = AP_DTYPE_NVFP4;
+    EXPECT(fil_extend_nvfp4_reserve(b, &batch, &replan, &msg) == AP_ERR_OUT_OF_MEMORY &&
+               replan == 0 && strstr(text, "out of memory") != NULL,
+           "nvfp4 without memory fails: replan %d, message '%s'", replan, text);
+    fail_alloc = 0;
+    b->plan.extend.hopper = 0;
+}
+
 int main(void) {
     ap_backend b;
     memset(&b, 0, sizeof b);
@@ -188,6 +221,7 @@ int main(void) {
     check_reserve(&b);
     check_run(&b);
     check_fp8(&b);
+    check_no_memory(&b);
     fil_extend_nvfp4_free(&b);
     EXPECT(b.stage.buffer == NULL && frees == 2, "free releases the buffer");
     printf("%s\n", failures == 0 ? "ok" : "FAILED");

@@ -27,10 +27,15 @@ size_t fil_extend_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head
     return ((size_t)max_tokens + (size_t)max_batch + 1) * 16; /* one item per token at most */
 }
 /* Extend's work list, replaced: one item per sequence, {seq, 0, 100 - seq, 0}, written where
- * plan.c asks, the copy left to plan.c (what the real one does when caller_uploads is set). */
+ * plan.c asks, the copy left to plan.c (what the real one does when caller_uploads is set). The
+ * K/V types it was asked to plan for, in order, are kept. */
+static ap_dtype planned_kv[4];
+static int plans;
 ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stream,
                                 fil_extend_plan *plan, ap_msgbuf *msg) {
     (void)stream, (void)msg;
+    if (plans < 4) planned_kv[plans] = args->kv_dtype;
+    plans++;
     if (!args->caller_uploads || args->buffer_bytes < (size_t)args->num_seqs * 16)
         return AP_ERR_INVALID_ARGUMENT;
     int32_t *items = args->host_scratch;
@@ -44,9 +49,14 @@ ap_status fil_extend_plan_build(const ap_kit_prefill_plan_args *args, void *stre
     return AP_OK;
 }
 
-/* nvfp4 staging (extend_nvfp4.c, tested in test_fil_nvfp4.c): no nvfp4 model here. */
-ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, ap_msgbuf *msg) {
-    (void)b, (void)batch, (void)msg;
+/* Staging (extend_nvfp4.c, tested in test_fil_nvfp4.c), replaced: with stub_no_memory set it
+ * answers as for an fp8 cache whose staging buffer cannot be allocated. */
+static int stub_no_memory;
+ap_status fil_extend_nvfp4_reserve(ap_backend *b, const ap_batch *batch, int32_t *replan,
+                                   ap_msgbuf *msg) {
+    (void)batch, (void)msg;
+    b->plan.extend_staged = 0;
+    *replan = stub_no_memory;
     return AP_OK;
 }
 
@@ -266,6 +276,35 @@ static void check_extend_items(void) {
     test_backend_free(&b);
 }
 
+/* An fp8 cache: the extend is planned for the staged bf16 copy (the Hopper kernel's paged
+ * source), and where staging finds no memory, planned again for the fp8 cache as stored. */
+static void check_fp8_replan(void) {
+    int32_t qo[4] = {0, 2, 5, 6}, indptr[4] = {0, 2, 3, 6}, pages[6] = {7, 3, 5, 0, 1, 2};
+    int32_t last[3] = {1, 3, 1}, lens[3] = {5, 3, 9};
+    for (int no_memory = 0; no_memory < 2; no_memory++) {
+        ap_backend b;
+        test_backend(&b, 4, 1, 3, 8, 8);
+        b.model.dtype = AP_DTYPE_BF16;
+        b.model.kv_dtype = AP_DTYPE_FP8_E4M3;
+        ap_batch batch = test_batch(AP_MODE_EXTEND, 3, 6, 6, qo, indptr, pages, last, lens);
+        char text[512] = "";
+        ap_msgbuf msg = {sizeof msg, text, sizeof text, 0};
+        plans = 0;
+        stub_no_memory = no_memory;
+        ap_status st = fil_plan_batch(&b, &batch, NULL, &msg);
+        EXPECT(st == AP_OK && plans == 1 + no_memory && planned_kv[0] == AP_DTYPE_BF16,
+               "fp8 extend (no memory %d): status %d, %d plans, first for %s", no_memory, (int)st,
+               plans, ap_dtype_str(planned_kv[0]));
+        if (no_memory)
+            EXPECT(planned_kv[1] == AP_DTYPE_FP8_E4M3 && b.plan.extend.num_items == 3 &&
+                       !b.plan.extend_staged,
+                   "planned again for fp8 as stored: %s, %d items", ap_dtype_str(planned_kv[1]),
+                   b.plan.extend.num_items);
+        test_backend_free(&b);
+    }
+    stub_no_memory = 0;
+}
+
 /* A decode sequence within 32 tokens of 2^31 would overflow the kernel's int32 token cursor
  * (pos + 32 steps past INT32_MAX): refused, while one just below the limit plans. Page 0 is named
  * over and over, which the batch rules allow. */
@@ -308,6 +347,7 @@ int main(void) {
     check_wrap(AP_MODE_DECODE);
     check_wrap(AP_MODE_EXTEND);
     check_decode_len_limit();
+    check_fp8_replan();
     check_zero_page();
     check_extend_items();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
