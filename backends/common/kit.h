@@ -121,9 +121,9 @@ int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size);
  * kv_dtype): an nvfp4 or fp8_e4m3 cache is staged to the query's 16-bit type (the stager, below),
  * so the plan can be the Hopper kernel's; any other cache is read as stored. An fp8 cache is
  * staged only where the plan then is the Hopper kernel's and the staging buffer can be had
- * (ap_kit_stage_reserve); otherwise the mma.sync kernel reads it as stored. Staging pays at every chunk measured: 4 to
- * 4096 new tokens over 8192 cached, 2.0-2.1x faster than the mma.sync kernel over fp8 (H200,
- * bench/results/2026-11-28-h200-b.md). */
+ * (ap_kit_stage_reserve); otherwise the mma.sync kernel reads it as stored. Staging pays at
+ * every chunk measured: 4 to 4096 new tokens over 8192 cached, 1.6-2.1x faster than the mma.sync
+ * kernel over fp8 (H200, bench/results/2026-11-28-h200-b.md). */
 ap_dtype ap_kit_staged_kv_dtype(const ap_model *m);
 
 /* ---------------------------------------------------------------------------------------------
