@@ -42,6 +42,14 @@ __device__ __forceinline__ int64_t stage_source(const stage_args &a, int64_t idx
     return (int64_t)__ldg(a.page_indices + j) * a.blocks_per_page + b;
 }
 
+// The 16 staged elements of unit idx (32 bytes) to K's or V's staged copy.
+__device__ __forceinline__ void stage_store(const stage_args &a, int64_t idx, int which,
+                                            const uint32_t (&packed)[8]) {
+    uint4 *dst = reinterpret_cast<uint4 *>((which ? a.out[1] : a.out[0])) + 2 * idx;
+    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+}
+
 // (Parameters picked by ternaries: an index by blockIdx.y would copy them to local memory.)
 // One thread per block of 16 values (blockIdx.y: K or V). Staged page j, block b is cache page
 // page_indices[j], block b: 8 bytes of codes and a scale byte in, 16 elements (32 bytes) out:
@@ -73,9 +81,7 @@ __global__ void __launch_bounds__(kThreads) ap_nvfp4_stage_kernel(const stage_ar
                                                  __fmul_rn(__fmul_rn(hi, block_scale), mult));
         }
     }
-    uint4 *dst = reinterpret_cast<uint4 *>((which ? a.out[1] : a.out[0])) + 2 * idx;
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    stage_store(a, idx, which, packed);
 }
 
 // fp8_e4m3 pages: one thread per 16 bytes (16 values; blockIdx.y: K or V) of staged page j, cache
@@ -102,9 +108,7 @@ __global__ void __launch_bounds__(kThreads) ap_fp8_stage_kernel(const stage_args
             packed[2 * w + h] = stage_pack2<OUT>(__fmul_rn(f.x, mult), __fmul_rn(f.y, mult));
         }
     }
-    uint4 *dst = reinterpret_cast<uint4 *>((which ? a.out[1] : a.out[0])) + 2 * idx;
-    dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-    dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+    stage_store(a, idx, which, packed);
 }
 
 } // namespace
