@@ -314,8 +314,6 @@ typedef struct ap_kit_nvfp4_staged {
 } ap_kit_nvfp4_staged;
 
 size_t ap_kit_nvfp4_stage_bytes(const ap_model *model, int32_t pages);
-ap_status ap_kit_nvfp4_stager_reserve(ap_kit_nvfp4_stager *stager, const ap_model *model,
-                                      int32_t pages, const char *who, ap_msgbuf *msg);
 
 /* After a prefill plan over the model's paged cache that named ap_kit_staged_kv_dtype(model):
  * whether the batch's `pages` are staged, *staged (an nvfp4 cache always; an fp8 one where

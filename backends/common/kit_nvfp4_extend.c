@@ -20,8 +20,8 @@ size_t ap_kit_nvfp4_stage_bytes(const ap_model *model, int32_t pages) {
 }
 
 /* Grow-only: the buffer keeps the size of the largest batch seen. */
-ap_status ap_kit_nvfp4_stager_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, int32_t pages,
-                                      const char *who, ap_msgbuf *msg) {
+static ap_status stager_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, int32_t pages,
+                                const char *who, ap_msgbuf *msg) {
     const size_t need = ap_kit_nvfp4_stage_bytes(model, pages);
     s->pages = 0;
     if (need > s->bytes) {
@@ -44,7 +44,7 @@ ap_status ap_kit_stage_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, in
     *replan = 0;
     if (!*staged) return AP_OK;
     const size_t length = msg != NULL ? msg->length : 0;
-    const ap_status st = ap_kit_nvfp4_stager_reserve(s, model, pages, who, msg);
+    const ap_status st = stager_reserve(s, model, pages, who, msg);
     if (st != AP_ERR_OUT_OF_MEMORY || !fp8) return st;
     if (msg != NULL && msg->text != NULL && length < msg->capacity) { /* the line added above */
         msg->length = length;

@@ -131,6 +131,16 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
 ap_status ap_kit_prefill_run(const ap_kit_prefill_params *params, const ap_kit_prefill_plan *plan,
                              void *stream, const char *who, ap_msgbuf *msg);
 
+/* ap_kit_prefill_plan_build of a paged batch over the model's cache with the staged K/V type
+ * (args->kv_dtype set here to ap_kit_staged_kv_dtype), then ap_kit_stage_reserve for the batch's
+ * `pages` of `stager`: *staged says whether the calls run over the staged copy; an fp8 cache
+ * without memory to stage it is planned again as stored (kv_dtype fp8_e4m3, the mma.sync
+ * kernel). kit_prefill_staged.c; trtllm_mha's prefill and fa_varlen's paged source. */
+ap_status ap_kit_prefill_plan_staged(ap_kit_prefill_plan_args *args, const ap_model *model,
+                                     int32_t pages, ap_kit_nvfp4_stager *stager, void *stream,
+                                     ap_kit_prefill_plan *plan, int32_t *staged, const char *who,
+                                     ap_msgbuf *msg);
+
 /* 1 when a plan built for the paged source may run over the ragged one as it is (its `ragged`
  * set, the same items: a fresh prefill's K/V read in place): a Hopper plan whose work tiles the
  * ragged source's kernel shares (every head dim but 64, where the ragged kernel's tiles are 192

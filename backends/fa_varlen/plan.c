@@ -138,23 +138,18 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
         /* the model's K/V type: a 16-bit one lets the kit plan for its Hopper kernel where it
          * serves the shape; raw fp8 k/v then need a model whose kv_dtype says fp8_e4m3. A paged
          * fp8 cache is staged to 16 bits where the plan is then the Hopper kernel's (its paged
-         * source reads 16-bit K/V only), else read as stored by mma.sync */
-        .kv_dtype = paged ? ap_kit_staged_kv_dtype(m) : m->kv_dtype,
+         * source reads 16-bit K/V only), else read as stored by mma.sync: the kit's
+         * ap_kit_prefill_plan_staged sets the type */
+        .kv_dtype = m->kv_dtype,
         /* the Hopper kernel's dynamic schedule (this instance's launches run one at a time),
          * unless the schedule option says rounds */
         .tile_counters = b->rounds ? NULL : b->buffer.tile_counters,
     };
-    ap_status st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
-    int32_t replan = 0;
     p->staged = 0;
-    if (st == AP_OK && paged)
-        st = ap_kit_stage_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
-                                  p->prefill.hopper, &p->staged, &replan, FAV_PLAN_WHO, msg);
-    if (st == AP_OK && replan) { /* no memory to stage the fp8 cache: read as stored */
-        args.kv_dtype = m->kv_dtype;
-        st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
-    }
-    return st;
+    if (!paged) return ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);
+    return ap_kit_prefill_plan_staged(&args, m, batch->kv_page_indptr_host[batch->num_seqs],
+                                      &b->stage, stream, &p->prefill, &p->staged, FAV_PLAN_WHO,
+                                      msg);
 }
 
 /* One plan per batch, shared by every layer: the source, the work list and (paged) the slots,

@@ -47,26 +47,17 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
         .device_buffer = buffer->dev,
         .buffer_bytes = buffer->bytes,
         .caller_uploads = 1,
-        /* the K/V type the kernel reads: nvfp4 pages are staged to the query's type first, fp8
-         * ones too where the plan is then the Hopper kernel's (its paged source reads 16-bit K/V
-         * only; the mma.sync kernel reads fp8 as stored). 16-bit lets the kit plan for its
-         * Hopper kernel, with the dynamic tile schedule */
-        .kv_dtype = ap_kit_staged_kv_dtype(m),
         .tile_counters = buffer->tile_counters,
     };
     mha_plan *p = &b->plan;
     p->fresh = ap_kit_batch_fresh(batch, m->page_size);
-    st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
-    int32_t replan = 0;
-    p->staged = 0;
-    if (st == AP_OK)
-        st = ap_kit_stage_reserve(&b->stage, m, batch->kv_page_indptr_host[batch->num_seqs],
-                                  p->prefill_plan.hopper, &p->staged, &replan,
-                                  MHA_NAME ": staged prefill", msg);
-    if (st == AP_OK && replan) { /* no memory to stage the fp8 cache: read as stored */
-        args.kv_dtype = m->kv_dtype;
-        st = ap_kit_prefill_plan_build(&args, stream, &p->prefill_plan, MHA_NAME ": prefill", msg);
-    }
+    /* the K/V type the kernel reads: nvfp4 pages are staged to the query's type first, fp8 ones
+     * too where the plan is then the Hopper kernel's (its paged source reads 16-bit K/V only;
+     * the mma.sync kernel reads fp8 as stored). 16-bit lets the kit plan for its Hopper kernel,
+     * with the dynamic tile schedule */
+    st =
+        ap_kit_prefill_plan_staged(&args, m, batch->kv_page_indptr_host[batch->num_seqs], &b->stage,
+                                   stream, &p->prefill_plan, &p->staged, MHA_NAME ": prefill", msg);
     if (st == AP_OK && p->prefill_plan.num_items > 0)
         st = ap_kit_plan_buffer_upload(
             buffer, (size_t)p->prefill_plan.num_items * sizeof(ap_kit_prefill_item), stream,

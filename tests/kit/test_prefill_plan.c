@@ -1,6 +1,7 @@
 /* test_prefill_plan.c: the kit's prefill plan on the host (no GPU): work items of the paged and
  * the ragged K/V source, causal and chunk, sequences without keys, and every refusal. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/common/prefill.h"
@@ -17,15 +18,15 @@ int32_t ap_kit_prefill_default_tile_rows(int32_t head_dim_qk, int32_t head_dim_v
 int32_t ap_kit_prefill_tile_rows_built(int32_t head_dim_qk, int32_t head_dim_v, int32_t rows) {
     return rows != 0 && rows == ap_kit_prefill_default_tile_rows(head_dim_qk, head_dim_v);
 }
-/* prefill_hopper.cu's choice: no Hopper device here, unless a case turns the stub on; then 128
- * rows of (128 / pack) tokens x the group, pack the largest power of two dividing the group, as
- * prefill_hopper.cuh's pack_shift_for gives for check_hopper's batch (21% of its one-head rows
- * would be padding). */
+/* prefill_hopper.cu's choice: no Hopper device here, unless a case turns the stub on (1: ragged
+ * sources, 2: paged too); then 128 rows of (128 / pack) tokens x the group, pack the largest
+ * power of two dividing the group, as prefill_hopper.cuh's pack_shift_for gives for
+ * check_hopper's batch (21% of its one-head rows would be padding). */
 static int hopper_stub;
 int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     const int32_t group = args->num_qo_heads / args->num_kv_heads;
-    return hopper_stub && args->kv_dtype == AP_DTYPE_BF16 && args->kv_indptr_host != NULL &&
-                   args->head_dim_qk == 128
+    return hopper_stub && args->kv_dtype == AP_DTYPE_BF16 &&
+                   (args->kv_indptr_host != NULL || hopper_stub == 2) && args->head_dim_qk == 128
                ? 128 * group / (group & -group)
                : 0;
 }
@@ -34,6 +35,28 @@ ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *
     (void)dst, (void)src, (void)bytes, (void)stream, (void)who, (void)what, (void)msg;
     failures++;
     printf("FAIL: a caller_uploads plan copied\n");
+    return AP_OK;
+}
+
+/* The stager's device calls (kit_nvfp4_extend.c), replaced: allocations counted, failing on
+ * demand with the kit's message line. */
+static int allocs, fail_alloc;
+ap_status ap_kit_device_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg) {
+    allocs++;
+    *out = NULL;
+    if (fail_alloc) {
+        ap_msgbuf_add(msg, "%s: cudaMalloc: out of memory", who);
+        return AP_ERR_OUT_OF_MEMORY;
+    }
+    *out = malloc(bytes);
+    return *out != NULL ? AP_OK : AP_ERR_OUT_OF_MEMORY;
+}
+void ap_kit_device_free(void *ptr) {
+    free(ptr);
+}
+ap_status ap_kit_nvfp4_stage_run(const ap_kit_nvfp4_stage_args *args, void *stream, const char *who,
+                                 ap_msgbuf *msg) {
+    (void)args, (void)stream, (void)who, (void)msg;
     return AP_OK;
 }
 
@@ -224,6 +247,66 @@ static void check_staged_kv_dtype(void) {
     EXPECT(ap_kit_staged_kv_dtype(&m) == AP_DTYPE_F16, "an f16 model stages fp8 to f16");
 }
 
+/* ap_kit_prefill_plan_staged (kit_prefill_staged.c): a paged batch over an fp8 cache is planned
+ * for the staged bf16 copy where the Hopper kernel takes it and the staging buffer is had; with
+ * no memory, planned again for fp8 as stored (mma.sync), the message as it was; an nvfp4 cache
+ * without memory fails; a bf16 cache stages nothing. */
+static void check_plan_staged(void) {
+    const int32_t qo[] = {0, 300}, pages[] = {0, 7}, last[] = {12};
+    ap_model m = {.struct_size = sizeof m,
+                  .dtype = AP_DTYPE_BF16,
+                  .kv_dtype = AP_DTYPE_FP8_E4M3,
+                  .page_size = 64,
+                  .num_qo_heads = 32,
+                  .num_kv_heads = 8,
+                  .head_dim_qk = 128,
+                  .head_dim_v = 128};
+    ap_kit_prefill_plan_args args = {.num_seqs = 1,
+                                     .qo_indptr_host = qo,
+                                     .kv_page_indptr_host = pages,
+                                     .kv_last_page_len_host = last,
+                                     .page_size = 64,
+                                     .head_dim_qk = 128,
+                                     .head_dim_v = 128,
+                                     .num_qo_heads = 32,
+                                     .num_kv_heads = 8,
+                                     .causal = 1,
+                                     .host_scratch = scratch,
+                                     .buffer_bytes = sizeof scratch,
+                                     .caller_uploads = 1};
+    ap_kit_nvfp4_stager stager = {0};
+    ap_kit_prefill_plan plan;
+    char text[256] = "earlier line";
+    ap_msgbuf msg = {sizeof msg, text, sizeof text, strlen(text)};
+    int32_t staged = -1;
+    hopper_stub = 2;
+    ap_status st =
+        ap_kit_prefill_plan_staged(&args, &m, 7, &stager, NULL, &plan, &staged, "test", &msg);
+    EXPECT(st == AP_OK && staged == 1 && plan.hopper == 1 && args.kv_dtype == AP_DTYPE_BF16 &&
+               allocs == 1 && stager.pages == 7,
+           "fp8 staged: status %d, staged %d, hopper %d, %d allocations", (int)st, staged,
+           plan.hopper, allocs);
+    ap_kit_nvfp4_stager_free(&stager);
+    fail_alloc = 1;
+    st = ap_kit_prefill_plan_staged(&args, &m, 7, &stager, NULL, &plan, &staged, "test", &msg);
+    EXPECT(st == AP_OK && staged == 0 && plan.hopper == 0 && args.kv_dtype == AP_DTYPE_FP8_E4M3 &&
+               plan.num_items > 0 && strcmp(text, "earlier line") == 0,
+           "fp8 without memory: status %d, staged %d, hopper %d, message '%s'", (int)st, staged,
+           plan.hopper, text);
+    m.kv_dtype = AP_DTYPE_NVFP4;
+    st = ap_kit_prefill_plan_staged(&args, &m, 7, &stager, NULL, &plan, &staged, "test", &msg);
+    EXPECT(st == AP_ERR_OUT_OF_MEMORY && strstr(text, "out of memory") != NULL,
+           "nvfp4 without memory: status %d, message '%s'", (int)st, text);
+    fail_alloc = 0;
+    m.kv_dtype = AP_DTYPE_BF16;
+    const int before = allocs;
+    st = ap_kit_prefill_plan_staged(&args, &m, 7, &stager, NULL, &plan, &staged, "test", &msg);
+    EXPECT(st == AP_OK && staged == 0 && plan.hopper == 1 && allocs == before,
+           "bf16 stages nothing: status %d, staged %d", (int)st, staged);
+    ap_kit_nvfp4_stager_free(&stager);
+    hopper_stub = 0;
+}
+
 int main(void) {
     const int32_t qo[] = {0, 1, 18, 318, 1318};
     check_items("causal 1/17/300/1000", 4, qo, qo, 1);
@@ -240,6 +323,7 @@ int main(void) {
     check_hopper();
     check_fresh();
     check_staged_kv_dtype();
+    check_plan_staged();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
