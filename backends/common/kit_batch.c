@@ -108,24 +108,16 @@ ap_status ap_kit_batch_check(const ap_batch *batch, const ap_model *model, int32
     return st;
 }
 
-/* Whether the host mirrors that the helpers below read are all there. */
-static int batch_has_mirrors(const ap_batch *batch) {
-    return batch != NULL && batch->qo_indptr_host != NULL && batch->kv_page_indptr_host != NULL &&
-           batch->kv_last_page_len_host != NULL;
-}
-
-/* Sequence i's KV length from the host mirrors. */
-static int64_t batch_kv_len(const ap_batch *batch, int32_t i, int32_t page_size) {
-    const int64_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
-    return pages > 0 ? (pages - 1) * page_size + batch->kv_last_page_len_host[i] : 0;
-}
-
 int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size) {
-    if (!batch_has_mirrors(batch)) return 0;
-    for (int32_t i = 0; i < batch->num_seqs; ++i)
-        if (batch_kv_len(batch, i, page_size) !=
-            (int64_t)batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i])
-            return 0;
+    if (batch == NULL || batch->qo_indptr_host == NULL || batch->kv_page_indptr_host == NULL ||
+        batch->kv_last_page_len_host == NULL)
+        return 0;
+    for (int32_t i = 0; i < batch->num_seqs; ++i) {
+        const int64_t pages = batch->kv_page_indptr_host[i + 1] - batch->kv_page_indptr_host[i];
+        const int64_t kv_len =
+            pages > 0 ? (pages - 1) * page_size + batch->kv_last_page_len_host[i] : 0;
+        if (kv_len != (int64_t)batch->qo_indptr_host[i + 1] - batch->qo_indptr_host[i]) return 0;
+    }
     return 1;
 }
 
