@@ -159,22 +159,28 @@ static void check_refusals(void) {
     EXPECT(ap_kit_prefill_plan_bytes(16384, 256, 96, 96, 16, 16) == 0, "plan bytes 96");
 }
 
+/* One causal sequence over pages of 64, head dim 128, 32 / 8 heads. */
+static ap_kit_prefill_plan_args paged_args(const int32_t *qo, const int32_t *pages,
+                                           const int32_t *last) {
+    return (ap_kit_prefill_plan_args){.num_seqs = 1,
+                                      .qo_indptr_host = qo,
+                                      .kv_page_indptr_host = pages,
+                                      .kv_last_page_len_host = last,
+                                      .page_size = 64,
+                                      .head_dim_qk = 128,
+                                      .head_dim_v = 128,
+                                      .num_qo_heads = 32,
+                                      .num_kv_heads = 8,
+                                      .causal = 1,
+                                      .host_scratch = scratch,
+                                      .buffer_bytes = sizeof scratch,
+                                      .caller_uploads = 1};
+}
+
 /* The paged source keeps the old plan: kv_len from the page table. */
 static void check_paged(void) {
     const int32_t qo[] = {0, 300}, pages[] = {0, 7}, last[] = {12}; /* 6 * 64 + 12 = 396 */
-    ap_kit_prefill_plan_args args = {.num_seqs = 1,
-                                     .qo_indptr_host = qo,
-                                     .kv_page_indptr_host = pages,
-                                     .kv_last_page_len_host = last,
-                                     .page_size = 64,
-                                     .head_dim_qk = 128,
-                                     .head_dim_v = 128,
-                                     .num_qo_heads = 32,
-                                     .num_kv_heads = 8,
-                                     .causal = 1,
-                                     .host_scratch = scratch,
-                                     .buffer_bytes = sizeof scratch,
-                                     .caller_uploads = 1};
+    ap_kit_prefill_plan_args args = paged_args(qo, pages, last);
     ap_kit_prefill_plan plan;
     EXPECT(build(&args, &plan) == AP_OK && plan.ragged == 0 && plan.tile_tokens == 32 &&
                plan.num_items == 10,
@@ -261,19 +267,7 @@ static void check_plan_staged(void) {
                   .num_kv_heads = 8,
                   .head_dim_qk = 128,
                   .head_dim_v = 128};
-    ap_kit_prefill_plan_args args = {.num_seqs = 1,
-                                     .qo_indptr_host = qo,
-                                     .kv_page_indptr_host = pages,
-                                     .kv_last_page_len_host = last,
-                                     .page_size = 64,
-                                     .head_dim_qk = 128,
-                                     .head_dim_v = 128,
-                                     .num_qo_heads = 32,
-                                     .num_kv_heads = 8,
-                                     .causal = 1,
-                                     .host_scratch = scratch,
-                                     .buffer_bytes = sizeof scratch,
-                                     .caller_uploads = 1};
+    ap_kit_prefill_plan_args args = paged_args(qo, pages, last);
     ap_kit_nvfp4_stager stager = {0};
     ap_kit_prefill_plan plan;
     char text[256] = "earlier line";
