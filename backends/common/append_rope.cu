@@ -24,6 +24,7 @@ struct rope_args {
     uint8_t *pages[2];
     uint8_t *block_scales[2];
     float scale[2];
+    float rcp[2]; // ap_e4m3_div_rcp of scale (fp8 caches)
     const int32_t *positions;
     const int32_t *out_loc;
     int64_t positions_stride;
@@ -74,15 +75,16 @@ __device__ __forceinline__ bool token_valid(const rope_args &a, int32_t pos, int
 // warp calls it (the nvfp4 form exchanges values between lanes); `write` false stores nothing.
 template <typename KV> struct kv_write8 {
     __device__ __forceinline__ static void run(uint8_t *pages, uint8_t *, int64_t elem,
-                                               const float (&x)[kVec], float scale, bool write) {
-        if (write) ap_store8<KV>::run(pages + elem * ap_elem_bytes<KV>::value, x, scale);
+                                               const float (&x)[kVec], float scale, float rcp,
+                                               bool write) {
+        if (write) ap_store8<KV>::run(pages + elem * ap_elem_bytes<KV>::value, x, scale, rcp);
     }
 };
 
 // No cache (the split kernel's q CTAs): nothing to write.
 template <> struct kv_write8<void> {
     __device__ __forceinline__ static void run(uint8_t *, uint8_t *, int64_t, const float (&)[kVec],
-                                               float, bool) {}
+                                               float, float, bool) {}
 };
 
 // nvfp4: a block of 16 values lies in two neighbouring lanes (head_dim / 8 lanes per row, an even
@@ -94,7 +96,8 @@ template <> struct kv_write8<void> {
 // Warps holding no K/V row skip it.
 template <> struct kv_write8<ap_nvfp4> {
     __device__ __forceinline__ static void run(uint8_t *pages, uint8_t *scales, int64_t elem,
-                                               const float (&x)[kVec], float scale, bool write) {
+                                               const float (&x)[kVec], float scale, float,
+                                               bool write) {
         if (!__any_sync(0xffffffffu, write)) return;
         int has_nan = 0;
         float amax = ap_nvfp4_amax8(x, &has_nan);
@@ -168,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) ap_append_rope_kernel(const rope_arg
     const int which = w.kind == 2 ? 1 : 0;
     const int64_t dst_elem = ap_paged_row(slot, w.head, a.num_kv_heads, a.head_dim) + d0;
     kv_write8<KV>::run(a.pages[which], a.block_scales[which], dst_elem, x, a.scale[which],
-                       valid && w.kind != 0);
+                       a.rcp[which], valid && w.kind != 0);
 }
 
 // The rows kernel: one CTA per (token, chunk of up to kRowsPerThread * kThreads / lanes_per_row
@@ -257,7 +260,7 @@ __device__ __forceinline__ void rows_piece(const rope_args &a, int64_t token, in
     const int which = w.kind == 2 ? 1 : 0;
     const int64_t dst_elem = ap_paged_row(slot, w.head, a.num_kv_heads, a.head_dim) + d0;
     kv_write8<KV>::run(a.pages[which], a.block_scales[which], dst_elem, x, a.scale[which],
-                       in_range && w.kind != 0);
+                       a.rcp[which], in_range && w.kind != 0);
 }
 
 // One token's rows [chunk_first, row_end) of the rows kernel, up to kRowsPerThread per thread.
@@ -412,6 +415,8 @@ rope_args append_rope_args_of(const ap_kit_append_rope_args *p) {
     a.block_scales[1] = static_cast<uint8_t *>(p->v_block_scales);
     a.scale[0] = p->k_scale;
     a.scale[1] = p->v_scale;
+    a.rcp[0] = ap_e4m3_div_rcp(p->k_scale);
+    a.rcp[1] = ap_e4m3_div_rcp(p->v_scale);
     a.positions = p->positions;
     a.out_loc = p->out_loc;
     a.positions_stride = p->positions_stride;

@@ -7,6 +7,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include "../numeric/e4m3_div.h"
+
 // The fp8 e4m3 cache element: a plain byte, value = decoded byte * the layer's scale.
 struct ap_fp8_e4m3 {
     uint8_t bits;
@@ -79,7 +81,7 @@ __device__ __forceinline__ uint8_t ap_float_to_fp8_e4m3_dev(float x) {
 // 8 floats to 8 cache elements, stored with one 16-byte (16-bit types) or 8-byte (fp8) write,
 // streaming (st.global.cs: the appends' rows are not read back by the kernel that writes them).
 template <typename KV> struct ap_store8 {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float) {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float, float = 0.0f) {
         uint32_t w[4];
 #pragma unroll
         for (int i = 0; i < 4; i++) {
@@ -90,15 +92,24 @@ template <typename KV> struct ap_store8 {
         __stcs(reinterpret_cast<uint4 *>(dst), make_uint4(w[0], w[1], w[2], w[3]));
     }
 };
-// fp8: saturate_e4m3(x / scale) with a true float32 division, the bits of the host's
-// ap_float_to_fp8_e4m3(x / scale).
+// fp8: saturate_e4m3(x / scale), the bits of the host's ap_float_to_fp8_e4m3(x / scale) with a
+// true float32 division: numeric/e4m3_div.h's multiply and correction where the caller passes
+// rcp = ap_e4m3_div_rcp(scale) (computed once, on the host), else (rcp 0) __fdiv_rn.
 template <> struct ap_store8<ap_fp8_e4m3> {
-    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale) {
+    __device__ __forceinline__ static void run(uint8_t *dst, const float *x, float scale,
+                                               float rcp = 0.0f) {
+        float q[8];
+        if (rcp != 0.0f) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[i] = ap_e4m3_div(x[i], scale, rcp);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) q[i] = __fdiv_rn(x[i], scale);
+        }
         uint32_t w[2] = {0u, 0u};
 #pragma unroll
         for (int i = 0; i < 8; i++)
-            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(__fdiv_rn(x[i], scale)))
-                         << (8 * (i & 3));
+            w[i >> 2] |= static_cast<uint32_t>(ap_float_to_fp8_e4m3_dev(q[i])) << (8 * (i & 3));
         __stcs(reinterpret_cast<uint2 *>(dst), make_uint2(w[0], w[1]));
     }
 };

@@ -4,7 +4,8 @@
 //   x_a' = x_a * cos - x_b * sin,   x_b' = x_b * cos + x_a * sin
 // pairs (i, i + 32) for neox, (2i, 2i + 1) otherwise; cos/sin of pair i at position p are
 // cos_sin[p][i] and cos_sin[p][32 + i]. The cache value is the rotated float rounded once: to
-// bf16 (RNE) or to sat_e4m3(x / k_scale) with a float32 division.
+// bf16 (RNE) or to sat_e4m3(x / k_scale) with a float32 division (numeric/e4m3_div.h's multiply
+// and correction, the same bytes, by the kit's ap_store8).
 //
 // Two kinds of CTA, interleaved in one grid, and no thread does both kinds of work:
 //  - copy CTAs: a warp takes kCopyRowsPerWarp rows of 64 units (a unit is 8 values, one 16-byte
@@ -62,7 +63,7 @@ __device__ __forceinline__ void store_latent(const mla_append_params &p, int64_t
                                              const float x[8]) {
     if (p.kv_dtype == AP_DTYPE_FP8_E4M3)
         ap_store8<ap_fp8_e4m3>::run(static_cast<uint8_t *>(p.kv_pages) + slot * MLA_ROW + d, x,
-                                    p.k_scale);
+                                    p.k_scale, p.k_rcp);
     else
         ap_store8<__nv_bfloat16>::run(static_cast<uint8_t *>(p.kv_pages) + (slot * MLA_ROW + d) * 2,
                                       x, 1.0f);
@@ -293,8 +294,10 @@ extern "C" ap_status mla_append_run(const mla_append_params *p, void *stream_ptr
     const bool narrow = ctas * (copy_ctas + 1) < lim && copy_ctas * kCopyRowsPerCta < lim &&
                         ctas * kRopeGroupsPerCta < lim && g.copy_rows < lim;
     cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+    mla_append_params q = *p;
+    q.k_rcp = ap_e4m3_div_rcp(p->k_scale);
     cudaError_t err =
-        narrow ? append_launch<uint32_t>(*p, g, stream) : append_launch<uint64_t>(*p, g, stream);
+        narrow ? append_launch<uint32_t>(q, g, stream) : append_launch<uint64_t>(q, g, stream);
     ap_status st = ap_cuda_status(err, MLA_WHO, "cudaLaunchKernelEx", msg);
     return st != AP_OK ? st : ap_cuda_launch_status(MLA_WHO, "mla_append_kernel", msg);
 }

@@ -116,6 +116,7 @@ typedef struct mla_append_params {
     void *kv_pages; /* [num_slots][576] of kv_dtype */
     ap_dtype kv_dtype;
     float k_scale;
+    float k_rcp; /* set by mla_append_run: ap_e4m3_div_rcp(k_scale) (0: divide) */
     int64_t num_slots;
     const int32_t *positions;
     const int32_t *out_loc;
