@@ -629,7 +629,9 @@ static bool run_case(const Case &c, unsigned seed) {
              0,
              0,
              nullptr,
-             0};
+             0,
+             1,
+             c.hq};
     if (c.page > 0) {
         p.kv_indptr = dpi;
         p.kv_page_indices = dpx;

@@ -96,7 +96,9 @@ static void bench_lens(bool causal, const std::vector<int> &lens, const char *wh
              ps,
              0,
              nullptr,
-             0};
+             0,
+             1,
+             H};
     int32_t *dpi = nullptr, *dpx = nullptr, *dpl = nullptr;
     if (page > 0) {
         std::mt19937 rng(7);

@@ -20,6 +20,11 @@ extern "C" {
 ap_status ap_kit_set_device(int32_t ordinal, const char *who, ap_msgbuf *msg);
 ap_status ap_kit_device_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg);
 void ap_kit_device_free(void *ptr); /* NULL is a no-op */
+/* Grow-only (kit_reserve.c): *buffer holds at least `need` bytes after AP_OK; a smaller one is
+ * freed first (cudaFree waits for the kernels still reading it) and `need` allocated; on failure
+ * none is left (*bytes 0). */
+ap_status ap_kit_device_reserve(void **buffer, size_t *bytes, size_t need, const char *who,
+                                ap_msgbuf *msg);
 ap_status ap_kit_pinned_alloc(size_t bytes, void **out, const char *who, ap_msgbuf *msg);
 void ap_kit_pinned_free(void *ptr); /* NULL is a no-op */
 /* An asynchronous host-to-device copy on `stream`; `what` names it in a failure. */
@@ -142,6 +147,10 @@ typedef struct ap_kit_plan_buffer {
      * uploaded over: the Hopper prefill's dynamic schedule (prefill.h, tile_counters), whose
      * launches leave them at 0 */
     int32_t *tile_counters;
+    /* device, `split_bytes`, or NULL: the split-KV workspace of the Hopper prefill's split plans
+     * (prefill.h, ap_kit_prefill_plan.splits), grown by ap_kit_plan_buffer_split */
+    void *split;
+    size_t split_bytes;
 } ap_kit_plan_buffer;
 
 /* Allocates `bytes` of each side (the device side 16 bytes more, tile_counters at 0) and the
@@ -150,6 +159,10 @@ ap_status ap_kit_plan_buffer_alloc(ap_kit_plan_buffer *buffer, size_t bytes, con
                                    ap_msgbuf *msg);
 /* Waits for a pending copy, then frees everything (the device must be current). */
 void ap_kit_plan_buffer_free(ap_kit_plan_buffer *buffer);
+/* At least `bytes` of split workspace at buffer->split (ap_kit_device_reserve, kit_reserve.c).
+ * AP_ERR_OUT_OF_MEMORY leaves none and writes no message: a plan without the memory runs
+ * unsplit. */
+ap_status ap_kit_plan_buffer_split(ap_kit_plan_buffer *buffer, size_t bytes);
 /* Waits until the host side may be rewritten: call before writing a new plan. */
 ap_status ap_kit_plan_buffer_begin(ap_kit_plan_buffer *buffer, const char *who, ap_msgbuf *msg);
 /* Copies the first `bytes` of the host side to the device on `stream`: the batch's one upload. */
@@ -185,6 +198,26 @@ typedef struct ap_kit_merge_args {
 
 ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream, const char *who,
                                   ap_msgbuf *msg);
+
+/* The merge of the Hopper prefill's split-KV partials (a split plan's workspace): row (token t,
+ * head h) of out and lse from its `parts` partials, part s at row (t x parts + s) x heads + h of
+ * partial_out [tokens][parts][heads][width] (each normalised by its own sum, in out's dtype) and
+ * partial_lse (natural log; -inf: a part with no key, weight 0). A row with no key anywhere gets
+ * 0 and -inf, as the unsplit kernel writes it. */
+typedef struct ap_kit_merge_rows_args {
+    const void *partial_out;
+    const float *partial_lse;
+    int32_t tokens;
+    int32_t heads;
+    int32_t parts;
+    int32_t width;      /* a multiple of 8, at most 1024 */
+    ap_dtype out_dtype; /* BF16 or F16 */
+    void *out;          /* [tokens][heads][width] */
+    float *lse;         /* [tokens][heads], or NULL */
+} ap_kit_merge_rows_args;
+
+ap_status ap_kit_merge_rows_run(const ap_kit_merge_rows_args *args, void *stream, const char *who,
+                                ap_msgbuf *msg);
 
 /* ---------------------------------------------------------------------------------------------
  * The KV append (append_rope.cu): one kernel family writes new tokens' K and V into their slots

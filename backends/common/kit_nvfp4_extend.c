@@ -22,18 +22,11 @@ size_t ap_kit_nvfp4_stage_bytes(const ap_model *model, int32_t pages) {
 /* Grow-only: the buffer keeps the size of the largest batch seen. */
 static ap_status stager_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, int32_t pages,
                                 const char *who, ap_msgbuf *msg) {
-    const size_t need = ap_kit_nvfp4_stage_bytes(model, pages);
     s->pages = 0;
-    if (need > s->bytes) {
-        ap_kit_device_free(s->buffer); /* waits for the kernels still reading it */
-        s->buffer = NULL;
-        s->bytes = 0;
-        ap_status st = ap_kit_device_alloc(need, &s->buffer, who, msg);
-        if (st != AP_OK) return st;
-        s->bytes = need;
-    }
-    s->pages = pages;
-    return AP_OK;
+    const ap_status st = ap_kit_device_reserve(&s->buffer, &s->bytes,
+                                               ap_kit_nvfp4_stage_bytes(model, pages), who, msg);
+    if (st == AP_OK) s->pages = pages;
+    return st;
 }
 
 ap_status ap_kit_stage_reserve(ap_kit_nvfp4_stager *s, const ap_model *model, int32_t pages,

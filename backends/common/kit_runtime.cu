@@ -94,5 +94,6 @@ extern "C" void ap_kit_plan_buffer_free(ap_kit_plan_buffer *buffer) {
     ap_kit_event_destroy(buffer->copied);
     ap_kit_pinned_free(buffer->host);
     ap_kit_device_free(buffer->dev);
+    ap_kit_device_free(buffer->split);
     *buffer = ap_kit_plan_buffer{};
 }

@@ -2,6 +2,7 @@
 // workers (split-KV decode, chunked prefill): output and LSE by log-sum-exp.
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdint.h>
 
 #include "cuda_status.cuh"
 #include "dispatch.cuh"
@@ -90,7 +91,73 @@ __global__ void __launch_bounds__(kThreads)
     if (lse != NULL && threadIdx.x == 0) lse[row] = ap_lse2_to_ln(max_lse2 + log2f(weight_sum));
 }
 
+// The split-KV prefill's merge (ap_kit_merge_rows_args): one row (token t, head h) per width / 8
+// threads, each thread 8 columns (a 16-byte load per part). With M = max_s lse_s and w_s =
+// e^(lse_s - M): out = sum_s w_s o_s / sum_s w_s, lse = M + ln sum_s w_s.
+template <typename QT>
+__global__ void __launch_bounds__(kThreads)
+    ap_merge_rows_kernel(const QT *partial_out, const float *partial_lse, QT *out, float *lse,
+                         int32_t tokens, int32_t heads, int32_t parts, int32_t width) {
+    const int per_row = width / 8;
+    const int64_t row = (int64_t)blockIdx.x * (kThreads / per_row) + threadIdx.x / per_row;
+    const int col = 8 * (threadIdx.x % per_row);
+    if (threadIdx.x >= kThreads / per_row * per_row || row >= (int64_t)tokens * heads) return;
+    const int64_t t = row / heads, h = row - t * heads;
+    const float *lse_row = partial_lse + t * parts * heads + h; /* part s at s * heads */
+    float m = -INFINITY;
+    for (int s = 0; s < parts; s++) m = fmaxf(m, lse_row[(int64_t)s * heads]);
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, sum = 0.f;
+    for (int s = 0; m != -INFINITY && s < parts; s++) {
+        const float w = __expf(lse_row[(int64_t)s * heads] - m);
+        if (w == 0.f) continue; /* an empty part (its rows are 0) */
+        sum += w;
+        const uint4 raw = *reinterpret_cast<const uint4 *>(
+            partial_out + ((t * parts + s) * heads + h) * width + col);
+        const QT *x = reinterpret_cast<const QT *>(&raw);
+#pragma unroll
+        for (int j = 0; j < 8; j++) acc[j] += w * ap_to_float(x[j]);
+    }
+    const float inv = sum > 0.f ? 1.f / sum : 0.f;
+    uint4 packed;
+    QT *y = reinterpret_cast<QT *>(&packed);
+#pragma unroll
+    for (int j = 0; j < 8; j++) y[j] = ap_from_float<QT>(acc[j] * inv);
+    *reinterpret_cast<uint4 *>(out + row * width + col) = packed;
+    if (lse != NULL && col == 0) lse[row] = sum > 0.f ? m + logf(sum) : -INFINITY;
+}
+
 } // namespace
+
+extern "C" ap_status ap_kit_merge_rows_run(const ap_kit_merge_rows_args *args, void *stream,
+                                           const char *who, ap_msgbuf *msg) {
+    const int64_t rows = (int64_t)args->tokens * args->heads;
+    if (rows == 0) return AP_OK;
+    if (args->width % 8 != 0 || args->width <= 0 || args->width / 8 > kThreads || args->parts < 1 ||
+        ((uintptr_t)args->partial_out | (uintptr_t)args->out) % 16 != 0) {
+        ap_msgbuf_add(msg,
+                      "%s: merge of split-KV rows: width %d, parts %d not served (or the rows are "
+                      "not 16-byte aligned)",
+                      who, args->width, args->parts);
+        return AP_ERR_UNSUPPORTED;
+    }
+    const int64_t per_block = kThreads / (args->width / 8);
+    const dim3 grid((unsigned)((rows + per_block - 1) / per_block));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const bool launched = ap_dispatch_q(args->out_dtype, false, [&](auto out) {
+        using OT = typename decltype(out)::type;
+        ap_merge_rows_kernel<OT>
+            <<<grid, kThreads, 0, s>>>(static_cast<const OT *>(args->partial_out),
+                                       args->partial_lse, static_cast<OT *>(args->out), args->lse,
+                                       args->tokens, args->heads, args->parts, args->width);
+        return true;
+    });
+    if (!launched) {
+        ap_msgbuf_add(msg, "%s: merge of split-KV rows: output dtype %s not served", who,
+                      ap_dtype_str(args->out_dtype));
+        return AP_ERR_UNSUPPORTED;
+    }
+    return ap_cuda_launch_status(who, "ap_merge_rows_kernel", msg);
+}
 
 extern "C" ap_status ap_kit_merge_states_run(const ap_kit_merge_args *args, void *stream,
                                              const char *who, ap_msgbuf *msg) {

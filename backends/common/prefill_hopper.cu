@@ -177,7 +177,30 @@ ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_pre
     kp.k_scale = p->k_scale;
     kp.v_scale = p->v_scale;
     kp.pack_shift = plan_pack_shift(plan); /* hopper_check: >= 0 */
+    kp.splits = plan->splits > 1 ? plan->splits : 1;
+    kp.out_heads = p->num_qo_heads * kp.splits;
+    if (kp.splits > 1) { /* the parts' rows, merged by hopper_merge_splits */
+        kp.out = plan->split_out;
+        kp.lse = plan->split_lse;
+    }
     return kp;
+}
+
+// A split plan's merge of its parts into the call's out and lse, after the kernel.
+ap_status hopper_merge_splits(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan,
+                              cudaStream_t stream, const char *who, ap_msgbuf *msg) {
+    const ap_kit_merge_rows_args args = {
+        .partial_out = plan->split_out,
+        .partial_lse = plan->split_lse,
+        .tokens = plan->num_q_tokens,
+        .heads = p->num_qo_heads,
+        .parts = plan->splits,
+        .width = p->head_dim_v,
+        .out_dtype = p->q_dtype,
+        .out = p->out,
+        .lse = p->lse,
+    };
+    return ap_kit_merge_rows_run(&args, stream, who, msg);
 }
 
 template <typename T, int kMode, int kD, int kPaged>
@@ -204,10 +227,15 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         kp.page_shift = ap_hopper_page_shift(p->page_size);
     }
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, kPaged);
-    ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters, plan->min_kv_tiles);
+    /* a split plan's parts past a short tile's keys have no K/V tile: the rounds, not the
+     * dynamic schedule, take such tiles */
+    ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters,
+                                              kp.splits > 1 ? 0 : plan->min_kv_tiles);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::Geo<kD, kPaged>::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
-    return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
+    st = ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
+    if (st != AP_OK || kp.splits == 1) return st;
+    return hopper_merge_splits(p, plan, stream, who, msg);
 }
 
 // One layer's launch over fp8 K/V (ragged; Q/K head dim 128 or 192, V 128): the fp8 kernel, its
@@ -232,7 +260,9 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, ap_hopper::kRagged);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
-    return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
+    st = ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
+    if (st != AP_OK || kp.splits == 1) return st;
+    return hopper_merge_splits(p, plan, stream, who, msg);
 }
 
 // The consumer mode by the ring's depth, the faster on the H100
@@ -293,6 +323,14 @@ extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_arg
     return (rows * group) >> shift;
 }
 
+extern "C" int32_t ap_kit_prefill_hopper_splits(const ap_kit_prefill_plan *plan,
+                                                int64_t longest_keys) {
+    const int shift = plan_pack_shift(plan);
+    if (shift < 0) return 1;
+    const int64_t tiles = (int64_t)plan->num_items * (plan->num_qo_heads >> shift);
+    return ap_kit_prefill_split_count(tiles, longest_keys, ap_hopper::device_sm_count());
+}
+
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
                                                const ap_kit_prefill_plan *plan, void *stream,
                                                const char *who, ap_msgbuf *msg) {
@@ -311,9 +349,10 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
     }
     ap_status st = hopper_check(p, plan, who, msg);
     if (st != AP_OK || plan->num_items == 0 || plan->num_q_tokens == 0) return st;
-    if ((int64_t)plan->num_items * p->num_qo_heads > INT32_MAX / 2) { // the tile order's ints
-        ap_msgbuf_add(msg, "%s: %d work items x %d query heads is too many work tiles", who,
-                      plan->num_items, p->num_qo_heads);
+    const int32_t splits = plan->splits > 1 ? plan->splits : 1;
+    if ((int64_t)plan->num_items * p->num_qo_heads * splits > INT32_MAX / 2) { // the order's ints
+        ap_msgbuf_add(msg, "%s: %d work items x %d query heads x %d parts is too many work tiles",
+                      who, plan->num_items, p->num_qo_heads, splits);
         return AP_ERR_UNSUPPORTED;
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -335,6 +374,13 @@ extern "C" int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan
 extern "C" int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
     (void)args;
     return 0;
+}
+
+extern "C" int32_t ap_kit_prefill_hopper_splits(const ap_kit_prefill_plan *plan,
+                                                int64_t longest_keys) {
+    (void)plan;
+    (void)longest_keys;
+    return 1;
 }
 
 extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,

@@ -229,7 +229,26 @@ struct Params {
      * graph replays it as it is). */
     int32_t *tile_counter;
     int32_t queue_items;
+    /* Split-KV (ap_kit_prefill_plan.splits): the tiles run over splits x (num_qo_heads >>
+     * pack_shift) head slots, slot hv taking split hv / slots of head slot hv % slots (slot_split,
+     * item_shape), and out / lse are the split workspace [tokens][splits][Hq] rows: out_heads, the
+     * rows of a token there, is splits x num_qo_heads (num_qo_heads without a split). */
+    int32_t splits;
+    int32_t out_heads;
 };
+
+/* The head slots a launch's tiles run over: the query heads' slots, times the splits. */
+__host__ __device__ __forceinline__ int slot_count(const Params &p) {
+    return (p.num_qo_heads >> p.pack_shift) * p.splits;
+}
+
+/* The query head slot of a tile's slot hv (split-KV: hv names a split too), and its split. */
+__device__ __forceinline__ int slot_head(const Params &p, int hv) {
+    return p.splits > 1 ? hv % (p.num_qo_heads >> p.pack_shift) : hv;
+}
+__device__ __forceinline__ int slot_split(const Params &p, int hv) {
+    return p.splits > 1 ? hv / (p.num_qo_heads >> p.pack_shift) : 0;
+}
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float a, float b);
 template <> __device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
@@ -360,9 +379,14 @@ template <bool kAll = false> __device__ __forceinline__ TileDesc desc_load(const
 }
 
 /* kv_start: the sequence's first K/V row (ragged) or first entry of its page list (kPaged);
- * n_blocks: K/V tiles of kKeys. */
-template <int kPaged, int kKeys, int kTR = kRows>
-__device__ __forceinline__ Shape item_shape(const Params &p, int item) {
+ * n_blocks: K/V tiles of kKeys. hv: the tile's head slot, which names its split (Params.splits):
+ * split s of a work tile whose keys take n K/V tiles reads tiles s len .. s len + len - 1 of them
+ * (len = ceil(n / splits), rounded up to whole pages where a page holds more than a tile), as a
+ * sequence of its own whose keys begin there: kv_start and kv_len move past the skipped keys, so
+ * the causal bound (kv_len - q_len + the row's position) and the tiles' key columns stay right,
+ * and n_blocks stops at the split's end; a split past the keys has none (its rows: 0, lse -inf). */
+template <int kPaged, int kKeys, int kTR = kRows, bool kSplit = true>
+__device__ __forceinline__ Shape item_shape(const Params &p, int item, int hv) {
     const Item it = p.items[item];
     Shape sh;
     sh.q_start = p.qo_indptr[it.seq];
@@ -390,6 +414,21 @@ __device__ __forceinline__ Shape item_shape(const Params &p, int item) {
     sh.n_blocks = end > 0 ? (end + kKeys - 1) / kKeys : 0;
     if ((kTR == kRows ? it.q_start & (tokens - 1) : it.q_start % tokens) != 0) {
         sh.n_blocks = -1; /* not a tile start: another CTA covers these tokens */
+    } else if (kSplit && p.splits > 1 && sh.n_blocks > 0) {
+        const int align = kPaged != kRagged && (1 << p.page_shift) > kKeys
+                              ? (1 << p.page_shift) / kKeys /* powers of two: paged tiles are 128 */
+                              : 1;
+        int len = (sh.n_blocks + p.splits - 1) / p.splits;
+        len = (len + align - 1) / align * align;
+        const int first = slot_split(p, hv) * len;
+        if (first >= sh.n_blocks) {
+            sh.n_blocks = 0;
+        } else {
+            const int skip = first * kKeys;
+            sh.kv_start += kPaged != kRagged ? skip >> p.page_shift : skip;
+            sh.kv_len -= skip;
+            sh.n_blocks = min(sh.n_blocks - first, len);
+        }
     }
     return sh;
 }
@@ -463,7 +502,7 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     using G = Geo<kD, kPaged>;
     constexpr bool kDesc = kTileDesc && G::kQBufs == 2;
     const Shape &sh = cur.sh;
-    const int h = cur.h << p.pack_shift; /* the tile's first query head */
+    const int h = slot_head(p, cur.h) << p.pack_shift; /* the tile's first query head */
     const int hk = h / p.group;
     const int lane = threadIdx.x % 32;
     const bool q_lane = (kPaged == kRagged || lane == 0) && kRole != kLoadV;
@@ -473,8 +512,8 @@ produce(const CUtensorMap *tq, const CUtensorMap *tk, const CUtensorMap *tv, uin
     const int q_at = sh.n_blocks > kQLead ? sh.n_blocks - kQLead : 0;
     for (int i = 0; i < sh.n_blocks; ++i) {
         if (q_lane && has_next && i == q_at) {
-            produce_q<kD, G::kQBufs, G>(tq, sq, b, next.sh, next.h << p.pack_shift, qn + 1,
-                                        kDesc ? &next : nullptr);
+            produce_q<kD, G::kQBufs, G>(tq, sq, b, next.sh, slot_head(p, next.h) << p.pack_shift,
+                                        qn + 1, kDesc ? &next : nullptr);
         }
         const int s = (ring + i) % G::kStg;
         const uint32_t ph = (((ring + i) / G::kStg) & 1) ^ 1;
@@ -663,7 +702,7 @@ __device__ __forceinline__ void epilogue(const Params &p, const Shape &sh, const
         const bool valid = static_cast<unsigned>(r) < static_cast<unsigned>(sh.q_len);
         const float inv = sum > 0.f ? os / sum : 0.f;
         const int head = (h << p.pack_shift) + ((rw + 8 * hr) & ((1 << p.pack_shift) - 1));
-        const size_t row = static_cast<size_t>(sh.q_start + r) * p.num_qo_heads + head;
+        const size_t row = static_cast<size_t>(sh.q_start + r) * p.out_heads + head;
         T *out = static_cast<T *>(p.out) + row * (2 * kN);
         if (vec) {
 #pragma unroll
@@ -765,7 +804,7 @@ __device__ __forceinline__ bool tile_at(const Params &p, int &r, int &item, int 
         h = blockIdx.y;
         return r == 0;
     }
-    const int slots = p.num_qo_heads >> p.pack_shift;
+    const int slots = slot_count(p);
     for (;; ++r) {
         const int k = ap_hopper_round_tile(r, blockIdx.x, gridDim.x, p.num_items, slots,
                                            p.group >> p.pack_shift, p.band_kv, &item, &h);
@@ -799,7 +838,7 @@ template <int kD, int kMode, int kPaged> __host__ __device__ constexpr bool dyna
  * alone, and such a tile would have no Q load to carry it. */
 template <int kPaged, int kKeys, int kTR = kRows>
 __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
-    const int slots = p.num_qo_heads >> p.pack_shift;
+    const int slots = slot_count(p);
     for (;;) {
         const int t = atomicAdd(p.tile_counter, 1);
         int item = 0;
@@ -812,7 +851,7 @@ __device__ __forceinline__ bool claim_load(const Params &p, int &h, Shape &sh) {
             }
             return false;
         }
-        sh = item_shape<kPaged, kKeys, kTR>(p, item);
+        sh = item_shape<kPaged, kKeys, kTR>(p, item, h);
         if (sh.n_blocks > 0) {
             return true;
         }
@@ -830,7 +869,7 @@ __device__ __forceinline__ bool next_load(const Params &p, int &r, int &h, Shape
     }
     int item = 0;
     for (; tile_at(p, r, item, h); ++r) {
-        sh = item_shape<kPaged, kKeys, kTR>(p, item);
+        sh = item_shape<kPaged, kKeys, kTR>(p, item, h);
         if (sh.n_blocks > 0) {
             return true;
         }
@@ -963,7 +1002,7 @@ __device__ __forceinline__ void consumer_loop(const uint8_t *sq, const uint8_t *
         int ring = 0, qn = 0, item = 0, h = 0;
         for (int r = 0; tile_at(p, r, item, h); ++r) {
             const Shape sh =
-                item_shape<kPaged, Geo<kD, kPaged>::kKeys, Geo<kD, kPaged>::kTileRows>(p, item);
+                item_shape<kPaged, Geo<kD, kPaged>::kKeys, Geo<kD, kPaged>::kTileRows>(p, item, h);
             if (sh.n_blocks < 0) {
                 continue; /* not a tile start: another tile covers these tokens */
             }
@@ -1087,6 +1126,18 @@ inline int paged_source(int group, int head_dim_qk) {
     return use_persistent(head_dim_qk, kPagedRing, group) ? kPagedRing : kPagedTile;
 }
 
+/* The current device's SM count, 0 where it cannot be read. */
+inline int device_sm_count() {
+    int device = 0, sms = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+        sms <= 0) {
+        cudaGetLastError();
+        sms = 0;
+    }
+    return sms;
+}
+
 /* The grid of a launch over num_items plan items and `heads` query heads: (items, heads), or
  * (persistent, which Params.persistent must match) one CTA per SM of the current device, no more
  * than the tiles (all the tiles where the SM count cannot be read: each CTA then takes one). */
@@ -1095,13 +1146,7 @@ inline dim3 launch_grid(int num_items, int heads, bool persistent) {
         return dim3(static_cast<unsigned>(num_items), static_cast<unsigned>(heads));
     }
     const long long tiles = static_cast<long long>(num_items) * heads;
-    int device = 0, sms = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-        sms <= 0) {
-        cudaGetLastError();
-        sms = 0;
-    }
+    const int sms = device_sm_count();
     const long long n = sms > 0 && sms < tiles ? sms : tiles;
     return dim3(static_cast<unsigned>(n > 0 ? n : 1)); /* a CTA with no tile exits at once */
 }
@@ -1112,7 +1157,7 @@ inline dim3 launch_grid(int num_items, int heads, bool persistent) {
 inline dim3 launch_schedule(Params &p, int head_dim_qk, int src, int force = -1) {
     const bool persistent = force < 0 ? use_persistent(head_dim_qk, src, p.group) : force > 0;
     p.persistent = persistent ? 1 : 0;
-    const dim3 grid = launch_grid(p.num_items, p.num_qo_heads >> p.pack_shift, persistent);
+    const dim3 grid = launch_grid(p.num_items, slot_count(p), persistent);
     p.band_kv = band_kv_for(p.num_items, static_cast<int>(grid.x), p.group >> p.pack_shift);
     return grid;
 }

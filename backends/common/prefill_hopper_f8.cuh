@@ -253,11 +253,11 @@ __device__ __forceinline__ void producer_loop_f8(const CUtensorMap *tq, const CU
                                                  uint8_t *svs, BarsF8 *bf, const Params &p) {
     int ring = 0, qn = 0, item = 0, h = 0;
     for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<false, GeoF8<kD>::kKeys>(p, item);
+        const Shape sh = item_shape<false, GeoF8<kD>::kKeys>(p, item, h);
         if (sh.n_blocks <= 0) {
             continue;
         }
-        const int h0 = h << p.pack_shift; /* the tile's first query head */
+        const int h0 = slot_head(p, h) << p.pack_shift; /* the tile's first query head */
         produce_f8<kD>(tq, tk, tv, sq, sk, svs, bf, sh, h0, h0 / p.group, ring, qn);
         ring += sh.n_blocks;
         ++qn;
@@ -305,7 +305,7 @@ __device__ __forceinline__ void convert_loop(const uint8_t *svs, uint8_t *sv, Ba
     const uint32_t dof = r7 * 128 + (((2 * qd) ^ r7) << 4);
     int g = 0, item = 0, h = 0;
     for (int r = 0; tile_at(p, r, item, h); ++r) {
-        const Shape sh = item_shape<false, G::kKeys>(p, item);
+        const Shape sh = item_shape<false, G::kKeys>(p, item, h);
         for (int i = 0; i < sh.n_blocks; ++i, ++g) {
             const int t = g % G::kVsStages;
             const int s = g % G::kStg;

@@ -147,7 +147,16 @@ __device__ __forceinline__ bool next_tile(const Params &p, Bars *b, int r, int q
     if (!tile_at(p, r2, item2, h2)) {
         return false;
     }
-    sh2 = r2 == d.r ? d.sh : item_shape<kPaged, kKeys, kTR>(p, item2);
+    if (r2 == d.r) {
+        sh2 = d.sh;
+    } else if (kTileDesc) {
+        /* a tile the producer passed over: it has no K/V tile (a split of it past its keys, or
+         * none at all), so its shape needs no split */
+        sh2 = item_shape<kPaged, kKeys, kTR, false>(p, item2, h2);
+        sh2.n_blocks = min(sh2.n_blocks, 0);
+    } else {
+        sh2 = item_shape<kPaged, kKeys, kTR>(p, item2, h2);
+    }
     return true;
 }
 

@@ -61,6 +61,36 @@ size_t ap_kit_prefill_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t 
     return items * sizeof(ap_kit_prefill_item);
 }
 
+int32_t ap_kit_prefill_split_count(int64_t tiles, int64_t longest_keys, int32_t sms) {
+    if (tiles <= 0 || sms <= 0) return 1;
+    int64_t splits = sms / tiles;
+    if (splits > longest_keys / AP_KIT_PREFILL_SPLIT_KEYS)
+        splits = longest_keys / AP_KIT_PREFILL_SPLIT_KEYS;
+    if (splits > AP_KIT_PREFILL_MAX_SPLITS) splits = AP_KIT_PREFILL_MAX_SPLITS;
+    return splits >= 2 ? (int32_t)splits : 1;
+}
+
+/* A Hopper plan's split-KV (ap_kit_prefill_plan_args.split_space): its parts and their
+ * workspace, where the workspace can be had; else the plan stays whole (a call the plan's items
+ * run on the mma.sync kernel, prefill_hopper.cu, writes its rows whole and ignores the parts).
+ * `longest_keys`: the first item's. */
+static void prefill_plan_split(const ap_kit_prefill_plan_args *args, ap_kit_prefill_plan *plan,
+                               int64_t longest_keys) {
+    plan->splits = 1;
+    plan->split_out = NULL;
+    plan->split_lse = NULL;
+    if (!plan->hopper || args->split_space == NULL || plan->num_items == 0) return;
+    const int32_t splits = ap_kit_prefill_hopper_splits(plan, longest_keys);
+    if (splits < 2) return;
+    const size_t rows = (size_t)splits * (size_t)plan->num_q_tokens * (size_t)plan->num_qo_heads;
+    const size_t out_bytes = (rows * (size_t)plan->head_dim_v * 2 + 255) / 256 * 256;
+    if (ap_kit_plan_buffer_split(args->split_space, out_bytes + rows * sizeof(float)) != AP_OK)
+        return;
+    plan->splits = splits;
+    plan->split_out = args->split_space->split;
+    plan->split_lse = (float *)((char *)args->split_space->split + out_bytes);
+}
+
 static int prefill_item_compare(const void *lhs, const void *rhs) {
     const ap_kit_prefill_item *x = (const ap_kit_prefill_item *)lhs;
     const ap_kit_prefill_item *y = (const ap_kit_prefill_item *)rhs;
@@ -174,5 +204,7 @@ ap_status ap_kit_prefill_plan_build(const ap_kit_prefill_plan_args *args, void *
     plan->num_kv_rows = ragged && args->num_seqs > 0 ? args->kv_indptr_host[args->num_seqs] : 0;
     plan->tile_counters = args->tile_counters;
     plan->min_kv_tiles = count > 0 ? items[count - 1].kv_tiles : 0; /* sorted: the fewest last */
+    prefill_plan_split(args, plan,
+                       count > 0 ? (int64_t)items[0].kv_tiles * AP_KIT_PREFILL_TILE_KV : 0);
     return AP_OK;
 }

@@ -144,6 +144,7 @@ static ap_status fav_plan_items(ap_backend *b, const ap_batch *batch, void *stre
         /* the Hopper kernel's dynamic schedule (this instance's launches run one at a time),
          * unless the schedule option says rounds */
         .tile_counters = b->rounds ? NULL : b->buffer.tile_counters,
+        .split_space = &b->buffer, /* split-KV for a short chunk over a long prefix */
     };
     p->staged = 0;
     if (!paged) return ap_kit_prefill_plan_build(&args, stream, &p->prefill, FAV_PLAN_WHO, msg);

@@ -168,6 +168,7 @@ static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *ite
         /* the K/V type the kernel reads (the caller's: ap_kit_staged_kv_dtype, or fp8 as stored
          * where there is no memory to stage it; extend_nvfp4.c) */
         .kv_dtype = kv_dtype,
+        .split_space = &b->plan_buffer, /* split-KV for a short chunk over a long prefix */
     };
     /* no prefix anywhere: extend.c may read the saved k / v in place */
     b->plan.extend_fresh = ap_kit_batch_fresh(batch, m->page_size);

@@ -48,6 +48,7 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
         .buffer_bytes = buffer->bytes,
         .caller_uploads = 1,
         .tile_counters = buffer->tile_counters,
+        .split_space = buffer, /* split-KV for a short chunk over a long prefix */
     };
     mha_plan *p = &b->plan;
     p->fresh = ap_kit_batch_fresh(batch, m->page_size);

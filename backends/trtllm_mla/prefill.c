@@ -72,6 +72,7 @@ ap_status mla_prefill_plan(ap_backend *b, const ap_batch *batch, void *stream, a
         .caller_uploads = 1,
         .kv_dtype = m->kv_dtype, /* BF16: the kit's Hopper kernel where it serves */
         .tile_counters = buffer->tile_counters,
+        .split_space = buffer, /* split-KV for few new tokens over a long chunk */
     };
     st = ap_kit_prefill_plan_build(&args, stream, &p->prefill, MLA_PREFILL_WHO, msg);
     if (st == AP_OK && p->prefill.num_items > 0)

@@ -99,6 +99,20 @@ static const gpu_case gpu_named_cases[] = {
     /* No prefix anywhere and save_kv: flashinfer_like reads the saved k / v in place (ragged) */
     GPU_ATTN("extend_fresh_noncausal", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 128, 8, 2, 0, 1, 0,
              "0:300,0:65,0:1"),
+    /* Split-KV (prefill.h: a Hopper plan of few work tiles cuts their keys into parts): short
+     * chunks over long prefixes, causal and not, one with a 1-key sequence (parts with no key),
+     * GQA packed (persistent grid) and group 1 (a CTA per tile), pages of 16 / 64 / 256 (two K/V
+     * tiles a page: parts of whole pages), an fp8 cache staged to 16 bits */
+    GPU_ATTN("extend_split_short_q_p16", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 16, 128, 32, 8, 1, 1,
+             1, "8000:4,6000:16,0:1"),
+    GPU_ATTN("extend_split_noncausal_p64_f16", AP_MODE_EXTEND, GPU_F16, GPU_F16, 64, 128, 8, 2, 0,
+             1, 0, "4000:20,2500:9"),
+    GPU_ATTN("extend_split_d64_g1", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 32, 64, 4, 4, 1, 1, 0,
+             "6000:40"),
+    GPU_ATTN("extend_split_page256", AP_MODE_EXTEND, GPU_BF16, GPU_BF16, 256, 128, 16, 4, 1, 1, 0,
+             "3000:3,1000:2"),
+    GPU_ATTN("extend_split_staged_fp8", AP_MODE_EXTEND, GPU_BF16, GPU_FP8, 16, 128, 32, 8, 1, 1, 0,
+             "7000:8"),
     /* No cache: the ragged source (k / v rows by kv_indptr) over head dims 64 / 128 / 256 and
      * MLA's 192 / 128, groups 1 / 4 / 8, batches mixing 1, 17, 1000 and 4097 tokens, causal
      * (aligned to the end, so a prefix works) and not, fp8 K/V; then embedding skip-KV. The CPU
@@ -124,6 +138,16 @@ static const gpu_case gpu_named_cases[] = {
                0, "0:1,0:17,0:1000,0:300"),
     GPU_RAGGED("ragged_mla_192_128_g1_fp8", GPU_RAGGED_SRC, GPU_BF16, GPU_FP8, 192, 128, 2, 2, 0, 1,
                "0:17,100:200,0:1"),
+    /* split-KV over the ragged source: head dims 128 (packed), 64 (192-row tiles), 256 (80-key
+     * tiles, a CTA per tile) and MLA's 192 / 128 */
+    GPU_RAGGED("ragged_split_d128_g4_causal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 128, 128, 8, 2, 1,
+               1, "5000:12,2000:3"),
+    GPU_RAGGED("ragged_split_d64_g4_noncausal", GPU_RAGGED_SRC, GPU_F16, GPU_F16, 64, 64, 8, 2, 0,
+               0, "3000:30"),
+    GPU_RAGGED("ragged_split_d256_causal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 256, 256, 2, 2, 1, 0,
+               "2000:5"),
+    GPU_RAGGED("ragged_split_mla_noncausal", GPU_RAGGED_SRC, GPU_BF16, GPU_BF16, 192, 128, 4, 4, 0,
+               0, "3000:7"),
     GPU_RAGGED("skipkv_d128_g4_causal", GPU_SKIP_SRC, GPU_BF16, GPU_BF16, 128, 128, 8, 2, 1, 1,
                "0:1,0:17,0:1000,0:513"),
     GPU_RAGGED("skipkv_d64_g8_noncausal_f16", GPU_SKIP_SRC, GPU_F16, GPU_F16, 64, 64, 8, 1, 0, 0,

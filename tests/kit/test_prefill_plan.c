@@ -30,6 +30,24 @@ int32_t ap_kit_prefill_hopper_tile_rows(const ap_kit_prefill_plan_args *args) {
                ? 128 * group / (group & -group)
                : 0;
 }
+/* prefill_hopper.cu's split count: the same rule over the stubbed plans' work tiles (32-token
+ * tiles: 4 heads packed) on an H100's 132 SMs. */
+int32_t ap_kit_prefill_hopper_splits(const ap_kit_prefill_plan *plan, int64_t longest_keys) {
+    const int32_t pack = 128 / plan->tile_tokens;
+    return ap_kit_prefill_split_count((int64_t)plan->num_items * (plan->num_qo_heads / pack),
+                                      longest_keys, 132);
+}
+/* The plan buffer's event calls (kit_plan_buffer.c), never made by a plan. */
+ap_status ap_kit_event_wait(void *event, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)who, (void)msg;
+    failures++;
+    return AP_OK;
+}
+ap_status ap_kit_event_record(void *event, void *stream, const char *who, ap_msgbuf *msg) {
+    (void)event, (void)stream, (void)who, (void)msg;
+    failures++;
+    return AP_OK;
+}
 ap_status ap_kit_copy_to_device(void *dst, const void *src, size_t bytes, void *stream,
                                 const char *who, const char *what, ap_msgbuf *msg) {
     (void)dst, (void)src, (void)bytes, (void)stream, (void)who, (void)what, (void)msg;
@@ -301,6 +319,61 @@ static void check_plan_staged(void) {
     hopper_stub = 0;
 }
 
+/* Split-KV: ap_kit_prefill_split_count's rule, and the plan's parts and workspace (a Hopper plan
+ * of 16-bit K/V with a split space), with no memory (unsplit, no message) and without a space. */
+static void check_split(void) {
+    const struct {
+        int64_t tiles, keys;
+        int32_t sms, want;
+    } rule[] = {{32, 8192, 132, 4},    {64, 8192, 132, 2}, {128, 8192, 132, 1}, {67, 8192, 132, 1},
+                {1, 1 << 20, 132, 16}, {8, 1024, 132, 2},  {8, 1023, 132, 1},   {0, 8192, 132, 1},
+                {32, 8192, 0, 1},      {-1, 8192, 132, 1}};
+    for (size_t i = 0; i < sizeof rule / sizeof rule[0]; i++) {
+        const int32_t got = ap_kit_prefill_split_count(rule[i].tiles, rule[i].keys, rule[i].sms);
+        EXPECT(got == rule[i].want, "split count (%lld tiles, %lld keys, %d SMs): %d, want %d",
+               (long long)rule[i].tiles, (long long)rule[i].keys, rule[i].sms, got, rule[i].want);
+    }
+    /* 4 new tokens over 8188 keys in pages of 64: one 32-token item x 8 head slots = 8 tiles,
+     * 132 / 8 = 16 parts of 512 keys (8192 / 512 = 16) */
+    const int32_t qo[] = {0, 4}, pages[] = {0, 128}, last[] = {60};
+    ap_kit_prefill_plan_args args = paged_args(qo, pages, last);
+    args.kv_dtype = AP_DTYPE_BF16;
+    ap_kit_plan_buffer space = {0};
+    args.split_space = &space;
+    ap_kit_prefill_plan plan;
+    hopper_stub = 2;
+    allocs = 0;
+    EXPECT(build(&args, &plan) == AP_OK && plan.hopper == 1 && plan.num_items == 1, "split: %s",
+           msg_text);
+    const size_t out_bytes = (16 * 4 * 32 * 128 * 2 + 255) / 256 * 256;
+    EXPECT(plan.splits == 16 && allocs == 1 && plan.split_out == space.split &&
+               (char *)plan.split_lse == (char *)space.split + out_bytes &&
+               space.split_bytes >= out_bytes + 16 * 4 * 32 * sizeof(float),
+           "split: %d parts, %d allocations, workspace %zu bytes", plan.splits, allocs,
+           space.split_bytes);
+    EXPECT(build(&args, &plan) == AP_OK && plan.splits == 16 && allocs == 1,
+           "split again: the workspace kept (%d allocations)", allocs);
+    ap_kit_device_free(space.split);
+    space = (ap_kit_plan_buffer){0};
+    fail_alloc = 1;
+    EXPECT(build(&args, &plan) == AP_OK && plan.splits == 1 && plan.split_out == NULL &&
+               msg_text[0] == '\0',
+           "split without memory: %d parts, message \"%s\"", plan.splits, msg_text);
+    fail_alloc = 0;
+    args.split_space = NULL;
+    EXPECT(build(&args, &plan) == AP_OK && plan.splits == 1, "no split space: %d parts",
+           plan.splits);
+    /* 128 new tokens: 4 items x 8 slots = 32 tiles, 4 parts */
+    const int32_t qo128[] = {0, 128};
+    args = paged_args(qo128, pages, last);
+    args.kv_dtype = AP_DTYPE_BF16;
+    args.split_space = &space;
+    EXPECT(build(&args, &plan) == AP_OK && plan.num_items == 4 && plan.splits == 4,
+           "128 tokens: %d items, %d parts", plan.num_items, plan.splits);
+    ap_kit_device_free(space.split);
+    hopper_stub = 0;
+}
+
 int main(void) {
     const int32_t qo[] = {0, 1, 18, 318, 1318};
     check_items("causal 1/17/300/1000", 4, qo, qo, 1);
@@ -318,6 +391,7 @@ int main(void) {
     check_fresh();
     check_staged_kv_dtype();
     check_plan_staged();
+    check_split();
     printf("%s\n", failures == 0 ? "ok" : "FAILED");
     return failures != 0;
 }
