@@ -1,5 +1,5 @@
 /* kit_plan_buffer.c: the batch plan in pinned memory, moved to the device in one copy per batch
- * (allocated and freed in kit_runtime.cu) */
+ * (allocated and freed in kit_runtime.cu). */
 #include "kit.h"
 
 ap_status ap_kit_plan_buffer_begin(ap_kit_plan_buffer *buffer, const char *who, ap_msgbuf *msg) {
