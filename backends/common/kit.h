@@ -148,7 +148,7 @@ typedef struct ap_kit_plan_buffer {
      * launches leave them at 0 */
     int32_t *tile_counters;
     /* device, `split_bytes`, or NULL: the split-KV workspace of the Hopper prefill's split plans
-     * (prefill.h, ap_kit_prefill_plan.splits), grown by ap_kit_plan_buffer_split */
+     * (prefill.h, ap_kit_prefill_plan.splits), grown by the plan (ap_kit_device_reserve) */
     void *split;
     size_t split_bytes;
 } ap_kit_plan_buffer;
@@ -159,10 +159,6 @@ ap_status ap_kit_plan_buffer_alloc(ap_kit_plan_buffer *buffer, size_t bytes, con
                                    ap_msgbuf *msg);
 /* Waits for a pending copy, then frees everything (the device must be current). */
 void ap_kit_plan_buffer_free(ap_kit_plan_buffer *buffer);
-/* At least `bytes` of split workspace at buffer->split (ap_kit_device_reserve, kit_reserve.c).
- * AP_ERR_OUT_OF_MEMORY leaves none and writes no message: a plan without the memory runs
- * unsplit. */
-ap_status ap_kit_plan_buffer_split(ap_kit_plan_buffer *buffer, size_t bytes);
 /* Waits until the host side may be rewritten: call before writing a new plan. */
 ap_status ap_kit_plan_buffer_begin(ap_kit_plan_buffer *buffer, const char *who, ap_msgbuf *msg);
 /* Copies the first `bytes` of the host side to the device on `stream`: the batch's one upload. */

@@ -12,7 +12,3 @@ ap_status ap_kit_device_reserve(void **buffer, size_t *bytes, size_t need, const
     if (st == AP_OK) *bytes = need;
     return st;
 }
-
-ap_status ap_kit_plan_buffer_split(ap_kit_plan_buffer *buffer, size_t bytes) {
-    return ap_kit_device_reserve(&buffer->split, &buffer->split_bytes, bytes, "", NULL);
-}

@@ -51,12 +51,12 @@ typedef struct ap_kit_prefill_plan_args {
     int32_t *tile_counters; /* device, two int32 at 0 (ap_kit_plan_buffer's), or NULL: the
                              * Hopper kernel's dynamic schedule, which leaves them at 0; the
                              * plan's launches must not run concurrently */
-    /* The plan buffer whose split workspace (ap_kit_plan_buffer_split) a split-KV plan uses, or
-     * NULL: no split. A Hopper plan whose work tiles fill at most half the GPU's SMs cuts each
-     * one's keys into `splits` parts (ap_kit_prefill_split_count), each part a work tile of its
-     * own, and merges the parts' partial rows after the kernel (ap_kit_merge_rows_run): a short
-     * chunk over a long prefix then runs on every SM instead of a few. The plan's launches
-     * share the workspace, one after another on one stream. */
+    /* The plan buffer whose split workspace (its `split`, grown by ap_kit_device_reserve) a
+     * split-KV plan uses, or NULL: no split. A Hopper plan whose work tiles fill at most half
+     * the GPU's SMs cuts each one's keys into `splits` parts (ap_kit_prefill_split_count), each
+     * part a work tile of its own, and merges the parts' partial rows after the kernel
+     * (ap_kit_merge_rows_run): a short chunk over a long prefix then runs on every SM instead
+     * of a few. The plan's launches share the workspace, one after another on one stream. */
     ap_kit_plan_buffer *split_space;
 } ap_kit_prefill_plan_args;
 
@@ -77,7 +77,8 @@ typedef struct ap_kit_prefill_plan {
     int32_t num_q_tokens;   /* qo_indptr_host[num_seqs] */
     int32_t num_kv_rows;    /* kv_indptr_host[num_seqs] (ragged source), else 0 */
     int32_t *tile_counters; /* the args' */
-    int32_t min_kv_tiles;   /* the fewest KV tiles of an item (the last one's), 0 if none */
+    int32_t min_kv_tiles;   /* the fewest KV tiles of a work tile (the last item's), 0 if none
+                             * or where a split plan's part may have none */
     int32_t splits;         /* 1, or split-KV's parts of every work tile (args' split_space) */
     void *split_out;        /* the parts' rows [tokens][splits][Hq][head_dim_v] of Q's dtype */
     float *split_lse;       /* [tokens][splits][Hq] */

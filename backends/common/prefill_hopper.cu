@@ -158,6 +158,11 @@ int hopper_kv_maps(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *pl
            ap_hopper::make_map(mv, p->v, nkv, hkv, G::kDv, G::kKeys) != 0;
 }
 
+// A plan's split-KV parts: 1 unless it split (a plan built by hand may leave the field 0).
+int32_t plan_splits(const ap_kit_prefill_plan *plan) {
+    return plan->splits > 1 ? plan->splits : 1;
+}
+
 // The kernel parameters both launches share: the plan's items and the call's batch, heads and
 // scales (the caller adds the paged source and the grid's persistence).
 ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_prefill_plan *plan) {
@@ -177,7 +182,7 @@ ap_hopper::Params hopper_params(const ap_kit_prefill_params *p, const ap_kit_pre
     kp.k_scale = p->k_scale;
     kp.v_scale = p->v_scale;
     kp.pack_shift = plan_pack_shift(plan); /* hopper_check: >= 0 */
-    kp.splits = plan->splits > 1 ? plan->splits : 1;
+    kp.splits = plan_splits(plan);
     kp.out_heads = p->num_qo_heads * kp.splits;
     if (kp.splits > 1) { /* the parts' rows, merged by hopper_merge_splits */
         kp.out = plan->split_out;
@@ -227,15 +232,10 @@ ap_status hopper_launch(const ap_kit_prefill_params *p, const ap_kit_prefill_pla
         kp.page_shift = ap_hopper_page_shift(p->page_size);
     }
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, kPaged);
-    /* a split plan's parts past a short tile's keys have no K/V tile: the rounds, not the
-     * dynamic schedule, take such tiles */
-    ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters,
-                                              kp.splits > 1 ? 0 : plan->min_kv_tiles);
+    ap_hopper::use_dynamic<kD, kMode, kPaged>(kp, plan->tile_counters, plan->min_kv_tiles);
     ap_hopper::prefill_hopper_kernel<T, kMode, kD, kPaged>
         <<<grid, ap_hopper::Geo<kD, kPaged>::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
-    st = ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
-    if (st != AP_OK || kp.splits == 1) return st;
-    return hopper_merge_splits(p, plan, stream, who, msg);
+    return ap_cuda_launch_status(who, "prefill_hopper_kernel", msg);
 }
 
 // One layer's launch over fp8 K/V (ragged; Q/K head dim 128 or 192, V 128): the fp8 kernel, its
@@ -260,9 +260,7 @@ ap_status hopper_launch_f8(const ap_kit_prefill_params *p, const ap_kit_prefill_
     const dim3 grid = ap_hopper::launch_schedule(kp, kD, ap_hopper::kRagged);
     ap_hopper::prefill_hopper_f8_kernel<T, kD>
         <<<grid, ap_hopper::kThreads, kSmem, stream>>>(mq, mk, mv, kp);
-    st = ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
-    if (st != AP_OK || kp.splits == 1) return st;
-    return hopper_merge_splits(p, plan, stream, who, msg);
+    return ap_cuda_launch_status(who, "prefill_hopper_f8_kernel", msg);
 }
 
 // The consumer mode by the ring's depth, the faster on the H100
@@ -349,15 +347,17 @@ extern "C" ap_status ap_kit_prefill_hopper_run(const ap_kit_prefill_params *p,
     }
     ap_status st = hopper_check(p, plan, who, msg);
     if (st != AP_OK || plan->num_items == 0 || plan->num_q_tokens == 0) return st;
-    const int32_t splits = plan->splits > 1 ? plan->splits : 1;
+    const int32_t splits = plan_splits(plan);
     if ((int64_t)plan->num_items * p->num_qo_heads * splits > INT32_MAX / 2) { // the order's ints
         ap_msgbuf_add(msg, "%s: %d work items x %d query heads x %d parts is too many work tiles",
                       who, plan->num_items, p->num_qo_heads, splits);
         return AP_ERR_UNSUPPORTED;
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    return p->q_dtype == AP_DTYPE_BF16 ? hopper_dispatch<__nv_bfloat16>(p, plan, s, who, msg)
-                                       : hopper_dispatch<__half>(p, plan, s, who, msg);
+    st = p->q_dtype == AP_DTYPE_BF16 ? hopper_dispatch<__nv_bfloat16>(p, plan, s, who, msg)
+                                     : hopper_dispatch<__half>(p, plan, s, who, msg);
+    if (st != AP_OK || splits == 1) return st;
+    return hopper_merge_splits(p, plan, s, who, msg); /* the parts' rows into out and lse */
 }
 
 extern "C" int32_t ap_kit_prefill_plan_ragged_ok(const ap_kit_prefill_plan *plan) {

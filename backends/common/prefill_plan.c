@@ -84,11 +84,14 @@ static void prefill_plan_split(const ap_kit_prefill_plan_args *args, ap_kit_pref
     if (splits < 2) return;
     const size_t rows = (size_t)splits * (size_t)plan->num_q_tokens * (size_t)plan->num_qo_heads;
     const size_t out_bytes = (rows * (size_t)plan->head_dim_v * 2 + 255) / 256 * 256;
-    if (ap_kit_plan_buffer_split(args->split_space, out_bytes + rows * sizeof(float)) != AP_OK)
+    ap_kit_plan_buffer *space = args->split_space; /* grown to the largest split batch */
+    if (ap_kit_device_reserve(&space->split, &space->split_bytes, out_bytes + rows * sizeof(float),
+                              "", NULL) != AP_OK) /* no message: the plan runs whole */
         return;
     plan->splits = splits;
-    plan->split_out = args->split_space->split;
-    plan->split_lse = (float *)((char *)args->split_space->split + out_bytes);
+    plan->min_kv_tiles = 0; /* a part past a short tile's keys has none (the rounds take it) */
+    plan->split_out = space->split;
+    plan->split_lse = (float *)((char *)space->split + out_bytes);
 }
 
 static int prefill_item_compare(const void *lhs, const void *rhs) {
