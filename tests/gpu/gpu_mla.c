@@ -135,6 +135,10 @@ static const mt_decode_case mt_decode_cases[] = {
     {"mla-mtp-bf16-h16-q4-split", 16, 64, AP_DTYPE_BF16, 2, {4, 9000}, {4, 4}, 0, 0, 0, 0, 0, 0},
     {"mla-decode-bf16-h16-graph", 16, 64, AP_DTYPE_BF16, 6, {1, 63, 64, 65, 5000, 777}, {0}, 1, 0, 1, 0, 0, 0},
     {"mla-decode-fp8-h128-graph", 128, 32, AP_DTYPE_FP8_E4M3, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0, 0},
+    /* bf16, 128 heads (the wgmma kernel): 300 CTAs, more than the SMs (no split, random
+     * lengths), and captured in a graph */
+    {"mla-decode-bf16-h128-b150-random", 128, 64, AP_DTYPE_BF16, 150, {700}, {0}, 1, 0, 0, 0, 0, 0},
+    {"mla-decode-bf16-h128-p64-graph", 128, 64, AP_DTYPE_BF16, 3, {10, 3000, 129}, {0}, 0, 0, 1, 0, 0, 0},
     /* decode_stages forced: the 16-row kernel with two stages (Q in shared memory), or three */
     {"mla-decode-bf16-h16-p64-mixed-2stage", 16, 64, AP_DTYPE_BF16, 5, {1, 63, 64, 65, 5000}, {0}, 1, 0, 0, 0, 2, 0},
     {"mla-decode-fp8-h16-p32-mixed-2stage", 16, 32, AP_DTYPE_FP8_E4M3, 5, {65, 1, 5000, 64, 63}, {0}, 0, 0, 1, 0, 2, 0},
