@@ -250,6 +250,12 @@ static const mb_case mb_cases[] = {
     {"decode_b256_l1024_fp8", AP_DTYPE_FP8_E4M3, 256, 1023, 1, 8, 32, 8, 0},
     {"decode_b256_l1024_nvfp4", AP_DTYPE_NVFP4, 256, 1023, 1, 8, 32, 8, 0},
     {"mtp4_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4092, 4, 4, 32, 8, 0},
+    /* 5 and 8 new tokens: 20 and 32 rows per KV head, which option short_extend's auto runs on
+     * the kit's prefill (plan.c); --option short_extend=decode times the decode kernel */
+    {"mtp5_b16_l8192_bf16", AP_DTYPE_BF16, 16, 8187, 5, 4, 32, 8, 0},
+    {"mtp8_b4_l8192_bf16", AP_DTYPE_BF16, 4, 8184, 8, 4, 32, 8, 0},
+    {"mtp8_b16_l8192_bf16", AP_DTYPE_BF16, 16, 8184, 8, 4, 32, 8, 0},
+    {"mtp8_b64_l4096_bf16", AP_DTYPE_BF16, 64, 4088, 8, 4, 32, 8, 0},
     /* skewed: one sequence of 32768 among 63 of 1024 (the split grid's CTAs of the long one hold
      * their SMs for its whole length; the flat schedule spreads it) */
     {"skew_b64_l1024_one32768_bf16", AP_DTYPE_BF16, 64, 1023, 1, 4, 32, 8, 32767},

@@ -1,13 +1,15 @@
 /* forward.c: init_metadata, forward_decode / forward_extend: checks, the KV append, the kernels. */
 #include <stdint.h>
 
+#include "backends/common/prefill_hopper.h"
 #include "backends/common/prefill_internal.h"
 #include "glue.h"
 
 /* ---- the plan ------------------------------------------------------------------------------- */
 
-/* A prefill batch (some sequence with more than MHA_MAX_Q_LEN new tokens): the kit's work list,
- * built from the batch's host mirrors and moved in one copy. Such a batch is never captured. */
+/* A prefill batch (some sequence with more than MHA_MAX_Q_LEN new tokens, or a short extend that
+ * mha_short_extend_on_prefill sends there): the kit's work list, built from the batch's host
+ * mirrors and moved in one copy. Such a batch is never captured. */
 static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *stream,
                                   ap_msgbuf *msg) {
     const ap_model *m = &b->model;
@@ -66,6 +68,36 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
     return st;
 }
 
+/* Whether this batch runs on the kit's prefill kernel instead of the decode kernel: a short
+ * extend (2..MHA_MAX_Q_LEN new tokens a sequence) option short_extend sends there
+ * (mha_short_extend_prefill, plan.c), which the prefill can take: the host mirrors its plan reads
+ * and the Hopper kernel (the mma.sync one is no faster than the decode kernel). Extend only:
+ * forward_decode's batches stay on the decode kernel, so their graph capture holds. */
+static int mha_short_extend_on_prefill(const ap_backend *b, const ap_batch *batch,
+                                       int32_t max_q_len) {
+    const ap_model *m = &b->model;
+    if (batch->mode != AP_MODE_EXTEND ||
+        !mha_short_extend_prefill(b->short_extend, max_q_len, m, batch->num_seqs,
+                                  batch->max_seq_len, b->split_kv) ||
+        b->prefill_buffer.host == NULL || batch->qo_indptr_host == NULL ||
+        batch->kv_page_indptr_host == NULL || batch->kv_last_page_len_host == NULL)
+        return 0;
+    const ap_kit_prefill_plan_args args = {
+        .num_seqs = batch->num_seqs,
+        .qo_indptr_host = batch->qo_indptr_host,
+        .kv_page_indptr_host = batch->kv_page_indptr_host,
+        .kv_last_page_len_host = batch->kv_last_page_len_host,
+        .page_size = m->page_size,
+        .head_dim_qk = m->head_dim_qk,
+        .head_dim_v = m->head_dim_v,
+        .num_qo_heads = m->num_qo_heads,
+        .num_kv_heads = m->num_kv_heads,
+        .causal = 1,
+        .kv_dtype = m->kv_dtype,
+    };
+    return ap_kit_prefill_hopper_tile_rows(&args) > 0;
+}
+
 /* Decode and multi-token decode read only the batch's scalars here and launch one kernel (the new
  * tokens' cache slots, from the device arrays): no host mirror, no copy, no allocation, so every
  * call after it may be captured in a CUDA graph. */
@@ -115,7 +147,8 @@ ap_status mha_init_metadata(ap_backend *b, const ap_batch *batch, void *stream, 
      * units between CTAs: with split-KV on only */
     p->flat_ctas = b->split_kv && b->schedule == MHA_SCHEDULE_FLAT ? b->flat_slots : 0;
     ap_status st = ap_kit_set_device(b->device_ordinal, MHA_NAME, msg);
-    p->prefill = p->max_q_len > MHA_MAX_Q_LEN;
+    p->prefill =
+        p->max_q_len > MHA_MAX_Q_LEN || mha_short_extend_on_prefill(b, batch, p->max_q_len);
     if (st == AP_OK && p->prefill) st = mha_plan_prefill(b, batch, stream, msg);
     if (st == AP_OK && p->num_tokens > 0) {
         const mha_slots_params sp = {
@@ -263,8 +296,9 @@ ap_status mha_forward_decode(ap_backend *b, const ap_layer *layer, const ap_forw
 }
 
 /* Extend: 1..8 new tokens per sequence (speculative verification, MTP) on the decode kernel,
- * causal among themselves, the extra rows on the same K/V tiles; longer ones on the kit's prefill
- * kernel (planned in init_metadata). */
+ * causal among themselves, the extra rows on the same K/V tiles, unless option short_extend
+ * sends them to the kit's prefill kernel (mha_short_extend_on_prefill); longer ones on the kit's
+ * prefill kernel (planned in init_metadata). */
 ap_status mha_forward_extend(ap_backend *b, const ap_layer *layer, const ap_forward_args *args,
                              void *stream, ap_msgbuf *msg) {
     return mha_forward(b, layer, args, AP_MODE_EXTEND, stream, msg);

@@ -33,13 +33,14 @@ struct ap_backend {
     ap_model model; /* as validated; `name` not kept */
     int32_t device_ordinal;
     int32_t sm_count;
-    int32_t split_kv;   /* 0: option split_kv off */
-    int32_t keys_m;     /* MHA_KEYS_M_*: option nvfp4_keys_m */
-    int32_t schedule;   /* MHA_SCHEDULE_*: option decode_schedule */
-    int32_t wave_slots; /* decode CTAs resident at once: occupancy x sm_count */
-    int32_t flat_slots; /* the same for the flat kernel (q_len 1); 0: none, or not option flat */
-    float *partial_out; /* [max(MHA_SPLIT_WAVES * wave_slots, 2 * flat_slots)][MHA_BLOCK_ROWS]
-                           [head_dim] */
+    int32_t split_kv;     /* 0: option split_kv off */
+    int32_t keys_m;       /* MHA_KEYS_M_*: option nvfp4_keys_m */
+    int32_t schedule;     /* MHA_SCHEDULE_*: option decode_schedule */
+    int32_t short_extend; /* MHA_SHORT_EXTEND_*: option short_extend */
+    int32_t wave_slots;   /* decode CTAs resident at once: occupancy x sm_count */
+    int32_t flat_slots;   /* the same for the flat kernel (q_len 1); 0: none, or not option flat */
+    float *partial_out;   /* [max(MHA_SPLIT_WAVES * wave_slots, 2 * flat_slots)][MHA_BLOCK_ROWS]
+                             [head_dim] */
     float *partial_lse;
     int32_t *slots;                    /* [max_tokens]: the new tokens' cache slots */
     ap_kit_plan_buffer prefill_buffer; /* the kit prefill's work list, bytes 0 when not served */
@@ -56,6 +57,8 @@ int mha_option_auto(const ap_options *options, const char *key);
 int32_t mha_option_keys_m(const ap_options *options);
 /* Option decode_schedule as MHA_SCHEDULE_SPLIT (auto, split) or MHA_SCHEDULE_FLAT. */
 int32_t mha_option_schedule(const ap_options *options);
+/* Option short_extend as MHA_SHORT_EXTEND_AUTO (auto), _DECODE or _PREFILL. */
+int32_t mha_option_short_extend(const ap_options *options);
 /* 1 when the kit's prefill kernel serves this model's long extends (dtypes, group <= 8). */
 int mha_prefill_served(const ap_model *model);
 

@@ -36,6 +36,15 @@ extern "C" {
  * a static share cannot follow the SMs' uneven rates as the hardware's CTA placement does). */
 #define MHA_SCHEDULE_FLAT 0
 #define MHA_SCHEDULE_SPLIT 1
+/* Option short_extend: which kernel runs an extend of 2..MHA_MAX_Q_LEN new tokens per sequence.
+ * decode: the decode kernel, always. auto: the kit's Hopper prefill (split-KV) where the decode
+ * kernel has more than one warp's 16 rows per (sequence, KV head) and so fewer key warps
+ * (mha_decode_key_warps), for the shapes measured faster that way (plan.c's
+ * mha_short_extend_prefill); else the decode kernel. prefill: the kit's prefill wherever it can
+ * take the batch (a 16-bit cache of the query's type, the host mirrors, the Hopper kernel). */
+#define MHA_SHORT_EXTEND_DECODE 0
+#define MHA_SHORT_EXTEND_AUTO 1
+#define MHA_SHORT_EXTEND_PREFILL 2
 
 /* ---------------------------------------------------------------------------------------------
  * Decode and multi-token decode (decode.cu). The rows of one (sequence, KV head) are its
@@ -79,6 +88,13 @@ typedef struct mha_decode_params {
  * of a KV head fit one warp (<= 16) and D <= 128, 2 when they fit 32 rows, else 1. A CTA then
  * holds MHA_BLOCK_ROWS / key_warps rows. */
 int32_t mha_decode_key_warps(int32_t group, int32_t max_q_len, int32_t head_dim);
+
+/* Whether option short_extend (MHA_SHORT_EXTEND_*) sends an extend of max_q_len new tokens a
+ * sequence (2..MHA_MAX_Q_LEN) of this model to the kit's prefill kernel, by shape: decode never;
+ * prefill for a 16-bit cache of the query's type; auto where that was measured faster (plan.c).
+ * The batch's host mirrors and the Hopper kernel are the caller's to check. */
+int32_t mha_short_extend_prefill(int32_t option, int32_t max_q_len, const ap_model *model,
+                                 int32_t num_seqs, int32_t max_seq_len, int32_t split_kv);
 /* Row blocks per (sequence, KV head) for this group, query length and key warps. */
 int32_t mha_decode_row_blocks(int32_t group, int32_t max_q_len, int32_t key_warps);
 /* Splits per CTA from the batch's shape only (plan.c); `slots` is a wave (CTAs resident per SM

@@ -1,4 +1,5 @@
-/* plan.c: how a decode batch is cut: row blocks and KV splits, from the batch's shape alone. */
+/* plan.c: how a decode batch is cut (row blocks and KV splits, from the batch's shape alone), and
+ * which kernel a short extend takes. */
 #include "mha.h"
 
 /* One warp's 16 rows per (sequence, KV head) leave three warps of a 4-warp CTA idle in a
@@ -81,4 +82,30 @@ int32_t mha_decode_heads_per_cta(ap_dtype kv_dtype, int32_t head_dim, int32_t gr
 int32_t mha_decode_keys_m_for(int32_t keys_m, int32_t heads_per_cta) {
     if (heads_per_cta == 2) return MHA_KEYS_M_V2H;
     return keys_m == MHA_KEYS_M_V2 || keys_m == MHA_KEYS_M_V2H ? MHA_KEYS_M_AUTO : keys_m;
+}
+
+/* With more than 16 rows per (sequence, KV head) the decode kernel splits its CTA's four warps by
+ * rows, not keys (two or one key warps) and slows by a third, while the kit's prefill with its
+ * split-KV plan runs such a batch in about the time of 4 new tokens. H200, 2026-11-28 (call 159;
+ * 32 / 8 heads, D128, bf16, page 16; ms, decode kernel against prefill):
+ *   - over 8192: B4 q5 0.063 / 0.050, q8 0.068 / 0.051; B16 q5 0.187 / 0.142, q8 0.191 / 0.142;
+ *     B64 q5 0.719 / 0.632, q8 0.735 / 0.545-0.641;
+ *   - over 2048: B4 q5 0.027 / 0.025, q8 0.032 / 0.025; B64 q5 0.193 / 0.168, q8 0.197 / 0.171;
+ *   - 16 rows or fewer (q <= 4) the decode kernel is as fast or faster (B4 q2 over 2048: 0.019
+ *     against 0.025), and so is one sequence (B1 q5 over 8192: 0.028 against 0.032);
+ *   - fp8 caches stay on the decode kernel: the prefill stages them to bf16 first (B4 q8 0.052
+ *     against 0.107).
+ * auto takes the prefill within what was measured: head dim 128, groups up to 4 (so q >= 5 at
+ * group 4), two or more sequences, a longest sequence of 2048 or more, split-KV on (option
+ * split_kv: the prefill's gain is its split). */
+int32_t mha_short_extend_prefill(int32_t option, int32_t max_q_len, const ap_model *model,
+                                 int32_t num_seqs, int32_t max_seq_len, int32_t split_kv) {
+    if (option == MHA_SHORT_EXTEND_DECODE || max_q_len < 2 || max_q_len > MHA_MAX_Q_LEN ||
+        model->num_kv_heads <= 0 || model->dtype != model->kv_dtype ||
+        (model->kv_dtype != AP_DTYPE_BF16 && model->kv_dtype != AP_DTYPE_F16))
+        return 0;
+    if (option == MHA_SHORT_EXTEND_PREFILL) return 1;
+    const int32_t group = model->num_qo_heads / model->num_kv_heads;
+    return split_kv && model->head_dim_qk == 128 && group <= 4 && num_seqs >= 2 &&
+           max_seq_len >= 2048 && mha_decode_key_warps(group, max_q_len, model->head_dim_qk) < 4;
 }

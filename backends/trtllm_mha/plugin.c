@@ -101,6 +101,7 @@ static ap_status mha_create(const ap_model *model, const ap_options *options,
     b->split_kv = mha_option_auto(options, "split_kv");
     b->keys_m = mha_option_keys_m(options);
     b->schedule = mha_option_schedule(options);
+    b->short_extend = mha_option_short_extend(options);
     st = ap_kit_set_device(device->ordinal, MHA_NAME, msg);
     if (st == AP_OK) st = mha_decode_setup(msg);
     if (st == AP_OK) st = mha_alloc_workspace(b, msg);

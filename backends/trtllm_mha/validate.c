@@ -84,10 +84,17 @@ int32_t mha_option_schedule(const ap_options *options) {
     return value != NULL && strcmp(value, "flat") == 0 ? MHA_SCHEDULE_FLAT : MHA_SCHEDULE_SPLIT;
 }
 
+int32_t mha_option_short_extend(const ap_options *options) {
+    const char *value = ap_kit_option(options, "short_extend");
+    if (value != NULL && strcmp(value, "decode") == 0) return MHA_SHORT_EXTEND_DECODE;
+    if (value != NULL && strcmp(value, "prefill") == 0) return MHA_SHORT_EXTEND_PREFILL;
+    return MHA_SHORT_EXTEND_AUTO;
+}
+
 /* Backend-specific options, measurement knobs: split_kv (auto | off), nvfp4_keys_m (the nvfp4
- * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2) and decode_schedule
- * (auto | split | flat: mha.h's MHA_SCHEDULE_*). Anything else is refused, since a typo must not
- * pass silently. */
+ * decode's keys-on-M kernel for <= 8 rows per KV head: auto | off | v1 | v2), decode_schedule
+ * (auto | split | flat: mha.h's MHA_SCHEDULE_*) and short_extend (auto | decode | prefill: mha.h's
+ * MHA_SHORT_EXTEND_*). Anything else is refused, since a typo must not pass silently. */
 static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, int *refused) {
     if (options == NULL) return;
     if (options->struct_size < sizeof(ap_options)) {
@@ -100,6 +107,7 @@ static void mha_validate_options(const ap_options *options, ap_msgbuf *reasons, 
         {"split_kv", "auto|off", NULL, NULL},
         {"nvfp4_keys_m", "auto|v1|v2|off", NULL, NULL},
         {"decode_schedule", "auto|flat|split", NULL, NULL},
+        {"short_extend", "auto|decode|prefill", NULL, NULL},
     };
     if (ap_kit_options_refuse(options, rules, sizeof rules / sizeof rules[0], MHA_NAME, reasons))
         *refused = 1;

@@ -43,8 +43,9 @@ typedef struct mh_case {
     const char *seqs_replay; /* NULL: no graph */
     int split_off;
     int quick;
-    const char *keys_m;   /* NULL, or the case's nvfp4_keys_m (MH_CASE_KM) */
-    const char *schedule; /* NULL, or the case's decode_schedule (MH_CASE_FLAT) */
+    const char *keys_m;       /* NULL, or the case's nvfp4_keys_m (MH_CASE_KM) */
+    const char *schedule;     /* NULL, or the case's decode_schedule (MH_CASE_FLAT) */
+    const char *short_extend; /* NULL, or the case's short_extend (MH_CASE_SE) */
 } mh_case;
 
 /* The inputs of one batch on both sides: host (cpu_ref) and device (trtllm_mha). The cache and
@@ -411,10 +412,12 @@ static void mh_case_run(mh_ctx *ctx, const mh_case *c, uint64_t seed) {
                      c->head_dim, &d.model);
     d.model.max_tokens = tokens;
     d.model.max_kv_len = 65536;
-    ap_option_kv extra[3 + MH_OPTIONS_MAX] = {{"split_kv", "off"}};
+    ap_option_kv extra[4 + MH_OPTIONS_MAX] = {{"split_kv", "off"}};
     size_t num_extra = c->split_off ? 1 : 0;
     if (c->keys_m != NULL) extra[num_extra++] = (ap_option_kv){"nvfp4_keys_m", c->keys_m};
     if (c->schedule != NULL) extra[num_extra++] = (ap_option_kv){"decode_schedule", c->schedule};
+    if (c->short_extend != NULL)
+        extra[num_extra++] = (ap_option_kv){"short_extend", c->short_extend};
     for (size_t i = 0; i < ctx->num_options; i++) extra[num_extra++] = ctx->options[i];
     ap_options opts = {.struct_size = sizeof opts,
                        .prefix_cache = AP_OPTION_UNSET,
@@ -505,6 +508,14 @@ static size_t mh_cases_sweep(mh_case *out, size_t cap) {
         .quick = quick_, .schedule = "flat" \
     }
 
+/* an extend of <= 8 new tokens a sequence on the kernel option short_extend names */
+#define MH_CASE_SE(name_, q_, kv_, page_, dim_, hq_, hk_, seqs_, short_extend_, quick_) \
+    { \
+        .name = name_, .q_dtype = q_, .kv_dtype = kv_, .page_size = page_, .head_dim = dim_, \
+        .num_qo_heads = hq_, .num_kv_heads = hk_, .seqs = seqs_, .quick = quick_, \
+        .short_extend = short_extend_ \
+    }
+
 /* nvfp4 D128 with <= 8 rows per KV head: keys_m_ NULL takes auto (the keys-on-M v2), "v1" the
  * first keys-on-M form */
 #define MH_CASE_KM(name_, keys_m_, q_, page_, hq_, hk_, seqs_, replay_, quick_) \
@@ -515,8 +526,15 @@ static size_t mh_cases_sweep(mh_case *out, size_t cap) {
     }
 
 static const mh_case mh_named[] = {
+    /* group 4 x up to 8 tokens is 32 rows per KV head: option short_extend's auto runs this
+     * extend on the kit's prefill (forward.c), the _decode twin on the decode kernel; the
+     * _prefill case forces the prefill where auto would not take it (group 2, head dim 64) */
     MH_CASE("mtp_bf16_g4_d128_p16", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8, MH_MTP_SEQS, NULL,
             0, 1),
+    MH_CASE_SE("mtp_bf16_g4_d128_p16_decode", AP_DTYPE_BF16, AP_DTYPE_BF16, 16, 128, 32, 8,
+               MH_MTP_SEQS, "decode", 1),
+    MH_CASE_SE("mtp_f16_g2_d64_p32_prefill", AP_DTYPE_F16, AP_DTYPE_F16, 32, 64, 16, 8, MH_MTP_SEQS,
+               "prefill", 0),
     MH_CASE("mtp_fp8_g8_d64_p32", AP_DTYPE_F16, AP_DTYPE_FP8_E4M3, 32, 64, 16, 2, MH_MTP_SEQS, NULL,
             0, 0),
     MH_CASE("mtp_nvfp4_g16_d256_p64", AP_DTYPE_BF16, AP_DTYPE_NVFP4, 64, 256, 32, 2, MH_MTP_SEQS,

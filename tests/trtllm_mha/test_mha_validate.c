@@ -73,6 +73,12 @@ static void test_validate(void) {
         {"decode_schedule off",
          {"decode_schedule", "off"},
          "decode_schedule is 'off', not auto, flat or split"},
+        {"short_extend auto", {"short_extend", "auto"}, NULL},
+        {"short_extend decode", {"short_extend", "decode"}, NULL},
+        {"short_extend prefill", {"short_extend", "prefill"}, NULL},
+        {"short_extend flat",
+         {"short_extend", "flat"},
+         "short_extend is 'flat', not auto, decode or prefill"},
     };
     ap_options o = {.struct_size = sizeof o, .num_extra = 1};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
@@ -98,6 +104,40 @@ static void test_caps(void) {
     EXPECT(caps->kv_dtypes & AP_DTYPE_BIT(AP_DTYPE_NVFP4), "nvfp4");
     EXPECT(caps->num_page_sizes == 3 && caps->num_head_dims == 3, "pages and head dims");
     EXPECT(caps->num_archs >= 1 && caps->archs[0].sm == 90, "sm_90 built");
+}
+
+/* Option short_extend's kernel for 2..8 new tokens a sequence, by shape (plan.c). */
+static void test_short_extend(void) {
+    const int32_t A = MHA_SHORT_EXTEND_AUTO, D = MHA_SHORT_EXTEND_DECODE,
+                  P = MHA_SHORT_EXTEND_PREFILL;
+    ap_model g4 = llama(32, 8, 128, AP_DTYPE_BF16);
+    /* auto: more than 16 rows per KV head (group 4 x 5..8 tokens), B >= 2, a sequence >= 2048 */
+    EXPECT(mha_short_extend_prefill(A, 5, &g4, 4, 8197, 1) &&
+               mha_short_extend_prefill(A, 8, &g4, 64, 2056, 1),
+           "auto: group 4 x 5 and x 8 tokens");
+    EXPECT(!mha_short_extend_prefill(A, 4, &g4, 4, 8196, 1), "auto: 16 rows keep four key warps");
+    EXPECT(!mha_short_extend_prefill(A, 8, &g4, 1, 8200, 1), "auto: one sequence");
+    EXPECT(!mha_short_extend_prefill(A, 8, &g4, 4, 2047, 1), "auto: sequences under 2048");
+    EXPECT(!mha_short_extend_prefill(A, 8, &g4, 4, 8200, 0), "auto: split_kv off");
+    EXPECT(!mha_short_extend_prefill(A, 9, &g4, 4, 8200, 1) &&
+               !mha_short_extend_prefill(A, 1, &g4, 4, 8200, 1),
+           "auto: 2..8 tokens only");
+    ap_model m = llama(64, 8, 128, AP_DTYPE_BF16);
+    EXPECT(!mha_short_extend_prefill(A, 8, &m, 4, 8200, 1), "auto: group 8 (not measured)");
+    m = llama(32, 8, 64, AP_DTYPE_BF16);
+    EXPECT(!mha_short_extend_prefill(A, 8, &m, 4, 8200, 1), "auto: head dim 64 (not measured)");
+    m = g4, m.kv_dtype = AP_DTYPE_FP8_E4M3;
+    EXPECT(!mha_short_extend_prefill(A, 8, &m, 4, 8200, 1) &&
+               !mha_short_extend_prefill(P, 8, &m, 4, 8200, 1),
+           "fp8 cache: the decode kernel (the prefill would stage it)");
+    m = g4, m.kv_dtype = AP_DTYPE_NVFP4;
+    EXPECT(!mha_short_extend_prefill(P, 8, &m, 4, 8200, 1), "nvfp4 cache: the decode kernel");
+    m = g4, m.kv_dtype = AP_DTYPE_F16;
+    EXPECT(!mha_short_extend_prefill(P, 8, &m, 4, 8200, 1), "a cache of another 16-bit type");
+    /* prefill: any 16-bit shape; decode: never */
+    m = llama(16, 8, 64, AP_DTYPE_F16), m.dtype = AP_DTYPE_F16;
+    EXPECT(mha_short_extend_prefill(P, 2, &m, 1, 10, 0), "prefill forced");
+    EXPECT(!mha_short_extend_prefill(D, 8, &g4, 64, 8200, 1), "decode forced");
 }
 
 static void test_plan(void) {
@@ -188,6 +228,7 @@ int main(int argc, char **argv) {
     test_validate();
     test_caps();
     test_plan();
+    test_short_extend();
     test_hooks();
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "ok", failures);
     dlclose(so);
