@@ -1,7 +1,9 @@
-/* kit_batch.c: the batch rules a plan indexes by, checked from the host mirrors (kit.h). */
+/* kit_batch.c: the batch rules a plan indexes by, checked from the host mirrors (kit.h), and the
+ * plan arguments of a paged-source batch (prefill.h). */
 #include <limits.h>
 
 #include "kit.h"
+#include "prefill.h"
 
 /* Counts, pointers and the ends of both indptrs: nothing that walks the sequences. */
 static ap_status ap_kit_batch_check_arrays(const ap_batch *batch, const ap_model *model,
@@ -124,4 +126,19 @@ int32_t ap_kit_batch_fresh(const ap_batch *batch, int32_t page_size) {
 ap_dtype ap_kit_staged_kv_dtype(const ap_model *m) {
     return m->kv_dtype == AP_DTYPE_NVFP4 || m->kv_dtype == AP_DTYPE_FP8_E4M3 ? m->dtype
                                                                              : m->kv_dtype;
+}
+
+ap_kit_prefill_plan_args ap_kit_prefill_paged_args(const ap_model *model, const ap_batch *batch) {
+    return (ap_kit_prefill_plan_args){
+        .num_seqs = batch->num_seqs,
+        .qo_indptr_host = batch->qo_indptr_host,
+        .kv_page_indptr_host = batch->kv_page_indptr_host,
+        .kv_last_page_len_host = batch->kv_last_page_len_host,
+        .page_size = model->page_size,
+        .head_dim_qk = model->head_dim_qk,
+        .head_dim_v = model->head_dim_v,
+        .num_qo_heads = model->num_qo_heads,
+        .num_kv_heads = model->num_kv_heads,
+        .causal = model->causal,
+    };
 }

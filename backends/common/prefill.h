@@ -127,6 +127,11 @@ ap_status ap_kit_prefill_check_config(int32_t ragged, int32_t head_dim_qk, int32
 size_t ap_kit_prefill_plan_bytes(int32_t max_tokens, int32_t max_batch, int32_t head_dim_qk,
                                  int32_t head_dim_v, int32_t num_qo_heads, int32_t num_kv_heads);
 
+/* The arguments every plan of a paged-source batch starts from: the batch's host mirrors
+ * (qo_indptr, kv_page_indptr, kv_last_page_len) and the model's page size, head dims, heads and
+ * causality; the rest zero. The caller adds its buffers, the K/V dtype and the split space. */
+ap_kit_prefill_plan_args ap_kit_prefill_paged_args(const ap_model *model, const ap_batch *batch);
+
 /* Builds the work list from the host mirrors of a batch (the core's checks passed: indptrs
  * from 0, never decreasing; with causal every kv_len >= q_len) and copies it to device_buffer on
  * `stream` (a cudaStream_t or NULL); AP_ERR_UNSUPPORTED for a sequence past the kernel's int32

@@ -148,28 +148,15 @@ static ap_status fil_decode_split(const ap_backend *b, const ap_batch *batch, fi
 static ap_status fil_plan_extend(ap_backend *b, const ap_batch *batch, void *items_host,
                                  size_t items_bytes, ap_dtype kv_dtype, ap_msgbuf *msg) {
     const ap_model *m = &b->model;
-    const ap_kit_prefill_plan_args args = {
-        .num_seqs = batch->num_seqs,
-        .qo_indptr_host = batch->qo_indptr_host,
-        .kv_page_indptr_host = batch->kv_page_indptr_host,
-        .kv_last_page_len_host = batch->kv_last_page_len_host,
-        .page_size = m->page_size,
-        .kv_indptr_host = NULL,
-        .head_dim_qk = m->head_dim_qk,
-        .head_dim_v = m->head_dim_qk,
-        .num_qo_heads = m->num_qo_heads,
-        .num_kv_heads = m->num_kv_heads,
-        .causal = m->causal,
-        .tile_rows = 0,
-        .host_scratch = items_host,
-        .device_buffer = NULL,
-        .buffer_bytes = items_bytes,
-        .caller_uploads = 1,
-        /* the K/V type the kernel reads (the caller's: ap_kit_staged_kv_dtype, or fp8 as stored
-         * where there is no memory to stage it; extend_nvfp4.c) */
-        .kv_dtype = kv_dtype,
-        .split_space = &b->plan_buffer, /* split-KV for a short chunk over a long prefix */
-    };
+    /* head_dim_v: the model's, equal to head_dim_qk here (validate.c) */
+    ap_kit_prefill_plan_args args = ap_kit_prefill_paged_args(m, batch);
+    args.host_scratch = items_host;
+    args.buffer_bytes = items_bytes;
+    args.caller_uploads = 1;
+    /* the K/V type the kernel reads (the caller's: ap_kit_staged_kv_dtype, or fp8 as stored
+     * where there is no memory to stage it; extend_nvfp4.c) */
+    args.kv_dtype = kv_dtype;
+    args.split_space = &b->plan_buffer; /* split-KV for a short chunk over a long prefix */
     /* no prefix anywhere: extend.c may read the saved k / v in place */
     b->plan.extend_fresh = ap_kit_batch_fresh(batch, m->page_size);
     return fil_extend_plan_build(&args, NULL, &b->plan.extend, msg);

@@ -34,24 +34,13 @@ static ap_status mha_plan_prefill(ap_backend *b, const ap_batch *batch, void *st
     }
     ap_status st = ap_kit_plan_buffer_begin(buffer, MHA_NAME, msg);
     if (st != AP_OK) return st;
-    ap_kit_prefill_plan_args args = {
-        .num_seqs = batch->num_seqs,
-        .qo_indptr_host = batch->qo_indptr_host,
-        .kv_page_indptr_host = batch->kv_page_indptr_host,
-        .kv_last_page_len_host = batch->kv_last_page_len_host,
-        .page_size = m->page_size,
-        .head_dim_qk = m->head_dim_qk,
-        .head_dim_v = m->head_dim_v,
-        .num_qo_heads = m->num_qo_heads,
-        .num_kv_heads = m->num_kv_heads,
-        .causal = 1,
-        .host_scratch = buffer->host,
-        .device_buffer = buffer->dev,
-        .buffer_bytes = buffer->bytes,
-        .caller_uploads = 1,
-        .tile_counters = buffer->tile_counters,
-        .split_space = buffer, /* split-KV for a short chunk over a long prefix */
-    };
+    ap_kit_prefill_plan_args args = ap_kit_prefill_paged_args(m, batch);
+    args.host_scratch = buffer->host;
+    args.device_buffer = buffer->dev;
+    args.buffer_bytes = buffer->bytes;
+    args.caller_uploads = 1;
+    args.tile_counters = buffer->tile_counters;
+    args.split_space = buffer; /* split-KV for a short chunk over a long prefix */
     mha_plan *p = &b->plan;
     p->fresh = ap_kit_batch_fresh(batch, m->page_size);
     /* the K/V type the kernel reads: nvfp4 pages are staged to the query's type first, fp8 ones
@@ -82,19 +71,8 @@ static int mha_short_extend_on_prefill(const ap_backend *b, const ap_batch *batc
         b->prefill_buffer.host == NULL || batch->qo_indptr_host == NULL ||
         batch->kv_page_indptr_host == NULL || batch->kv_last_page_len_host == NULL)
         return 0;
-    const ap_kit_prefill_plan_args args = {
-        .num_seqs = batch->num_seqs,
-        .qo_indptr_host = batch->qo_indptr_host,
-        .kv_page_indptr_host = batch->kv_page_indptr_host,
-        .kv_last_page_len_host = batch->kv_last_page_len_host,
-        .page_size = m->page_size,
-        .head_dim_qk = m->head_dim_qk,
-        .head_dim_v = m->head_dim_v,
-        .num_qo_heads = m->num_qo_heads,
-        .num_kv_heads = m->num_kv_heads,
-        .causal = 1,
-        .kv_dtype = m->kv_dtype,
-    };
+    ap_kit_prefill_plan_args args = ap_kit_prefill_paged_args(m, batch);
+    args.kv_dtype = m->kv_dtype;
     return ap_kit_prefill_hopper_tile_rows(&args) > 0;
 }
 

@@ -1,5 +1,6 @@
 /* test_prefill_plan.c: the kit's prefill plan on the host (no GPU): work items of the paged and
- * the ragged K/V source, causal and chunk, sequences without keys, and every refusal. */
+ * the ragged K/V source, causal and chunk, sequences without keys, every refusal, and the plan
+ * arguments of a paged batch (ap_kit_prefill_paged_args). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,6 +208,32 @@ static void check_paged(void) {
     EXPECT(scratch[0].q_start == 288 && scratch[0].kv_tiles == (396 + 63) / 64, "paged longest");
 }
 
+/* ap_kit_prefill_paged_args: a paged batch's mirrors and the model's shape, nothing else set. */
+static void check_paged_args(void) {
+    int32_t qo[] = {0, 3, 8}, pages[] = {0, 2, 5}, last[] = {7, 16};
+    ap_model m = {.page_size = 16,
+                  .head_dim_qk = 192,
+                  .head_dim_v = 128,
+                  .num_qo_heads = 32,
+                  .num_kv_heads = 8,
+                  .causal = 0};
+    ap_batch b = {.num_seqs = 2,
+                  .qo_indptr_host = qo,
+                  .kv_page_indptr_host = pages,
+                  .kv_last_page_len_host = last};
+    const ap_kit_prefill_plan_args a = ap_kit_prefill_paged_args(&m, &b);
+    EXPECT(a.num_seqs == 2 && a.qo_indptr_host == qo && a.kv_page_indptr_host == pages &&
+               a.kv_last_page_len_host == last && a.page_size == 16 && a.head_dim_qk == 192 &&
+               a.head_dim_v == 128 && a.num_qo_heads == 32 && a.num_kv_heads == 8 && a.causal == 0,
+           "paged args: the batch's mirrors and the model's shape");
+    EXPECT(a.kv_indptr_host == NULL && a.host_scratch == NULL && a.device_buffer == NULL &&
+               a.buffer_bytes == 0 && a.caller_uploads == 0 && a.tile_rows == 0 &&
+               a.kv_dtype == AP_DTYPE_NONE && a.tile_counters == NULL && a.split_space == NULL,
+           "paged args: the rest left to the caller");
+    m.causal = 1;
+    EXPECT(ap_kit_prefill_paged_args(&m, &b).causal == 1, "paged args: causal as the model says");
+}
+
 /* Where the Hopper kernel takes a ragged 128/128 plan: items of its work tiles (group 4 packed:
  * 32 tokens x 4 heads), totals for its maps. */
 static void check_hopper(void) {
@@ -387,6 +414,7 @@ int main(void) {
     check_items("chunk, no keys at all", 2, qo2, kv0, 0);
     check_refusals();
     check_paged();
+    check_paged_args();
     check_hopper();
     check_fresh();
     check_staged_kv_dtype();
