@@ -41,7 +41,9 @@ extern "C" {
  * kernel has more than one warp's 16 rows per (sequence, KV head) and so fewer key warps
  * (mha_decode_key_warps), for the shapes measured faster that way (plan.c's
  * mha_short_extend_prefill); else the decode kernel. prefill: the kit's prefill wherever it can
- * take the batch (a 16-bit cache of the query's type, the host mirrors, the Hopper kernel). */
+ * take the batch (a 16-bit cache of the query's type, the host mirrors, the Hopper kernel). An
+ * engine that captures short extends in a graph (not promised: the caps say decode only) sets
+ * decode: a prefill plan is the host's, and a captured launch would replay the old batch's. */
 #define MHA_SHORT_EXTEND_DECODE 0
 #define MHA_SHORT_EXTEND_AUTO 1
 #define MHA_SHORT_EXTEND_PREFILL 2
