@@ -8,6 +8,7 @@
 #include "backends/common/prefill.h"
 #include "backends/common/prefill_internal.h"
 #include "tests/common/test_expect.h"
+#include "tests/common/test_model.h"
 
 /* Stubs for what prefill_kernel.cu and kit_runtime.cu define: the tile rows it builds (the same
  * table) and the copy, which caller_uploads plans never make. */
@@ -178,22 +179,21 @@ static void check_refusals(void) {
     EXPECT(ap_kit_prefill_plan_bytes(16384, 256, 96, 96, 16, 16) == 0, "plan bytes 96");
 }
 
-/* One causal sequence over pages of 64, head dim 128, 32 / 8 heads. */
+/* One causal sequence over pages of 64, head dim 128, 32 / 8 heads, through the kit's
+ * ap_kit_prefill_paged_args, planned into the scratch for the caller to upload. */
 static ap_kit_prefill_plan_args paged_args(const int32_t *qo, const int32_t *pages,
                                            const int32_t *last) {
-    return (ap_kit_prefill_plan_args){.num_seqs = 1,
-                                      .qo_indptr_host = qo,
-                                      .kv_page_indptr_host = pages,
-                                      .kv_last_page_len_host = last,
-                                      .page_size = 64,
-                                      .head_dim_qk = 128,
-                                      .head_dim_v = 128,
-                                      .num_qo_heads = 32,
-                                      .num_kv_heads = 8,
-                                      .causal = 1,
-                                      .host_scratch = scratch,
-                                      .buffer_bytes = sizeof scratch,
-                                      .caller_uploads = 1};
+    ap_model m = ap_test_model("kit-test", 32, 8, 128, 128, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    m.page_size = 64;
+    const ap_batch b = {.num_seqs = 1,
+                        .qo_indptr_host = qo,
+                        .kv_page_indptr_host = pages,
+                        .kv_last_page_len_host = last};
+    ap_kit_prefill_plan_args args = ap_kit_prefill_paged_args(&m, &b);
+    args.host_scratch = scratch;
+    args.buffer_bytes = sizeof scratch;
+    args.caller_uploads = 1;
+    return args;
 }
 
 /* The paged source keeps the old plan: kv_len from the page table. */
@@ -211,12 +211,8 @@ static void check_paged(void) {
 /* ap_kit_prefill_paged_args: a paged batch's mirrors and the model's shape, nothing else set. */
 static void check_paged_args(void) {
     int32_t qo[] = {0, 3, 8}, pages[] = {0, 2, 5}, last[] = {7, 16};
-    ap_model m = {.page_size = 16,
-                  .head_dim_qk = 192,
-                  .head_dim_v = 128,
-                  .num_qo_heads = 32,
-                  .num_kv_heads = 8,
-                  .causal = 0};
+    ap_model m = ap_test_model("kit-test", 32, 8, 192, 128, AP_DTYPE_BF16, AP_DTYPE_BF16);
+    m.causal = 0;
     ap_batch b = {.num_seqs = 2,
                   .qo_indptr_host = qo,
                   .kv_page_indptr_host = pages,
