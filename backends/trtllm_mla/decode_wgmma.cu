@@ -57,21 +57,25 @@ constexpr int kOffK = kTileBytes;
 constexpr int kOffP = kOffK + 2 * kTileBytes;
 constexpr int kOffRed = kOffP + kBlockBytes; // red_max [2][64], red_sum [2][64]
 constexpr int kOffBar = kOffRed + 4 * 64 * 4;
-constexpr int kSmemBytes = kOffBar + 160 + 1024; // + alignment slack
+constexpr int kBarBytes = 176;                         // Bars below
+constexpr int kSmemBytes = kOffBar + kBarBytes + 1024; // + alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
 // full[stage][kb]: 64-column block kb of the stage's tile landed (both 32-row halves), so S can
-// start on the first block while the others are in flight; empty[stage]: the 8 consumer warps
-// released the stage.
+// start on the first block while the others are in flight; empty_l[stage]: warpgroup 0's 4 warps
+// are done with blocks 0..3 (V's columns 0..255, which only warpgroup 0's P V reads after S);
+// empty[stage]: the 8 consumer warps released blocks 4..8 (V's columns 256..511 and the rope
+// block, which holds the tile's P, read by both warpgroups' P V).
 struct Bars {
-    uint64_t full[2][9], empty[2];
+    uint64_t full[2][9], empty_l[2], empty[2];
 };
+static_assert(sizeof(Bars) == kBarBytes, "kSmemBytes counts the barriers");
 
-// Every block of a stage's tile landed (phase `ph`).
-__device__ __forceinline__ void wait_tile(uint64_t (&full)[9], uint32_t ph) {
-#pragma unroll
-    for (int kb = 0; kb < 9; kb++) bar_wait(&full[kb], ph);
+// Blocks kb0 .. kb1 - 1 of a stage's tile landed (phase `ph`), and block 8 (the rope block).
+__device__ __forceinline__ void wait_blocks(uint64_t (&full)[9], uint32_t ph, int kb0, int kb1) {
+    for (int kb = kb0; kb < kb1; kb++) bar_wait(&full[kb], ph);
+    bar_wait(&full[8], ph);
 }
 
 // Byte offset of (row, 16-byte chunk) in a [64][576] tile of 64-column swizzled blocks.
@@ -81,16 +85,18 @@ __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
 }
 
 // The producer's one thread: tiles t_begin..t_end into the ring, each 18 boxes (nine 64-column
-// blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage is reused once the
-// 8 consumer warps released it. The loads carry an L2 evict-first policy (+0.5-2.6% on the H100,
-// bench/results/2026-11-27-h100-h.md).
+// blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage's blocks 0..3 are
+// reused once warpgroup 0 released them (empty_l: mid-pair for stage 0, while warpgroup 1 still
+// multiplies by blocks 4..8), its blocks 4..8 once all 8 consumer warps did. The loads carry an
+// L2 evict-first policy (+0.5-2.6% on the H100, bench/results/2026-11-27-h100-h.md).
 __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, const Seq &sq,
                         uint8_t *k, Bars *b, int t_begin, int t_end) {
     const int npages = (sq.kv_len + p.page_size - 1) / p.page_size;
     const uint64_t policy = l2_evict_first(); // the tiles: read once per row block
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, st = i & 1;
-        if (i >= 2) bar_wait(&b->empty[st], ((i >> 1) + 1) & 1);
+        const uint32_t par = ((i >> 1) + 1) & 1;
+        if (i >= 2) bar_wait(&b->empty_l[st], par);
         int slot[2];
 #pragma unroll
         for (int half = 0; half < 2; half++) {
@@ -104,6 +110,7 @@ __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, cons
         }
 #pragma unroll
         for (int kb = 0; kb < 9; kb++) {
+            if (kb == 4 && i >= 2) bar_wait(&b->empty[st], par);
             bar_expect_tx(&b->full[st][kb], kBlockBytes);
 #pragma unroll
             for (int half = 0; half < 2; half++)
@@ -200,11 +207,12 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 //        tile is still landing); P_A = 2^(S_A - m_a) (bf16) into K_A's rope block (columns
 //        512..575, no longer read once S_A is done); m_a, alpha_A = 2^(m_prev - m_a) into xch;
 //        zero V_A's tail rows of columns 0..255; arrive A; sync W0; O_L *= alpha_A; O_L += P_A
-//        V_A[L]; wait: release stage 0 (the producer refills it during tile B); sync B (m_b,
-//        alpha_B = 2^(m_a - m_b) from xch); wait full[1][*]; zero V_B's tail rows of columns
-//        0..255, sync W0; O_L *= alpha_B; O_L += P_B V_B[L]; wait: release stage 1.
+//        V_A[L]; wait: release stage 0 (empty_l: the producer refills blocks 0..3 during tile
+//        B; and empty); sync B (m_b, alpha_B = 2^(m_a - m_b) from xch); wait full[1][0..3, 8];
+//        zero V_B's tail rows of columns 0..255, sync W0; O_L *= alpha_B; O_L += P_B V_B[L];
+//        wait: release stage 1 (empty_l, empty).
 //   WG1: S_B (as WG0's S_A, on full[1][*]; it runs while WG0 does its softmax); sync A (m_a,
-//        alpha_A); wait full[0][*]; zero V_A's tail rows of columns 256..511, sync W1; O_R *=
+//        alpha_A); wait full[0][4..8]; zero V_A's tail rows of columns 256..511, sync W1; O_R *=
 //        alpha_A; issue O_R += P_A V_A[R]; while it runs: P_B = 2^(S_B - m_b) into K_B's rope
 //        block, m_b and alpha_B into xch, zero V_B's tail rows of columns 256..511; arrive B;
 //        wait: release stage 0; sync W1; O_R *= alpha_B; O_R += P_B V_B[R]; wait: release
@@ -214,11 +222,11 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 // an O rescale when none of its rows' maxima grew. Safety of reuse: xch[A] is rewritten by WG0 in
 // pair k+1 only after it synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is
 // rewritten by WG1 only after sync A of pair k+1, which WG0 arrives at after reading xch[B] of
-// pair k. A stage is
-// refilled only after all 8 consumer warps released it (both P V of its tile completed: P sits in
-// the stage). A pair without B (odd tile count): WG1 skips S_B and P_B V_B, hands over m_b = m_a
-// and alpha_B = 1; WG0 skips P_B V_B. Row sums: each warpgroup sums its own P (WG0 tile A, WG1 B),
-// rescaled by every alpha; finish() adds the two.
+// pair k. A stage's blocks 0..3 are refilled once warpgroup 0's 4 warps released them (S and P
+// V[L] are their only readers), its blocks 4..8 once all 8 consumer warps did (both P V of its
+// tile completed: P sits in the rope block). A pair without B (odd tile count): WG1 skips S_B
+// and P_B V_B, hands over m_b = m_a and alpha_B = 1; WG0 skips P_B V_B. Row sums: each warpgroup
+// sums its own P (WG0 tile A, WG1 B), rescaled by every alpha; finish() adds the two.
 constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 threads
 
 // Hand a pair's values over to the other warpgroup (it syncs on the same barrier).
@@ -326,7 +334,8 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
     for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha[h] + rs[h];
     scale_o(st, alpha);
     pv(st.o, ka + 8 * kBlockBytes, ka, 0);
-    release_stage(&b->empty[0]); // early: the producer refills stage 0 while tile B is worked
+    release_stage(&b->empty_l[0]); // early: the producer refills stage 0 while tile B is worked
+    release_stage(&b->empty[0]);
     named_sync<256>(kBarB);
 #pragma unroll
     for (int h = 0; h < 2; h++) {
@@ -334,7 +343,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
         alpha[h] = pr.xch[192 + r0 + 8 * h];
     }
     if (!pr.has_b) return;
-    wait_tile(b->full[1], pr.ph); // the TMA bytes of V_B visible to this warpgroup too
+    wait_blocks(b->full[1], pr.ph, 0, 4); // the TMA bytes of V_B[L] visible to this warpgroup too
     const int vb = va - MLA_TILE;
     if (vb < MLA_TILE) {
         zero_v_tail(kb, vb, 0, tid);
@@ -345,6 +354,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
     for (int h = 0; h < 2; h++) st.l_run[h] *= alpha[h];
     scale_o(st, alpha);
     pv(st.o, kb + 8 * kBlockBytes, kb, 0);
+    release_stage(&b->empty_l[1]);
     release_stage(&b->empty[1]);
 }
 
@@ -364,7 +374,9 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
         st.m_run[h] = pr.xch[r0 + 8 * h];
         alpha[h] = pr.xch[64 + r0 + 8 * h];
     }
-    wait_tile(b->full[0], pr.ph); // the TMA bytes of V_A visible to this warpgroup too
+    // the TMA bytes of V_A[R] visible to this warpgroup too; not blocks 0..3, which the producer
+    // may refill for the next pair once warpgroup 0 released them (a later phase)
+    wait_blocks(b->full[0], pr.ph, 4, 8);
     const int va = sq.kv_len - pr.ta * MLA_TILE;
     if (va < MLA_TILE) {
         zero_v_tail(ka, va, 1, tid);
@@ -511,7 +523,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < 2; s++) {
             for (int kb = 0; kb < 9; kb++) bar_init(&b->full[s][kb], 1);
-            bar_init(&b->empty[s], 8); // one arrival per consumer warp
+            bar_init(&b->empty_l[s], 4); // warpgroup 0's warps
+            bar_init(&b->empty[s], 8);   // one arrival per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }

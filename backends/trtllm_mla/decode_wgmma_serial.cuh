@@ -82,11 +82,13 @@ __device__ __forceinline__ void serial_loop(State &st, const Pos &ps, const Seq 
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, stg = i & 1;
         uint8_t *k = base + kOffK + stg * kTileBytes;
-        wait_tile(b->full[stg], (i >> 1) & 1);
+        wait_blocks(b->full[stg], (i >> 1) & 1, 0, 8);
         float s[16];
         qk(s, base, k, ps.c);
         softmax(s, st, ps, sq, tile, limit, scale2, red, pm, k);
         pv(st.o, pm, k, ps.c);
+        // warpgroup 1 read blocks 0..3 only in S, done before softmax's barrier
+        if (ps.c == 0) release_stage(&b->empty_l[stg]);
         release_stage(&b->empty[stg]);
     }
 }
