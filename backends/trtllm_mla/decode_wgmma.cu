@@ -5,7 +5,8 @@
 // Shared memory (1024-aligned): Q [64][576] as nine 64-column blocks of 128-byte rows in the
 // 128-byte swizzle (8 KB each, 72 KB), a 2-stage ring of latent tiles [64 tokens][576] in the same
 // layout (TMA boxes of 64 columns x 32 rows, so pages of 32 and 64 both work), P [64][64] bf16
-// (one swizzled block), the row max / sum exchange and the barriers: 225 KB.
+// (one swizzled block: the serial schedule's P, the seesaw's P_A), the row max / sum exchange, the
+// seesaw's hand-over values and the barriers: 227 KB.
 // Consumer warpgroup c (0, 1) computes S for keys 32c..32c+31 of the tile (wgmma m64n32, 36
 // k-steps over 576), the two exchange their row maxima through shared memory, each writes its
 // half of P (bf16), and then each accumulates O[:, 256c..256c+255] += P V over all 64 keys
@@ -56,7 +57,11 @@ constexpr int kTileBytes = 9 * kBlockBytes; // Q or one latent tile: 72 KB
 constexpr int kOffK = kTileBytes;
 constexpr int kOffP = kOffK + 2 * kTileBytes;
 constexpr int kOffRed = kOffP + kBlockBytes; // red_max [2][64], red_sum [2][64]
-constexpr int kOffBar = kOffRed + 4 * 64 * 4;
+// The seesaw's hand-over values (Pair::xch, 256 floats) start at red_sum and run 512 bytes past
+// it: xch's m_a / alpha_A share red_sum, which finish() writes once both warpgroups are past the
+// last pair's reads of them; m_b / alpha_B, read after the last hand-over B, have their own bytes.
+constexpr int kOffXch = kOffRed + 2 * 64 * 4;
+constexpr int kOffBar = kOffXch + 4 * 64 * 4;
 constexpr int kBarBytes = 176;                         // Bars below
 constexpr int kSmemBytes = kOffBar + kBarBytes + 1024; // + alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
@@ -64,18 +69,21 @@ static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
 // full[stage][kb]: 64-column block kb of the stage's tile landed (both 32-row halves), so S can
 // start on the first block while the others are in flight; empty_l[stage]: warpgroup 0's 4 warps
-// are done with blocks 0..3 (V's columns 0..255, which only warpgroup 0's P V reads after S);
-// empty[stage]: the 8 consumer warps released blocks 4..8 (V's columns 256..511 and the rope
-// block, which holds the tile's P, read by both warpgroups' P V).
+// are done with blocks 0..3 (V's columns 0..255, which only warpgroup 0's P V reads after S), and
+// in stage 0 with its rope block too (S_A its only reader: P_A has its own buffer); empty[stage]:
+// the 8 consumer warps released blocks 4..7 (V's columns 256..511), and in stage 1 its rope block,
+// which holds P_B, read by both warpgroups' P V.
 struct Bars {
     uint64_t full[2][9], empty_l[2], empty[2];
 };
 static_assert(sizeof(Bars) == kBarBytes, "kSmemBytes counts the barriers");
 
-// Blocks kb0 .. kb1 - 1 of a stage's tile landed (phase `ph`), and block 8 (the rope block).
-__device__ __forceinline__ void wait_blocks(uint64_t (&full)[9], uint32_t ph, int kb0, int kb1) {
+// Blocks kb0 .. kb1 - 1 of a stage's tile landed (phase `ph`), and block 8 (the rope block) with
+// `rope`.
+__device__ __forceinline__ void wait_blocks(uint64_t (&full)[9], uint32_t ph, int kb0, int kb1,
+                                            bool rope) {
     for (int kb = kb0; kb < kb1; kb++) bar_wait(&full[kb], ph);
-    bar_wait(&full[8], ph);
+    if (rope) bar_wait(&full[8], ph);
 }
 
 // Byte offset of (row, 16-byte chunk) in a [64][576] tile of 64-column swizzled blocks.
@@ -85,9 +93,10 @@ __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
 }
 
 // The producer's one thread: tiles t_begin..t_end into the ring, each 18 boxes (nine 64-column
-// blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage's blocks 0..3 are
-// reused once warpgroup 0 released them (empty_l: mid-pair for stage 0, while warpgroup 1 still
-// multiplies by blocks 4..8), its blocks 4..8 once all 8 consumer warps did. The loads carry an
+// blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage's first group
+// (blocks 0..3, and 8 in stage 0) is reused once warpgroup 0 released it (empty_l: mid-pair for
+// stage 0, while warpgroup 1 still multiplies by blocks 4..7), the rest once all 8 consumer warps
+// released it (empty; see Bars). The loads carry an
 // L2 evict-first policy (+0.5-2.6% on the H100, bench/results/2026-11-27-h100-h.md).
 __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, const Seq &sq,
                         uint8_t *k, Bars *b, int t_begin, int t_end) {
@@ -108,15 +117,20 @@ __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, cons
                 slot[half] = __ldg(sq.pages + pi) * 32;
             }
         }
-#pragma unroll
-        for (int kb = 0; kb < 9; kb++) {
-            if (kb == 4 && i >= 2) bar_wait(&b->empty[st], par);
+        auto issue = [&](int kb) {
             bar_expect_tx(&b->full[st][kb], kBlockBytes);
 #pragma unroll
             for (int half = 0; half < 2; half++)
                 tma_load_hint(map, k + st * kTileBytes + kb * kBlockBytes + half * 4096,
                               &b->full[st][kb], kb * 64, 0, slot[half], policy);
-        }
+        };
+#pragma unroll
+        for (int kb = 0; kb < 4; kb++) issue(kb);
+        if (st == 0) issue(8); // stage 0's rope block: read by S_A only (P_A has its own buffer)
+        if (i >= 2) bar_wait(&b->empty[st], par);
+#pragma unroll
+        for (int kb = 4; kb < 8; kb++) issue(kb);
+        if (st == 1) issue(8); // stage 1's rope block holds P_B, which both P V read
     }
 }
 
@@ -204,15 +218,15 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 // (next pair). Per pair, barriers named: A (WG0 arrives, WG1 syncs), B (WG1 arrives, WG0 syncs),
 // W0 / W1 (one warpgroup's 128 threads):
 //   WG0: S_A (block kb's 4 k-steps issued once full[0][kb] completed, so S starts while the
-//        tile is still landing); P_A = 2^(S_A - m_a) (bf16) into K_A's rope block (columns
-//        512..575, no longer read once S_A is done); m_a, alpha_A = 2^(m_prev - m_a) into xch;
+//        tile is still landing); P_A = 2^(S_A - m_a) (bf16) into its buffer (kOffP); m_a,
+//        alpha_A = 2^(m_prev - m_a) into xch;
 //        zero V_A's tail rows of columns 0..255; arrive A; sync W0; O_L *= alpha_A; O_L += P_A
-//        V_A[L]; wait: release stage 0 (empty_l: the producer refills blocks 0..3 during tile
-//        B; and empty); sync B (m_b, alpha_B = 2^(m_a - m_b) from xch); wait full[1][0..3, 8];
+//        V_A[L]; wait: release stage 0 (empty_l: the producer refills blocks 0..3 and 8 during
+//        tile B; and empty); sync B (m_b, alpha_B = 2^(m_a - m_b) from xch); wait full[1][0..3, 8];
 //        zero V_B's tail rows of columns 0..255, sync W0; O_L *= alpha_B; O_L += P_B V_B[L];
 //        wait: release stage 1 (empty_l, empty).
 //   WG1: S_B (as WG0's S_A, on full[1][*]; it runs while WG0 does its softmax); sync A (m_a,
-//        alpha_A); wait full[0][4..8]; zero V_A's tail rows of columns 256..511, sync W1; O_R *=
+//        alpha_A); wait full[0][4..7]; zero V_A's tail rows of columns 256..511, sync W1; O_R *=
 //        alpha_A; issue O_R += P_A V_A[R]; while it runs: P_B = 2^(S_B - m_b) into K_B's rope
 //        block, m_b and alpha_B into xch, zero V_B's tail rows of columns 256..511; arrive B;
 //        wait: release stage 0; sync W1; O_R *= alpha_B; O_R += P_B V_B[R]; wait: release
@@ -222,11 +236,13 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 // an O rescale when none of its rows' maxima grew. Safety of reuse: xch[A] is rewritten by WG0 in
 // pair k+1 only after it synced B of pair k, which WG1 arrives at after reading xch[A]; xch[B] is
 // rewritten by WG1 only after sync A of pair k+1, which WG0 arrives at after reading xch[B] of
-// pair k. A stage's blocks 0..3 are refilled once warpgroup 0's 4 warps released them (S and P
-// V[L] are their only readers), its blocks 4..8 once all 8 consumer warps did (both P V of its
-// tile completed: P sits in the rope block). A pair without B (odd tile count): WG1 skips S_B
-// and P_B V_B, hands over m_b = m_a and alpha_B = 1; WG0 skips P_B V_B. Row sums: each warpgroup
-// sums its own P (WG0 tile A, WG1 B), rescaled by every alpha; finish() adds the two.
+// pair k. A stage's blocks 0..3 (and stage 0's rope block) are refilled once warpgroup 0's 4
+// warps released them (S and P V[L] are their only readers), the rest once all 8 consumer warps
+// did (both P V of its tile completed; stage 1's rope block holds P_B). P_A's buffer is rewritten
+// in pair k+1 after S_A of k+1, which waits for stage 0's blocks 4..7 of k+1, which the producer
+// loads only after WG1's P_A V_A[R] of pair k completed. A pair without B (odd tile count): WG1
+// skips S_B and P_B V_B, hands over m_b = m_a and alpha_B = 1; WG0 skips P_B V_B. Row sums: each
+// warpgroup sums its own P (WG0 tile A, WG1 B), rescaled by every alpha; finish() adds the two.
 constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 threads
 
 // Hand a pair's values over to the other warpgroup (it syncs on the same barrier).
@@ -308,6 +324,7 @@ struct Pair {
     bool has_b;  // tile B exists
     uint8_t *ka; // stage 0 (tile A); stage 1 follows
     float *xch;  // [0, 64): m_a, [64, 128): alpha_A, [128, 192): m_b, [192, 256): alpha_B
+    uint8_t *pa; // P_A, one 64 x 64 swizzled block (P_B sits in stage 1's rope block)
 };
 
 // Warpgroup 0's share of a pair (see the protocol above).
@@ -318,7 +335,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
     const int r0 = ps.w * 16 + ps.g, tid = ps.w * 32 + ps.g * 4 + ps.t4;
     float s[32], alpha[2], rs[2];
     qk64(s, q, ka, b->full[0], pr.ph);
-    tile_p(s, st.m_run, alpha, rs, ps, sq, pr.ta, limit, scale2, ka + 8 * kBlockBytes);
+    tile_p(s, st.m_run, alpha, rs, ps, sq, pr.ta, limit, scale2, pr.pa);
     if (ps.t4 == 0)
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -333,7 +350,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
 #pragma unroll
     for (int h = 0; h < 2; h++) st.l_run[h] = st.l_run[h] * alpha[h] + rs[h];
     scale_o(st, alpha);
-    pv(st.o, ka + 8 * kBlockBytes, ka, 0);
+    pv(st.o, pr.pa, ka, 0);
     release_stage(&b->empty_l[0]); // early: the producer refills stage 0 while tile B is worked
     release_stage(&b->empty[0]);
     named_sync<256>(kBarB);
@@ -343,7 +360,7 @@ __device__ __forceinline__ void pair_wg0(const Pair &pr, State &st, const Pos &p
         alpha[h] = pr.xch[192 + r0 + 8 * h];
     }
     if (!pr.has_b) return;
-    wait_blocks(b->full[1], pr.ph, 0, 4); // the TMA bytes of V_B[L] visible to this warpgroup too
+    wait_blocks(b->full[1], pr.ph, 0, 4, true); // V_B[L]'s TMA bytes visible to this warpgroup too
     const int vb = va - MLA_TILE;
     if (vb < MLA_TILE) {
         zero_v_tail(kb, vb, 0, tid);
@@ -374,9 +391,9 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
         st.m_run[h] = pr.xch[r0 + 8 * h];
         alpha[h] = pr.xch[64 + r0 + 8 * h];
     }
-    // the TMA bytes of V_A[R] visible to this warpgroup too; not blocks 0..3, which the producer
-    // may refill for the next pair once warpgroup 0 released them (a later phase)
-    wait_blocks(b->full[0], pr.ph, 4, 8);
+    // the TMA bytes of V_A[R] visible to this warpgroup too; not blocks 0..3 and 8, which the
+    // producer may refill for the next pair once warpgroup 0 released them (a later phase)
+    wait_blocks(b->full[0], pr.ph, 4, 8, false);
     const int va = sq.kv_len - pr.ta * MLA_TILE;
     if (va < MLA_TILE) {
         zero_v_tail(ka, va, 1, tid);
@@ -386,7 +403,7 @@ __device__ __forceinline__ void pair_wg1(const Pair &pr, State &st, const Pos &p
 #pragma unroll
     for (int h = 0; h < 2; h++) st.l_run[h] *= alpha[h];
     scale_o(st, alpha);
-    pv_issue(st.o, ka + 8 * kBlockBytes, ka, 1);
+    pv_issue(st.o, pr.pa, ka, 1);
     if (pr.has_b) {
         tile_p(s, st.m_run, alpha_b, rs, ps, sq, pr.ta + 1, limit, scale2, kb + 8 * kBlockBytes);
         if (va - MLA_TILE < MLA_TILE) zero_v_tail(kb, va - MLA_TILE, 1, tid);
@@ -416,8 +433,9 @@ __device__ __forceinline__ void seesaw_loop(State &st, const Pos &ps, const Seq 
                                             Bars *b, const int (&limit)[2], float scale2,
                                             int t_begin, int t_end) {
     for (int ta = t_begin; ta < t_end; ta += 2) {
-        const Pair pr = {ta, static_cast<uint32_t>(((ta - t_begin) >> 1) & 1), ta + 1 < t_end,
-                         base + kOffK, reinterpret_cast<float *>(base + kOffP)};
+        const Pair pr = {
+            ta,           static_cast<uint32_t>(((ta - t_begin) >> 1) & 1), ta + 1 < t_end,
+            base + kOffK, reinterpret_cast<float *>(base + kOffXch),        base + kOffP};
         if constexpr (C == 0)
             pair_wg0(pr, st, ps, sq, base, b, limit, scale2);
         else

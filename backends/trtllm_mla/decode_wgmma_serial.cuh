@@ -82,7 +82,7 @@ __device__ __forceinline__ void serial_loop(State &st, const Pos &ps, const Seq 
     for (int tile = t_begin; tile < t_end; tile++) {
         const int i = tile - t_begin, stg = i & 1;
         uint8_t *k = base + kOffK + stg * kTileBytes;
-        wait_blocks(b->full[stg], (i >> 1) & 1, 0, 8);
+        wait_blocks(b->full[stg], (i >> 1) & 1, 0, 8, true);
         float s[16];
         qk(s, base, k, ps.c);
         softmax(s, st, ps, sq, tile, limit, scale2, red, pm, k);
