@@ -96,8 +96,8 @@ __device__ __forceinline__ uint32_t sw_off(int row, int chunk) {
 // blocks x two 32-row halves), block kb completing on full[stage][kb]; a stage's first group
 // (blocks 0..3, and 8 in stage 0) is reused once warpgroup 0 released it (empty_l: mid-pair for
 // stage 0, while warpgroup 1 still multiplies by blocks 4..7), the rest once all 8 consumer warps
-// released it (empty; see Bars). The loads carry an
-// L2 evict-first policy (+0.5-2.6% on the H100, bench/results/2026-11-27-h100-h.md).
+// released it (empty; see Bars). The loads carry an L2 evict-first policy (+0.5-2.6% on the
+// H100, bench/results/2026-11-27-h100-h.md).
 __device__ void produce(const CUtensorMap *map, const mla_decode_params &p, const Seq &sq,
                         uint8_t *k, Bars *b, int t_begin, int t_end) {
     const int npages = (sq.kv_len + p.page_size - 1) / p.page_size;
