@@ -243,6 +243,7 @@ __device__ __forceinline__ void store_p2(uint8_t *pm, int row, int key, float a,
 // loads only after WG1's P_A V_A[R] of pair k completed. A pair without B (odd tile count): WG1
 // skips S_B and P_B V_B, hands over m_b = m_a and alpha_B = 1; WG0 skips P_B V_B. Row sums: each
 // warpgroup sums its own P (WG0 tile A, WG1 B), rescaled by every alpha; finish() adds the two.
+// emu/seesaw_ring_sim.py models these barriers, release groups and buffers: keep it in step.
 constexpr int kBarA = 2, kBarB = 3, kBarW = 4; // kBarW + c: warpgroup c's 128 threads
 
 // Hand a pair's values over to the other warpgroup (it syncs on the same barrier).
