@@ -62,10 +62,7 @@ constexpr int kOffRed = kOffP + kBlockBytes; // red_max [2][64], red_sum [2][64]
 // last pair's reads of them; m_b / alpha_B, read after the last hand-over B, have their own bytes.
 constexpr int kOffXch = kOffRed + 2 * 64 * 4;
 constexpr int kOffBar = kOffXch + 4 * 64 * 4;
-constexpr int kBarBytes = 176;                         // Bars below
-constexpr int kSmemBytes = kOffBar + kBarBytes + 1024; // + alignment slack
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
 // full[stage][kb]: 64-column block kb of the stage's tile landed (both 32-row halves), so S can
 // start on the first block while the others are in flight; empty_l[stage]: warpgroup 0's 4 warps
@@ -76,7 +73,8 @@ static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 struct Bars {
     uint64_t full[2][9], empty_l[2], empty[2];
 };
-static_assert(sizeof(Bars) == kBarBytes, "kSmemBytes counts the barriers");
+constexpr int kSmemBytes = kOffBar + static_cast<int>(sizeof(Bars)) + 1024; // + alignment slack
+static_assert(kSmemBytes <= 232448, "over the H100's shared memory per block");
 
 // Blocks kb0 .. kb1 - 1 of a stage's tile landed (phase `ph`), and block 8 (the rope block) with
 // `rope`.
