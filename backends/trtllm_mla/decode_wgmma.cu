@@ -598,7 +598,7 @@ extern "C" int mla_decode_wgmma_covers(const mla_decode_params *p) {
     return p->kv_dtype == AP_DTYPE_BF16 &&
            mla_decode_block_rows(p->num_heads, p->max_q_len) == 64 &&
            (p->page_size == 32 || p->page_size == 64) && p->kv_slots > 0 &&
-           p->kv_slots <= (static_cast<int64_t>(1) << 32) &&
+           p->kv_slots <= (static_cast<int64_t>(1) << 31) && // a box's row: a signed 32-bit value
            (reinterpret_cast<uintptr_t>(p->kv_pages) & 15) == 0 && encode_tiled_fn() != nullptr &&
            device_is_sm90();
 }
@@ -611,8 +611,8 @@ extern "C" ap_status mla_decode_wgmma_run(const mla_decode_params *p, void *stre
         ap_cuda_smem_optin_once(mla_decode_wgmma_kernel, kSmemBytes, ready, MLA_WG_WHO, msg);
     if (st != AP_OK) return st;
     CUtensorMap map;
-    if (p->kv_slots <= 0 || p->kv_slots > (static_cast<int64_t>(1) << 32)) {
-        ap_msgbuf_add(msg, "%s: the latent cache has %lld rows (1 .. 2^32 needed)", MLA_WG_WHO,
+    if (p->kv_slots <= 0 || p->kv_slots > (static_cast<int64_t>(1) << 31)) {
+        ap_msgbuf_add(msg, "%s: the latent cache has %lld rows (1 .. 2^31 needed)", MLA_WG_WHO,
                       static_cast<long long>(p->kv_slots));
         return AP_ERR_INVALID_ARGUMENT;
     }
