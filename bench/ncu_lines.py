@@ -223,6 +223,8 @@ def main():
     except ValueError as e:
         print("ncu_lines: %s" % e, file=sys.stderr)
         return 2
+    except BrokenPipeError:  # piped into head
+        return 0
 
 
 if __name__ == "__main__":
