@@ -114,7 +114,10 @@ __device__ __forceinline__ void load_tile(const mla_decode_params &p, int64_t sl
 #pragma unroll
         for (int i = 0; i < kRowChunks / 4; i++) ap_cp_async_16(dst + 64 * i, src0 + 64 * i, valid);
     } else {
-#pragma unroll
+        // a loop, not 18 unrolled copies at each call site, whose code a split's few tiles run
+        // cold (bench/results/2026-11-28-h200-f.md, H200): H128 fp8 (64 rows) +2.1%, B1 L32768
+        // sleep-timed +1%, B128 H16 unchanged, the 2-stage option's B128 H16 1.5% slower
+#pragma unroll 1
         for (int c = part; c < kRowChunks; c += 4) {
             const uint32_t dst = FP8 ? base + row * kRowBytes + c * 16 : base + tile_off(row, c);
             ap_cp_async_16(dst, src + c * 16, valid);
