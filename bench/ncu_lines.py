@@ -10,9 +10,10 @@ instructions run at least once, 16 bytes each), which instruction-fetch stalls d
     # on the GPU machine (the report's source page as CSV)
     ncu --section SourceCounters --section WarpStateStats -k regex:NAME -o r BINARY ...
     ncu --import r.ncu-rep --page source --csv --print-source sass | gzip > src.csv.gz
-    # here, from a cubin of the same sources and flags (nvcc -cubin ... -lineinfo)
-    nvdisasm -gi -c k.cubin > k.dis         # -gi: every inlined-at site of each line
-    python3 bench/ncu_lines.py src.csv.gz k.dis [--top 20] [--depth N]
+    # then, on the same machine, the built plugin itself (its cubins by cuobjdump -xelf, each
+    # disassembled by nvdisasm -gi: the code that ran, line tables included with -lineinfo)
+    python3 bench/ncu_lines.py src.csv.gz build/backends/NAME/ap_NAME.so [--top 20] [--depth N]
+    # or a cubin, or nvdisasm's text of one (nvdisasm -gi -c k.cubin > k.dis), built here
 
 The function is the one of the disassembly whose opcodes match the CSV's at every offset; none
 matching means the cubin is not the profiled build, and the script says so (exit 1).
@@ -23,8 +24,11 @@ import collections
 import csv
 import gzip
 import io
+import os
 import re
+import subprocess
 import sys
+import tempfile
 
 SAMPLES = "Warp Stall Sampling (All Samples)"
 EXECUTED = "Instructions Executed"
@@ -200,10 +204,33 @@ def self_test():
     return 0
 
 
+def disasm_text(path):
+    """nvdisasm -gi's text of a cubin, of every cubin in an ELF with embedded device code (a
+    plugin .so, by cuobjdump -xelf), or the file itself when it is text already."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head != b"\x7fELF":
+        with open(path) as f:
+            return f.read()
+    nvdisasm = os.environ.get("NVDISASM", "nvdisasm")
+    cuobjdump = os.environ.get("CUOBJDUMP", "cuobjdump")
+    if path.endswith(".cubin"):
+        return subprocess.run([nvdisasm, "-gi", "-c", path], check=True, capture_output=True,
+                              text=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([cuobjdump, "-xelf", "all", os.path.abspath(path)], cwd=tmp, check=True,
+                       capture_output=True)
+        cubins = sorted(n for n in os.listdir(tmp) if n.endswith(".cubin"))
+        if not cubins:
+            raise ValueError("%s holds no cubin" % path)
+        return "\n".join(disasm_text(os.path.join(tmp, n)) for n in cubins)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv", nargs="?", help="ncu --page source --csv --print-source sass (.gz too)")
-    ap.add_argument("disasm", nargs="?", help="nvdisasm -g (or -gi) -c of the same cubin")
+    ap.add_argument("disasm", nargs="?",
+                    help="the built .so, a cubin, or nvdisasm -gi -c text of the same code")
     ap.add_argument("--top", type=int, default=20, help="rows of each table (20)")
     ap.add_argument("--depth", type=int, default=0,
                     help="key lines by this many of their inlined-at sites too (nvdisasm -gi)")
@@ -216,8 +243,14 @@ def main():
     opener = gzip.open if a.csv.endswith(".gz") else open
     with opener(a.csv, "rt") as f:
         text_csv = f.read()
-    with open(a.disasm) as f:
-        text_dis = f.read()
+    try:
+        text_dis = disasm_text(a.disasm)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print("ncu_lines: cannot disassemble %s: %s" % (a.disasm, e), file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print("ncu_lines: %s" % e, file=sys.stderr)
+        return 2
     try:
         return report(text_csv, text_dis, a.top, a.depth, sys.stdout)
     except ValueError as e:
