@@ -63,6 +63,8 @@ constexpr int kOffRed = kOffP + kBlockBytes; // red_max [2][64], red_sum [2][64]
 constexpr int kOffXch = kOffRed + 2 * 64 * 4;
 constexpr int kOffBar = kOffXch + 4 * 64 * 4;
 constexpr float kLog2e = 1.4426950408889634f;
+// The most cache rows the TMA map may span: a box's row coordinate is a signed 32-bit value.
+constexpr int64_t kMaxKvSlots = static_cast<int64_t>(1) << 31;
 
 // full[stage][kb]: 64-column block kb of the stage's tile landed (both 32-row halves), so S can
 // start on the first block while the others are in flight; empty_l[stage]: warpgroup 0's 4 warps
@@ -598,9 +600,8 @@ extern "C" int mla_decode_wgmma_covers(const mla_decode_params *p) {
     return p->kv_dtype == AP_DTYPE_BF16 &&
            mla_decode_block_rows(p->num_heads, p->max_q_len) == 64 &&
            (p->page_size == 32 || p->page_size == 64) && p->kv_slots > 0 &&
-           p->kv_slots <= (static_cast<int64_t>(1) << 31) && // a box's row: a signed 32-bit value
-           (reinterpret_cast<uintptr_t>(p->kv_pages) & 15) == 0 && encode_tiled_fn() != nullptr &&
-           device_is_sm90();
+           p->kv_slots <= kMaxKvSlots && (reinterpret_cast<uintptr_t>(p->kv_pages) & 15) == 0 &&
+           encode_tiled_fn() != nullptr && device_is_sm90();
 }
 
 extern "C" ap_status mla_decode_wgmma_run(const mla_decode_params *p, void *stream_ptr,
@@ -611,7 +612,7 @@ extern "C" ap_status mla_decode_wgmma_run(const mla_decode_params *p, void *stre
         ap_cuda_smem_optin_once(mla_decode_wgmma_kernel, kSmemBytes, ready, MLA_WG_WHO, msg);
     if (st != AP_OK) return st;
     CUtensorMap map;
-    if (p->kv_slots <= 0 || p->kv_slots > (static_cast<int64_t>(1) << 31)) {
+    if (p->kv_slots <= 0 || p->kv_slots > kMaxKvSlots) {
         ap_msgbuf_add(msg, "%s: the latent cache has %lld rows (1 .. 2^31 needed)", MLA_WG_WHO,
                       static_cast<long long>(p->kv_slots));
         return AP_ERR_INVALID_ARGUMENT;
